@@ -1,0 +1,17 @@
+# bitrefit_add_test(NAME n LABELS l... SOURCES s... [LIBS lib...] [TIMEOUT seconds])
+# One GoogleTest (+ RapidCheck) executable registered as one ctest test with its labels.
+find_package(GTest REQUIRED)
+find_package(rapidcheck CONFIG REQUIRED)  # targets rapidcheck, rapidcheck_gtest (no version file)
+
+function(bitrefit_add_test)
+  cmake_parse_arguments(T "" "NAME;TIMEOUT" "LABELS;SOURCES;LIBS" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 600)
+  endif()
+  add_executable(${T_NAME} ${T_SOURCES})
+  target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main rapidcheck rapidcheck_gtest)
+  target_compile_options(${T_NAME} PRIVATE -Wall -Wextra)
+  target_compile_definitions(${T_NAME} PRIVATE BITREFIT_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  add_test(NAME ${T_NAME} COMMAND ${T_NAME})
+  set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT})
+endfunction()

@@ -1,0 +1,9 @@
+// bitrefit/core/core.hpp — the core vocabulary in one include.
+#pragma once
+
+#include "bitrefit/core/canonical.hpp"
+#include "bitrefit/core/digest.hpp"
+#include "bitrefit/core/dtype.hpp"
+#include "bitrefit/core/error.hpp"
+#include "bitrefit/core/manifest.hpp"
+#include "bitrefit/core/tensor.hpp"
