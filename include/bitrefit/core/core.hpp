@@ -5,5 +5,6 @@
 #include "bitrefit/core/digest.hpp"
 #include "bitrefit/core/dtype.hpp"
 #include "bitrefit/core/error.hpp"
+#include "bitrefit/core/ids.hpp"
 #include "bitrefit/core/manifest.hpp"
 #include "bitrefit/core/tensor.hpp"
