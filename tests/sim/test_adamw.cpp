@@ -162,6 +162,12 @@ TEST(AdamwSim, PinnedCheckpointBits) {
   s.step();
   s.step();
   EXPECT_EQ(model_hash(s), 15279862181305204664ull);
+  // The thread count changes nothing.
+  adamw_sim t(llama_like({}), 42, {.threads = 3});
+  EXPECT_EQ(model_hash(t), 889980086066457219ull);
+  t.step();
+  t.step();
+  EXPECT_EQ(model_hash(t), 15279862181305204664ull);
 }
 
 TEST(AdamwSim, InitDistribution) {

@@ -27,12 +27,15 @@
 //   sim.step();                                      // version 1
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
+#include <thread>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -126,6 +129,9 @@ struct adamw_config {
   /// a fixed per-element direction (what training pushes towards) plus per-step minibatch noise.
   float grad_scale = 1e-3f;
   float persistent_fraction = 0.5f;
+  /// Worker threads for step() and the constructor (0: std::thread::hardware_concurrency()). The
+  /// result does not depend on it: every number is a pure function of (seed, name, step, element).
+  unsigned threads = 1;
 };
 
 /// Shapes of a small Llama-like decoder, named as Hugging Face's LlamaForCausalLM names them.
@@ -186,10 +192,14 @@ class adamw_sim {
       st.master.resize(n);
       st.m.assign(n, 0.0f);
       st.v.assign(n, 0.0f);
-      const counter_rng init{stream_key(s.name, stream_init, 0)};
-      for (std::uint64_t e = 0; e < n; ++e)
-        st.master[e] = s.init == init_kind::ones ? 1.0f : static_cast<float>(init.normal(e) * cfg_.init_std);
     }
+    for_each_range([this](std::size_t i, std::uint64_t begin, std::uint64_t end) {
+      const tensor_spec& s = specs_[i];
+      float* master = state_[i].master.data();
+      const counter_rng init{stream_key(s.name, stream_init, 0)};
+      for (std::uint64_t e = begin; e < end; ++e)
+        master[e] = s.init == init_kind::ones ? 1.0f : static_cast<float>(init.normal(e) * cfg_.init_std);
+    });
   }
 
   /// One AdamW step (PyTorch's torch.optim.AdamW arithmetic, foreach=False, amsgrad=False):
@@ -210,11 +220,11 @@ class adamw_sim {
     const double pf = static_cast<double>(cfg_.persistent_fraction);
     const double noise_w = std::sqrt(1.0 - pf * pf);
     const double gs = static_cast<double>(cfg_.grad_scale);
-    for (std::size_t i = 0; i < specs_.size(); ++i) {
+    for_each_range([&](std::size_t i, std::uint64_t begin, std::uint64_t end) {
       tensor_state& st = state_[i];
       const counter_rng sig{stream_key(specs_[i].name, stream_signal, 0)};
       const counter_rng noise{stream_key(specs_[i].name, stream_noise, t_)};
-      for (std::size_t e = 0; e < st.master.size(); ++e) {
+      for (std::uint64_t e = begin; e < end; ++e) {
         const float g = gradient_value(sig, noise, e, gs, pf, noise_w);
         float p = st.master[e];
         if (cfg_.weight_decay != 0.0f) p = p * decay;
@@ -227,7 +237,7 @@ class adamw_sim {
         st.v[e] = v;
         st.master[e] = p - upd;
       }
-    }
+    });
   }
 
   /// The synthetic gradient of element e of tensor i at step t (t >= 1), as step() uses it.
@@ -294,6 +304,32 @@ class adamw_sim {
   struct tensor_state {
     std::vector<float> master, m, v;
   };
+
+  /// Calls fn(tensor, begin, end) over every element range of at most `grain` elements, on
+  /// cfg_.threads workers taking ranges round-robin. Ranges are disjoint, so order never matters.
+  void for_each_range(const std::function<void(std::size_t, std::uint64_t, std::uint64_t)>& fn) const {
+    constexpr std::uint64_t grain = 1u << 16;
+    struct piece {
+      std::size_t tensor;
+      std::uint64_t begin, end;
+    };
+    std::vector<piece> pieces;
+    for (std::size_t i = 0; i < state_.size(); ++i)
+      for (std::uint64_t b = 0, n = state_[i].master.size(); b < n; b += grain)
+        pieces.push_back({i, b, std::min<std::uint64_t>(n, b + grain)});
+    unsigned workers = cfg_.threads != 0 ? cfg_.threads : std::max(1u, std::thread::hardware_concurrency());
+    workers = static_cast<unsigned>(std::min<std::size_t>(workers, pieces.size()));
+    auto run = [&](unsigned w) {
+      for (std::size_t k = w; k < pieces.size(); k += workers) fn(pieces[k].tensor, pieces[k].begin, pieces[k].end);
+    };
+    if (workers <= 1) {
+      if (workers == 1) run(0);
+      return;
+    }
+    std::vector<std::jthread> pool;
+    for (unsigned w = 1; w < workers; ++w) pool.emplace_back(run, w);
+    run(0);
+  }
 
   static float gradient_value(const counter_rng& sig, const counter_rng& noise, std::uint64_t e, double gs,
                               double pf, double noise_w) noexcept {
