@@ -81,9 +81,12 @@ inline parsed_args parse_args(const std::vector<std::string>& args, const std::v
       spec = by_long(name);
       if (!spec) throw usage_error("unknown option '--" + name + "'");
     } else {
-      if (a.size() != 2) throw usage_error("unknown option '" + a + "' (short options take their value separately)");
       spec = by_short(a[1]);
-      if (!spec) throw usage_error("unknown option '" + a + "'");
+      if (!spec) throw usage_error("unknown option '-" + std::string(1, a[1]) + "'");
+      if (a.size() > 2) {  // -j4, -oFILE: the value attached
+        if (!spec->takes_value) throw usage_error("option '-" + std::string(1, a[1]) + "' takes no value");
+        inline_value = a.substr(2);
+      }
     }
     if (out.has(spec->long_name)) throw usage_error("option '--" + spec->long_name + "' given twice");
     if (spec->takes_value) {

@@ -359,6 +359,11 @@ int main(int argc, char** argv) {
   } catch (const usage_error& e) {
     std::fprintf(stderr, "bitrefit %s: %s\n%sTry 'bitrefit %s --help'.\n", cmd->name.c_str(), e.what(),
                  usage_line(*cmd).c_str(), cmd->name.c_str());
+    if (json_out) {
+      json j;
+      j["error"] = {{"exit_code", static_cast<int>(usage)}, {"kind", "usage"}, {"message", e.what()}};
+      std::cout << j.dump(2) << "\n";
+    }
     return usage;
   } catch (const bitrefit::error& e) {
     return report_error(json_out, exit_code_for(e.code()), e.what(), &e.where());

@@ -201,8 +201,8 @@ namespace detail {
 /// Reads every byte of `tensors` once (pages mmapped data in), with a progress bar: the I/O-bound
 /// part of every subcommand, so the bar shows disk bytes and rate. Returns a checksum nobody uses
 /// except to keep the reads from being optimised away.
-inline std::uint64_t page_in(std::span<const tensor_view> tensors, progress_bar& bar) {
-  std::uint64_t sum = 0, done = 0;
+inline std::uint64_t page_in(std::span<const tensor_view> tensors, progress_bar& bar, std::uint64_t& done) {
+  std::uint64_t sum = 0;
   constexpr std::size_t page = 4096, step = std::size_t{16} << 20;
   for (auto& t : tensors) {
     auto b = t.bytes();
@@ -213,7 +213,6 @@ inline std::uint64_t page_in(std::span<const tensor_view> tensors, progress_bar&
       bar.update(done);
     }
   }
-  bar.finish();
   return sum;
 }
 
@@ -324,7 +323,9 @@ inline stat_result compute_stat(const std::filesystem::path& old_path, const std
   {
     auto p = timer.phase("read");
     progress_bar bar("read", total_bytes(*a) + total_bytes(*b), pm);
-    detail::page_in_sink = detail::page_in(ta, bar) + detail::page_in(tb, bar);
+    std::uint64_t done = 0;
+    detail::page_in_sink = detail::page_in(ta, bar, done) + detail::page_in(tb, bar, done);
+    bar.finish();
   }
   const unsigned threads = settings.thread_count();
   struct mode_pass {
@@ -339,6 +340,7 @@ inline stat_result compute_stat(const std::filesystem::path& old_path, const std
   std::mutex entropy_lock;
   {
     auto p = timer.phase("encode");
+    phase_notice note("encode", 3 * (total_bytes(*a) + total_bytes(*b)), pm);
     for (const auto& pass : passes) {
       codec::encode_stats st;
       auto bundle = codec::make_delta_bundle(ta, tb, 0, 1, settings.options(pass.policy), threads, &st);
@@ -353,6 +355,7 @@ inline stat_result compute_stat(const std::filesystem::path& old_path, const std
   }
   {
     auto p = timer.phase("per-tensor");
+    phase_notice note("tensors", 3 * (total_bytes(*a) + total_bytes(*b)), pm);
     const auto& infos = a->manifest().tensors();
     r.tensors.resize(infos.size());
     detail::parallel_for(infos.size(), threads, [&](std::size_t i) {
@@ -419,12 +422,15 @@ inline diff_result write_diff(const std::filesystem::path& old_path, const std::
   {
     auto p = timer.phase("read");
     progress_bar bar("read", total_bytes(*a) + total_bytes(*b), pm);
-    detail::page_in_sink = detail::page_in(ta, bar) + detail::page_in(tb, bar);
+    std::uint64_t done = 0;
+    detail::page_in_sink = detail::page_in(ta, bar, done) + detail::page_in(tb, bar, done);
+    bar.finish();
   }
   codec::delta_bundle bundle;
   codec::encode_stats st;
   {
     auto p = timer.phase("encode");
+    phase_notice note("encode", total_bytes(*a) + total_bytes(*b), pm);
     bundle = codec::make_delta_bundle(
         ta, tb, 0, 1, settings.options(overwrite_only ? codec::mode_policy::overwrite_only : codec::mode_policy::xor_allowed),
         settings.thread_count(), &st);
@@ -476,6 +482,7 @@ inline apply_result apply_delta(const std::filesystem::path& base_path, const st
   }
   {
     auto p = timer.phase("apply");
+    phase_notice note("apply", total_bytes(*base), pm);
     // Verifies tensor set, base digest and every frame before writing into the copies, and the
     // target digest after.
     try {
@@ -525,8 +532,11 @@ inline verify_result verify_checkpoints(const std::filesystem::path& a_path, con
     progress_bar bar("compare", total_bytes(a), pm);
     compare_checkpoints(a, b, limit, r, bar);
   }
-  r.a_digest = codec::attestation_digest(std::span<const tensor_view>(ta));
-  r.b_digest = codec::attestation_digest(std::span<const tensor_view>(tb));
+  {
+    phase_notice note("digest", total_bytes(a) + total_bytes(b), pm);
+    r.a_digest = codec::attestation_digest(std::span<const tensor_view>(ta));
+    r.b_digest = codec::attestation_digest(std::span<const tensor_view>(tb));
+  }
   if (r.equal && r.a_digest != r.b_digest)  // cannot happen unless the digest code disagrees with memcmp
     throw error(errc::integrity, "equal checkpoints with different attestation digests (bug)", {});
   return r;
@@ -538,9 +548,14 @@ inline digest_result digest_checkpoint(const std::filesystem::path& path, progre
   const auto ts = c.tensors();
   {
     progress_bar bar("read", total_bytes(c), pm);
-    detail::page_in_sink = detail::page_in(ts, bar);
+    std::uint64_t done = 0;
+    detail::page_in_sink = detail::page_in(ts, bar, done);
+    bar.finish();
   }
-  r.digest = codec::attestation_digest(std::span<const tensor_view>(ts));
+  {
+    phase_notice note("digest", total_bytes(c), pm);
+    r.digest = codec::attestation_digest(std::span<const tensor_view>(ts));
+  }
   r.tensors = ts.size();
   r.elements = c.manifest().total_elements();
   r.bytes = c.manifest().total_bytes();

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <string>
 
 namespace bitrefit::cli {
@@ -57,7 +58,7 @@ class progress_bar {
   void finish() {
     if (!enabled_ || finished_) return;
     finished_ = true;
-    draw(clock::now());
+    if (!drawn_ || drawn_done_ != done_) draw(clock::now());
     std::fputc('\n', stderr);
     std::fflush(stderr);
   }
@@ -67,6 +68,8 @@ class progress_bar {
 
  private:
   void draw(clock::time_point now) {
+    drawn_ = true;
+    drawn_done_ = done_;
     const double s = std::chrono::duration<double>(now - start_).count();
     const double frac = total_ ? static_cast<double>(done_) / static_cast<double>(total_) : 1.0;
     constexpr int width = 30;
@@ -83,7 +86,45 @@ class progress_bar {
   std::string phase_;
   std::uint64_t total_ = 0, done_ = 0;
   clock::time_point start_, last_draw_;
-  bool enabled_ = false, finished_ = false;
+  std::uint64_t drawn_done_ = 0;
+  bool enabled_ = false, finished_ = false, drawn_ = false;
+};
+
+}  // namespace bitrefit::cli
+
+namespace bitrefit::cli {
+
+/// For a phase whose progress the library does not report (encoding, verify+apply): on a
+/// terminal, shows "PHASE ..." while it runs and "PHASE done in S s" when it ends.
+class phase_notice {
+ public:
+  phase_notice(std::string phase, std::uint64_t bytes, progress_mode mode) : phase_(std::move(phase)), bytes_(bytes) {
+    enabled_ = mode == progress_mode::always || (mode == progress_mode::automatic && ::isatty(STDERR_FILENO) == 1);
+    if (enabled_) {
+      std::fprintf(stderr, "%-8s ... (%s)\x1b[K", phase_.c_str(), human_bytes(static_cast<double>(bytes_)).c_str());
+      std::fflush(stderr);
+    }
+  }
+  phase_notice(const phase_notice&) = delete;
+  phase_notice& operator=(const phase_notice&) = delete;
+  ~phase_notice() {
+    if (!enabled_) return;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (std::uncaught_exceptions() > exceptions_) {
+      std::fprintf(stderr, "\r%-8s failed after %.2f s\x1b[K\n", phase_.c_str(), s);
+      return;
+    }
+    std::fprintf(stderr, "\r%-8s done in %.2f s, %s/s\x1b[K\n", phase_.c_str(), s,
+                 human_bytes(s > 0 ? static_cast<double>(bytes_) / s : 0.0).c_str());
+    std::fflush(stderr);
+  }
+
+ private:
+  std::string phase_;
+  std::uint64_t bytes_;
+  bool enabled_ = false;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  int exceptions_ = std::uncaught_exceptions();
 };
 
 }  // namespace bitrefit::cli

@@ -120,6 +120,9 @@ TEST(Cli, HelpForEveryCommandAndUsageErrors) {
   EXPECT_EQ(cli({"diff", env().file[0].string(), env().file[1].string()}).exit_code, 2);  // missing -o
   EXPECT_EQ(cli({"apply", env().file[0].string(), "x", "-o", "y", "--in-place"}).exit_code, 2);
   EXPECT_EQ(cli({"diff", env().file[0].string(), env().file[1].string(), "-o", "d", "--mode", "rle"}).exit_code, 2);
+  auto json_usage = cli({"verify", env().file[0].string(), "--json"});
+  EXPECT_EQ(json_usage.exit_code, 2);
+  EXPECT_EQ(parse_json(json_usage)["error"]["kind"], "usage");
   auto missing = cli({"digest", (env().root / "nope.safetensors").string()});
   EXPECT_EQ(missing.exit_code, 3);
   EXPECT_NE(missing.err.find("nope.safetensors"), std::string::npos) << missing.err;
@@ -133,7 +136,7 @@ TEST(Cli, ChainRoundTripsThroughDiffAndApply) {
     const std::string s = std::to_string(v);
     // single files
     const fs::path delta = w / ("d" + s + ".brd"), out = w / ("out" + s + ".safetensors");
-    auto d = cli({"diff", e.file[v].string(), e.file[v + 1].string(), "-o", delta.string(), "--json"});
+    auto d = cli({"diff", e.file[v].string(), e.file[v + 1].string(), "-o", delta.string(), "--json", "-j2"});
     ASSERT_EQ(d.exit_code, 0) << d.err;
     const json dj = parse_json(d);
     auto a = cli({"apply", e.file[v].string(), delta.string(), "-o", out.string()});
@@ -226,7 +229,7 @@ TEST(Cli, StatCountsMatchAnIndependentCountAndDiffPayload) {
     EXPECT_DOUBLE_EQ(tot["change_rate"].get<double>(), static_cast<double>(changed) / static_cast<double>(elements));
     // The chosen payload is exactly what diff writes (same coding, same zstd level).
     const fs::path delta = w / ("d" + std::to_string(v) + ".brd");
-    auto d = cli({"diff", e.file[v].string(), e.file[v + 1].string(), "-o", delta.string(), "--json"});
+    auto d = cli({"diff", e.file[v].string(), e.file[v + 1].string(), "-o", delta.string(), "--json", "-j2"});
     ASSERT_EQ(d.exit_code, 0) << d.err;
     const json dj = parse_json(d);
     EXPECT_EQ(tot["chosen_bytes"], dj["frame_bytes"]);
@@ -379,6 +382,39 @@ TEST(Cli, BadInputsAreRefusedWithNothingWritten) {
   }
 }
 
+TEST(Cli, DiffAndStatRefuseDifferentTensorSets) {
+  const fs::path w = workdir("sets");
+  const auto& e = env();
+  auto m = e.models[1];
+  m.erase("model.layers.0.mlp.up_proj.weight");
+  fixture::write_file(w / "fewer.safetensors", m);
+  m = e.models[1];
+  m["model.position_ids"].dtype = "U64";
+  fixture::write_file(w / "retyped.safetensors", m);
+  for (std::string other : {"fewer.safetensors", "retyped.safetensors"}) {
+    SCOPED_TRACE(other);
+    const auto before = snapshot(w);
+    auto d = cli({"diff", e.file[0].string(), (w / other).string(), "-o", (w / "d.brd").string()});
+    EXPECT_EQ(d.exit_code, 6) << d.err;
+    EXPECT_NE(d.err.find(other == "fewer.safetensors" ? "model.layers.0.mlp.up_proj.weight" : "model.position_ids"),
+              std::string::npos)
+        << d.err;
+    auto dd = cli({"diff", e.file[0].string(), (w / other).string(), "-o", (w / "d-dir").string(), "--dir"});
+    EXPECT_EQ(dd.exit_code, 6) << dd.err;
+    EXPECT_EQ(snapshot(w), before) << "diff wrote something";
+    auto s = cli({"stat", e.file[0].string(), (w / other).string(), "--json"});
+    EXPECT_EQ(s.exit_code, 6) << s.err;
+    EXPECT_EQ(parse_json(s)["error"]["kind"], "mismatch");
+  }
+  // A directory that is not a bundle is never replaced.
+  fs::create_directories(w / "precious");
+  fixture::write_bytes(w / "precious" / "notes.txt", {std::byte{'x'}});
+  auto r = cli({"diff", e.file[0].string(), e.file[1].string(), "-o", (w / "precious").string(), "--dir"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(fixture::read_bytes(w / "precious" / "notes.txt").size(), 1u);
+  EXPECT_EQ(std::distance(fs::directory_iterator(w / "precious"), fs::directory_iterator()), 1);
+}
+
 TEST(Cli, ProgressOnlyWhenAskedOrOnATerminal) {
   const auto& e = env();
   auto quiet = cli({"digest", e.file[0].string()});
@@ -388,6 +424,12 @@ TEST(Cli, ProgressOnlyWhenAskedOrOnATerminal) {
   EXPECT_NE(bar.err.find('\r'), std::string::npos);
   EXPECT_NE(bar.err.find("/s"), std::string::npos) << bar.err;
   EXPECT_NE(bar.err.find("100%"), std::string::npos) << bar.err;
+  EXPECT_EQ(bar.out.substr(32), "  " + e.file[0].string() + "\n");  // stdout carries only the result
+  auto diff_bar = cli({"diff", e.file[0].string(), e.file[1].string(), "-o", (workdir("progress") / "d.brd").string(),
+                       "--progress=always"});
+  EXPECT_EQ(diff_bar.exit_code, 0);
+  EXPECT_NE(diff_bar.err.find("encode   done in"), std::string::npos) << diff_bar.err;
+  EXPECT_EQ(diff_bar.err.find("100%"), diff_bar.err.rfind("100%")) << "the read bar restarted";
 }
 
 int main(int argc, char** argv) {
