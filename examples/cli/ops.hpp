@@ -276,6 +276,47 @@ inline std::uint64_t bundle_file_bytes(const codec::delta_bundle& b) {
   return n;
 }
 
+/// Writes `views` as a sharded directory laid out like `base`: the same shard file names, each
+/// holding the same tensors with the same __metadata__, and an index with BASE's metadata and
+/// weight map. Atomic as a whole (io::atomic_directory); an existing `dir` is replaced only when it
+/// is a checkpoint directory or empty, as io::write_sharded_checkpoint does.
+inline void write_like_shards(const io::checkpoint& base, const std::filesystem::path& dir,
+                              std::span<const tensor_view> views, const io::progress_fn& progress) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(dir, ec))) {
+    const bool replaceable = fs::is_directory(dir) && (fs::is_empty(dir, ec) || fs::exists(dir / io::index_file_name) ||
+                                                       fs::exists(dir / io::single_file_name));
+    if (!replaceable)
+      throw error(errc::invalid_argument, "refusing to replace something that is not a checkpoint directory",
+                  {.file = dir.string(), .tensor = {}, .field = {}});
+  }
+  std::vector<std::vector<tensor_view>> per_shard(base.shards().size());
+  for (const tensor_view& v : views) per_shard.at(*base.shard_of(v.name())).push_back(v);
+  std::uint64_t total = 0, before = 0;
+  for (const tensor_view& v : views) total += v.bytes().size();
+  io::atomic_directory out(dir);
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (std::size_t i = 0; i < base.shards().size(); ++i) {
+    const std::string name = base.shards()[i].path().filename().string();
+    std::uint64_t shard_bytes = 0;
+    for (auto& v : per_shard[i]) shard_bytes += v.bytes().size();
+    io::progress_fn shard_progress;
+    if (progress) shard_progress = [&, before](std::uint64_t done, std::uint64_t) { progress(before + done, total); };
+    io::write_safetensors(out.path_of(name), per_shard[i], base.shards()[i].metadata(), shard_progress);
+    before += shard_bytes;
+    for (auto& v : per_shard[i]) weight_map[v.name()] = name;
+  }
+  nlohmann::json meta = base.index_metadata();
+  if (!meta.is_object()) meta = nlohmann::json::object();
+  meta["total_size"] = total;
+  const nlohmann::json index = {{"metadata", std::move(meta)}, {"weight_map", std::move(weight_map)}};
+  const std::string index_text = index.dump(2) + "\n";
+  io::write_file_atomically(out.path_of(std::string(io::index_file_name)),
+                            std::as_bytes(std::span<const char>(index_text.data(), index_text.size())));
+  out.commit(/*replace_existing=*/true);
+}
+
 /// Runs fn(i) for i in [0, n) on `threads` workers (dynamic assignment). fn must not throw across
 /// threads: the first exception is captured and rethrown here.
 template <class Fn>
@@ -504,11 +545,9 @@ inline apply_result apply_delta(const std::filesystem::path& base_path, const st
     const bool as_file = out.extension() == ".safetensors" || (!base->is_sharded() && !std::filesystem::is_directory(out));
     if (as_file) {
       io::write_safetensors(out, views, base->metadata(), wo.progress);
+    } else if (base->is_sharded()) {
+      detail::write_like_shards(*base, out, views, wo.progress);
     } else {
-      // Keep BASE's shard size so OUT looks like BASE.
-      std::uint64_t largest = 0;
-      for (auto& s : base->shards()) largest = std::max<std::uint64_t>(largest, s.view().data().size());
-      if (base->is_sharded()) wo.max_shard_bytes = std::max<std::uint64_t>(largest, 1);
       io::write_sharded_checkpoint(out, views, base->metadata(), wo);
     }
     bar.finish();

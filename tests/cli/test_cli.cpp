@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -162,6 +163,13 @@ TEST(Cli, ChainRoundTripsThroughDiffAndApply) {
     EXPECT_EQ(cli({"verify", outdir.string(), e.dir[v + 1].string()}).exit_code, 0);
     EXPECT_EQ(cli({"verify", outdir.string(), e.file[v + 1].string()}).exit_code, 0);
     expect_same_model(outdir, e.models[static_cast<std::size_t>(v + 1)]);
+    // OUT keeps BASE's layout: the same shard files holding the same tensors.
+    auto weight_map = [](const fs::path& d) {
+      return json::parse(std::ifstream(d / "model.safetensors.index.json"))["weight_map"];
+    };
+    EXPECT_EQ(weight_map(outdir), weight_map(e.dir[v]));
+    for (auto& f : fs::directory_iterator(e.dir[v]))
+      EXPECT_TRUE(fs::exists(outdir / f.path().filename())) << f.path().filename();
 
     // A delta is about canonical tensors, not files: one made from files applies to shards.
     const fs::path mixed = w / ("mixed" + s + ".safetensors");
