@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -141,6 +142,32 @@ inline std::vector<model> make_chain(int versions, std::uint64_t seed, const bit
     std::vector<std::byte> f32(4 * sim.elements(q));
     sim.export_f32(q, f32);
     m["optimizer.master.q_proj.weight"] = {"F32", u64_shape(sim.spec(q).shape), std::move(f32)};
+    // Derived tensors of the other float dtypes, changing with training: FP8 E4M3/E5M2 as the
+    // high byte of layer 0's o_proj BF16 bits (a crude stand-in for a quantized copy; bits are all
+    // that matter here), F16 and F64 copies of the final norm's master weights, as raw bits.
+    {
+      const std::size_t o = 5;  // model.layers.0.self_attn.o_proj.weight
+      const auto bf = sim.bf16_bytes(o);
+      std::vector<std::byte> e4(bf.size() / 2), e5(bf.size() / 2);
+      for (std::size_t i = 0; i < e4.size(); ++i) {
+        e4[i] = bf[2 * i + 1];
+        e5[i] = bf[2 * i + 1] ^ std::byte{0x80};
+      }
+      m["quant.o_proj.weight_e4m3"] = {"F8_E4M3", u64_shape(sim.spec(o).shape), std::move(e4)};
+      m["quant.o_proj.weight_e5m2"] = {"F8_E5M2", u64_shape(sim.spec(o).shape), std::move(e5)};
+      const std::size_t q2 = 1;  // model.layers.0.input_layernorm.weight (init 1.0)
+      const auto mf = sim.master(q2);
+      std::vector<std::byte> f16(2 * mf.size()), f64(8 * mf.size());
+      for (std::size_t i = 0; i < mf.size(); ++i) {
+        const std::uint32_t b = std::bit_cast<std::uint32_t>(mf[i]);
+        f16[2 * i] = static_cast<std::byte>(b & 0xFF);  // low mantissa bits: change every step
+        f16[2 * i + 1] = static_cast<std::byte>((b >> 8) & 0x3F);
+        const std::uint64_t d = std::bit_cast<std::uint64_t>(static_cast<double>(mf[i]));
+        for (int k = 0; k < 8; ++k) f64[8 * i + static_cast<std::size_t>(k)] = static_cast<std::byte>((d >> (8 * k)) & 0xFF);
+      }
+      m["extra.norm_f16"] = {"F16", u64_shape(sim.spec(q2).shape), std::move(f16)};
+      m["extra.norm_f64"] = {"F64", u64_shape(sim.spec(q2).shape), std::move(f64)};
+    }
     // Integer and bool buffers (unchanged across versions), and a 0-d scalar.
     std::vector<std::byte> pos(8 * 64);
     for (std::size_t i = 0; i < 64; ++i) pos[8 * i] = static_cast<std::byte>(i);
