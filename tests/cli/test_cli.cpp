@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -387,6 +388,47 @@ TEST(Cli, BadInputsAreRefusedWithNothingWritten) {
     auto sp = cli({"apply", sdir.string(), d.string(), "--in-place"});
     EXPECT_EQ(sp.exit_code, k.exit_code) << sp.err;
     EXPECT_EQ(snapshot(cw), sbefore);
+  }
+}
+
+TEST(Cli, DamagedDirectoryBundlesAreRefused) {
+  const fs::path w = workdir("bad-dir");
+  const auto& e = env();
+  const fs::path good = w / "good";
+  ASSERT_EQ(cli({"diff", e.file[0].string(), e.file[1].string(), "-o", good.string() + "/"}).exit_code, 0);
+  ASSERT_TRUE(fs::exists(good / "manifest.json"));
+  struct kase {
+    std::string name;
+    std::function<void(const fs::path&)> damage;
+    int exit_code;
+    std::string message;
+  };
+  const std::vector<kase> cases = {
+      {"missing frame", [](const fs::path& d) { fs::remove(d / "frames" / "00000000.frame"); }, 5, "missing"},
+      {"truncated frame",
+       [](const fs::path& d) {
+         auto b = fixture::read_bytes(d / "frames" / "00000000.frame");
+         b.resize(b.size() - 1);
+         fixture::write_bytes(d / "frames" / "00000000.frame", b);
+       },
+       5, "truncated"},
+      {"manifest not JSON",
+       [](const fs::path& d) { fixture::write_bytes(d / "manifest.json", {std::byte{'{'}, std::byte{'x'}}); }, 4,
+       "manifest.json"},
+  };
+  for (auto& k : cases) {
+    SCOPED_TRACE(k.name);
+    const fs::path cw = workdir("bad-dir-case");
+    fs::copy(good, cw / "delta", fs::copy_options::recursive);
+    fs::copy_file(e.file[0], cw / "base.safetensors");
+    k.damage(cw / "delta");
+    const auto before = snapshot(cw);
+    auto r = cli({"apply", (cw / "base.safetensors").string(), (cw / "delta").string(), "-o", (cw / "out.safetensors").string()});
+    EXPECT_EQ(r.exit_code, k.exit_code) << r.err;
+    EXPECT_NE(r.err.find(k.message), std::string::npos) << r.err;
+    auto ip = cli({"apply", (cw / "base.safetensors").string(), (cw / "delta").string(), "--in-place"});
+    EXPECT_EQ(ip.exit_code, k.exit_code) << ip.err;
+    EXPECT_EQ(snapshot(cw), before);
   }
 }
 
