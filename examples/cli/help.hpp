@@ -1,6 +1,7 @@
 // examples/cli/help.hpp — usage texts and option tables of every subcommand.
 #pragma once
 
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -96,9 +97,15 @@ inline std::string main_help() {
       "bitrefit — measure, build, apply and verify bit-exact deltas between model checkpoints.\n\n"
       "Usage: bitrefit <command> [options] ARGS...\n"
       "       bitrefit <command> --help\n\nCommands:\n";
+  static const char* summaries[] = {"what would change between two checkpoints, and what a delta would cost",
+                                    "write the delta bundle that turns OLD into NEW",
+                                    "rebuild NEW from BASE and a delta, bit-exactly (checked before writing)",
+                                    "exit 0 iff two checkpoints are bitwise identical; else where they differ",
+                                    "print a checkpoint's attestation digest"};
+  std::size_t i = 0;
   for (auto& c : commands()) {
-    std::string first = c.description.substr(0, c.description.find('\n'));
     s += "  " + c.name + std::string(8 - c.name.size(), ' ') + c.synopsis + "\n";
+    if (i < std::size(summaries)) s += "          " + std::string(summaries[i++]) + "\n";
   }
   s += "\nEvery path may be a .safetensors file or a sharded checkpoint directory.\n";
   return s;
