@@ -6,6 +6,7 @@
 // rejected item leaves the engine's tensors bit-identical to before.
 #pragma once
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -22,6 +23,7 @@
 namespace bitrefit::layout {
 
 /// How an item's values combine with what the receiver holds.
+/// Numerically equal to codec::value_mode (static_cast between them is exact).
 enum class write_mode : std::uint8_t {
   xor_mask = 0,   // new = old ^ value; only on bit-preserving placements, only on the item's own base
   overwrite = 1,  // new = value; idempotent
@@ -80,9 +82,13 @@ std::size_t advance_to(std::span<const R> rs, std::size_t from, std::uint64_t i)
 /// @throws errc::mismatch for an unknown tensor or XOR on a non-bit-preserving tensor;
 ///         errc::invalid_argument for unsorted positions, a position outside the tensor or a wrong
 ///         value size. Nothing is written when it throws.
-template <Loader L>
-apply_stats apply_positions(L& l, std::string_view tensor, write_mode mode, std::span<const std::uint64_t> positions,
-                            std::span<const std::byte> values) {
+///
+/// Positions may be 32- or 64-bit and relative to `base` (the codec's decoded items carry u32
+/// positions relative to the item's range begin): element = base + positions[k].
+template <Loader L, class Pos>
+  requires std::same_as<Pos, std::uint32_t> || std::same_as<Pos, std::uint64_t>
+apply_stats apply_positions(L& l, std::string_view tensor, write_mode mode, std::span<const Pos> positions,
+                            std::span<const std::byte> values, std::uint64_t base = 0) {
   const tensor_info& info = detail::item_tensor(l.canonical(), tensor);
   const bool bp = l.bit_preserving(tensor);
   detail::check_mode(bp, mode, tensor);
@@ -93,8 +99,8 @@ apply_stats apply_positions(L& l, std::string_view tensor, write_mode mode, std:
                     std::to_string(positions.size()) + " positions",
                 {.file = {}, .tensor = info.name, .field = "values"});
   for (std::size_t k = 0; k < positions.size(); ++k) {
-    if (positions[k] >= n)
-      throw error(errc::invalid_argument, "position " + std::to_string(positions[k]) + " outside a tensor of " + std::to_string(n) + " elements",
+    if (positions[k] >= n || base > n - 1 - positions[k])
+      throw error(errc::invalid_argument, "position " + std::to_string(base + positions[k]) + " outside a tensor of " + std::to_string(n) + " elements",
                   {.file = {}, .tensor = info.name, .field = "positions"});
     if (k > 0 && positions[k] <= positions[k - 1])
       throw error(errc::invalid_argument, "positions are not strictly ascending", {.file = {}, .tensor = info.name, .field = "positions"});
@@ -104,7 +110,7 @@ apply_stats apply_positions(L& l, std::string_view tensor, write_mode mode, std:
     const auto segs = l.segments(tensor);
     std::size_t s = 0;
     for (std::size_t k = 0; k < positions.size(); ++k) {
-      const std::uint64_t p = positions[k];
+      const std::uint64_t p = base + positions[k];
       s = detail::advance_to(segs, s, p);
       if (s == segs.size() || p < segs[s].begin) {
         ++st.not_held;
@@ -119,7 +125,7 @@ apply_stats apply_positions(L& l, std::string_view tensor, write_mode mode, std:
     std::size_t h = 0;
     std::size_t k = 0;
     while (k < positions.size()) {
-      const std::uint64_t p = positions[k];
+      const std::uint64_t p = base + positions[k];
       h = detail::advance_to(held, h, p);
       if (h == held.size() || p < held[h].begin) {
         ++st.not_held;
@@ -127,13 +133,20 @@ apply_stats apply_positions(L& l, std::string_view tensor, write_mode mode, std:
         continue;
       }
       std::size_t e = k + 1;
-      while (e < positions.size() && positions[e] == positions[e - 1] + 1 && positions[e] < held[h].end) ++e;
+      while (e < positions.size() && positions[e] == positions[e - 1] + 1 && base + positions[e] < held[h].end) ++e;
       l.write(tensor, index_range{p, p + (e - k)}, values.subspan(k * es, (e - k) * es));
       st.applied += e - k;
       k = e;
     }
   }
   return st;
+}
+
+/// Same, for positions held in a std::vector (deduces Pos).
+template <Loader L, class Pos>
+apply_stats apply_positions(L& l, std::string_view tensor, write_mode mode, const std::vector<Pos>& positions,
+                            std::span<const std::byte> values, std::uint64_t base = 0) {
+  return apply_positions(l, tensor, mode, std::span<const Pos>(positions), values, base);
 }
 
 /// Applies one decoded item given as ascending, disjoint runs of positions; `values` holds the
