@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bitrefit/layout/canonical_store.hpp"
+#include "bitrefit/layout/delta_build.hpp"
 #include "bitrefit/layout/megatron.hpp"
 
 using namespace bitrefit;
@@ -212,4 +213,59 @@ TEST(StableOwner, IsStableAndSpreads) {
   std::vector<int> hits(4, 0);
   for (int l = 0; l < 64; ++l) ++hits[stable_owner(hf_layer(l) + "input_layernorm.weight", 4)];
   for (int h : hits) EXPECT_GT(h, 4);
+}
+
+// Delta build: direct projection of shards and materialise-then-diff give the same change set,
+// equal to diffing the canonical checkpoints, and it turns the old checkpoint into the new one.
+TEST(DeltaBuild, DirectEqualsMaterialisedEqualsCanonicalDiff) {
+  for (auto [m, p] : {std::pair{small_moe(), trainer_parallel{.tp = 2, .pp = 2, .dp = 1, .ep = 2, .vocab_multiple = 4}},
+                      std::pair{small_dense(true), trainer_parallel{.tp = 3, .pp = 2, .dp = 2, .vocab_multiple = 4}}}) {
+    SCOPED_TRACE(m.name);
+    auto manifest = std::make_shared<const model_manifest>(canonical_manifest(m));
+    canonical_store old_c(*manifest), new_c(*manifest);
+    fill_random(old_c, 11);
+    std::mt19937_64 g(12);
+    for (auto& t : manifest->tensors()) {
+      std::memcpy(new_c.bytes(t.name).data(), old_c.bytes(t.name).data(), t.bytes());
+      for (std::uint64_t i = 0; i < t.elements(); ++i)
+        if (g() % 25 == 0) new_c.bytes(t.name)[i * 2 + g() % 2] ^= std::byte(1 + g() % 255);
+    }
+    for (write_mode mode : {write_mode::xor_mask, write_mode::overwrite}) {
+      std::vector<megatron_projection> projs;
+      std::vector<std::vector<std::vector<std::byte>>> data;
+      for (const trainer_rank& r : all_ranks(p)) {
+        projs.emplace_back(manifest, m, p, r);
+        auto& d = data.emplace_back();
+        for (const shard_tensor& st : projs.back().tensors()) {
+          auto& buf = d.emplace_back(st.elements() * 2, std::byte{0x5A});
+          for (std::uint64_t i = 0; i < st.elements(); ++i)
+            if (auto s = reference_source(m, p, r, projs.back(), st.name, i))
+              std::memcpy(&buf[i * 2], new_c.bytes(s->first).data() + s->second * 2, 2);
+        }
+      }
+      std::vector<std::vector<std::span<const std::byte>>> spans(data.size());
+      for (std::size_t k = 0; k < data.size(); ++k)
+        for (auto& b : data[k]) spans[k].emplace_back(b);
+      std::vector<change_item> direct;
+      materialising_delta mat(*manifest);
+      for (std::size_t k = 0; k < projs.size(); ++k) {
+        for (auto& it : direct_delta(projs[k], spans[k], old_c, mode)) direct.push_back(std::move(it));
+        mat.add_shard(projs[k], spans[k]);
+      }
+      const auto merged = merge_items(std::move(direct), *manifest);
+      const auto materialised = mat.build(old_c, mode);
+      EXPECT_EQ(merged, materialised);
+      std::vector<change_item> expect;
+      for (auto& t : manifest->tensors()) {
+        change_item it{t.name, mode, {}, {}};
+        collect_changed(old_c.bytes(t.name).data(), new_c.bytes(t.name).data(), t.elements(), 2, 0, mode == write_mode::xor_mask, it.positions, it.values);
+        if (!it.positions.empty()) expect.push_back(std::move(it));
+      }
+      EXPECT_EQ(merged, expect);
+      canonical_store receiver(*manifest);
+      for (auto& t : manifest->tensors()) std::memcpy(receiver.bytes(t.name).data(), old_c.bytes(t.name).data(), t.bytes());
+      for (auto& it : merged) (void)apply_positions(receiver, it.tensor, it.mode, it.positions, it.values);
+      EXPECT_TRUE(bit_equal(receiver, new_c));
+    }
+  }
 }

@@ -148,7 +148,7 @@ class megatron_projection {
     b.count = rows;
     b.local_stride = cols_local;
     b.canonical_stride = cols;
-    return b;
+    return coalesced(b);
   }
 
   void build() {

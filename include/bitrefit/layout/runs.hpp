@@ -77,6 +77,17 @@ struct run_block {
   friend constexpr bool operator==(const run_block&, const run_block&) = default;
 };
 
+/// The same map with as few runs as possible: a block whose runs abut on both sides (a
+/// row-parallel slice that spans whole rows) is one run.
+constexpr run_block coalesced(run_block b) noexcept {
+  if (b.count > 1 && b.local_stride == b.length && b.canonical_stride == b.length) {
+    b.length *= b.count;
+    b.count = 1;
+    b.local_stride = b.canonical_stride = 0;
+  }
+  return b;
+}
+
 /// Calls f(local_begin, canonical_begin, length) for every run of the block, in local order.
 template <class F>
 constexpr void for_each_run(const run_block& b, F&& f) {

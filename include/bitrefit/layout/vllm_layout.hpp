@@ -131,7 +131,7 @@ class vllm_rank_loader {
     b.count = rows;
     b.local_stride = cols_l;
     b.canonical_stride = cols;
-    return b;
+    return coalesced(b);
   }
   void identity(const std::string& name, bool norm) {
     const tensor_info& t = canonical_->at(name);
