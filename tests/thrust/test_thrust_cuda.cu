@@ -4,14 +4,14 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
-#include <bitrefit/core/core.hpp>
-#include <bitrefit/core/hd.hpp>
+// The same tests the CPU systems run (THRUST_DEVICE_SYSTEM defaults to CUDA under nvcc), plus
+// the device-only checks below.
+#include "test_thrust_backend.cpp"
 
 #include <thrust/device_vector.h>
 #include <thrust/reduce.h>
 #include <thrust/transform.h>
 
-#include <cstdint>
 #include <cstdio>
 
 namespace {
