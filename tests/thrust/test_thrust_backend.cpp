@@ -20,6 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "bitrefit/codec/apply.hpp"
+#include "bitrefit/codec/attestation.hpp"
+#include "bitrefit/codec/encoder.hpp"
 #include "bitrefit/codec/host_backend.hpp"
 #include "bitrefit/codec/thrust/backend.hpp"
 #include "bitrefit/codec/thrust/xxh3.hpp"
@@ -296,6 +299,126 @@ TEST(thrust_backend, hash_slices_equals_host_backend) {
       ASSERT_EQ(g, h) << "size " << size << " slice " << slice;
     }
   }
+}
+
+// --- whole frames: the codec over the Thrust backend writes the host backend's bytes ----------
+
+/// A small model: one tensor per dtype, each with its own old/new bytes under one change pattern;
+/// the last tensor is encoded as two pieces (two canonical ranges) to cover begin > 0.
+struct model_case {
+  std::vector<std::string> names;
+  std::vector<dtype> types;
+  std::vector<case_data> data;
+};
+
+model_case make_model(pattern p, std::mt19937_64& rng) {
+  model_case mc;
+  for (dtype t : all_dtypes) {
+    mc.names.push_back("model.layers.0." + std::string(dtype_name(t)));
+    mc.types.push_back(t);
+    mc.data.push_back(make_case(t, p, 1 + rng() % 6000, rng));
+  }
+  return mc;
+}
+
+/// Pieces over `olds`/`news` (one span per tensor, in whatever memory the backend reads).
+std::vector<chunk_piece> pieces_of(const model_case& mc, const std::vector<std::span<const std::byte>>& olds,
+                                   const std::vector<std::span<const std::byte>>& news) {
+  std::vector<chunk_piece> ps;
+  for (std::size_t i = 0; i < mc.names.size(); ++i) {
+    const std::size_t E = element_size(mc.types[i]);
+    const std::uint64_t n = mc.data[i].old_bytes.size() / E;
+    if (i + 1 < mc.names.size() || n < 2) {
+      ps.push_back({mc.names[i], mc.types[i], n, 0, n, olds[i], news[i]});
+    } else {
+      const std::uint64_t h = n / 2;
+      ps.push_back({mc.names[i], mc.types[i], n, 0, h, olds[i].subspan(0, h * E), news[i].subspan(0, h * E)});
+      ps.push_back({mc.names[i], mc.types[i], n, h, n, olds[i].subspan(h * E), news[i].subspan(h * E)});
+    }
+  }
+  return ps;
+}
+
+TEST(thrust_backend, frames_are_byte_identical_to_the_host_backend_and_apply_to_the_new_bits) {
+  std::mt19937_64 rng(2024);
+  const frame_header header{frame_kind::delta, payload_id{{3, 1}, 2, 5}, 10, 11};
+  for (pattern p : all_patterns)
+    for (mode_policy policy : {mode_policy::xor_allowed, mode_policy::overwrite_only, mode_policy::xor_only}) {
+      SCOPED_TRACE(std::string(to_cstr(p)) + " policy " + std::to_string(static_cast<int>(policy)));
+      const model_case mc = make_model(p, rng);
+      std::vector<system_bytes> so, sn;
+      std::vector<std::span<const std::byte>> ho, hn, do_, dn;
+      for (const auto& d : mc.data) {
+        so.emplace_back(d.old_bytes);
+        sn.emplace_back(d.new_bytes);
+        ho.push_back(d.old_bytes);
+        hn.push_back(d.new_bytes);
+      }
+      for (std::size_t i = 0; i < mc.data.size(); ++i) do_.push_back(so[i].cspan()), dn.push_back(sn[i].cspan());
+
+      chunk_encoder<host_backend> host_enc(encode_options{.policy = policy});
+      chunk_encoder<sut> dev_enc(encode_options{.policy = policy});
+      byte_buffer hf, df;
+      encode_stats hs, ds;
+      const auto hp = pieces_of(mc, ho, hn);
+      const auto dp = pieces_of(mc, do_, dn);
+      host_enc.encode(header, hp, hf, &hs);
+      dev_enc.encode(header, dp, df, &ds);
+      ASSERT_EQ(df.size(), hf.size());
+      ASSERT_EQ(std::memcmp(df.data(), hf.data(), hf.size()), 0) << "frames differ";
+      EXPECT_EQ(ds.changed, hs.changed);
+
+      // Verified apply through the Thrust backend, into tensors in the system's memory.
+      std::vector<system_bytes> targets;
+      for (const auto& d : mc.data) targets.emplace_back(d.old_bytes);
+      std::vector<mutable_tensor_view> views;
+      for (std::size_t i = 0; i < mc.data.size(); ++i)
+        views.emplace_back(mc.names[i], mc.types[i], shape_t{mc.data[i].old_bytes.size() / element_size(mc.types[i])},
+                           targets[i].span());
+      target_map tm(std::move(views));
+      frame_applier<sut> applier;
+      applier.apply({df.data(), df.size()}, tm);
+      for (std::size_t i = 0; i < mc.data.size(); ++i) ASSERT_EQ(targets[i].download(), mc.data[i].new_bytes) << mc.names[i];
+
+      // A corrupted frame is rejected before any write: targets stay at the new bits.
+      std::vector<std::byte> bad(df.data(), df.data() + df.size());
+      bad[bad.size() / 2] ^= std::byte{0x10};
+      EXPECT_THROW(applier.apply(bad, tm), bitrefit::error);
+      for (std::size_t i = 0; i < mc.data.size(); ++i) ASSERT_EQ(targets[i].download(), mc.data[i].new_bytes) << mc.names[i];
+    }
+}
+
+TEST(thrust_backend, attestation_digest_equals_the_host_backend) {
+  std::mt19937_64 rng(31);
+  const model_case mc = make_model(pattern::none, rng);
+  // Add a tensor of several 64 KiB slices with a partial last one.
+  std::vector<std::string> names = mc.names;
+  std::vector<dtype> types = mc.types;
+  std::vector<bytes> contents;
+  for (const auto& d : mc.data) contents.push_back(d.new_bytes);
+  names.push_back("model.embed_tokens.weight");
+  types.push_back(dtype::BF16);
+  contents.push_back(make_case(dtype::BF16, pattern::none, 3 * 32768 + 123, rng).new_bytes);
+
+  std::vector<system_bytes> dev;
+  dev.reserve(names.size());  // spans into dev must stay valid
+  std::vector<tensor_view> hv, dv;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    dev.emplace_back(contents[i]);
+    const shape_t shape{contents[i].size() / element_size(types[i])};
+    hv.emplace_back(names[i], types[i], shape, std::span<const std::byte>(contents[i]));
+    dv.emplace_back(names[i], types[i], shape, dev.back().cspan());
+  }
+  host_backend hb;
+  sut tb;
+  const digest128 h = attestation_digest(std::span<const tensor_view>(hv), hb);
+  const digest128 t = attestation_digest(std::span<const tensor_view>(dv), tb);
+  EXPECT_EQ(t, h);
+  // The digest sees every bit: one flipped bit in the big tensor changes it.
+  contents.back()[70000] ^= std::byte{0x01};
+  system_bytes flipped(contents.back());
+  dv.back() = tensor_view(names.back(), types.back(), shape_t{contents.back().size() / 2}, flipped.cspan());
+  EXPECT_NE(attestation_digest(std::span<const tensor_view>(dv), tb), h);
 }
 
 TEST(thrust_backend, rejects_bad_arguments_with_named_errors) {
