@@ -28,6 +28,8 @@
 //                                                        the old one's pending log requests still land
 //   log ok|failed|unknown-applied|unknown-lost <request> a pending commit-log request completes
 //   abort                                                operator abort (budget)
+//   begin v<n>                                           the trainer starts the next transition (coordinator
+//                                                        idle, K.v < goal); may race with leftovers in flight
 // Invariants (check_invariants): see DESIGN.md "Invariants"; each violation names the receiver,
 // region, attempt and versions involved.
 #pragma once
@@ -72,7 +74,8 @@ struct world_config {
 
 enum class move_kind : std::uint8_t {
   deliver, drop, duplicate, corrupt, conflict, device, crash, restart, deadline, failover,
-  log_ok, log_failed, log_unknown_applied, log_unknown_lost, abort
+  log_ok, log_failed, log_unknown_applied, log_unknown_lost, abort,
+  begin  // the trainer hands the idle coordinator version K.v+1 (while K.v < goal)
 };
 
 /// One nondeterministic step. `index`: in-flight message index (network moves), receiver (device,
@@ -173,6 +176,12 @@ struct cluster {
            a.stopped == b.stopped && a.fenced == b.fenced && a.violation == b.violation && a.stuck == b.stuck;
   }
 
+  /// The trainer may start the next transition: the coordinator is idle and K.v < goal.
+  bool can_begin() const {
+    return coord.phase == coordinator_phase::idle && !coord.target && coord.committed == log.state.record &&
+           coord.committed.version < config.transitions;
+  }
+
   /// Nothing in flight: no message, no pending apply, no log request.
   bool quiet() const {
     if (!inflight.empty() || !log_queue.empty()) return false;
@@ -231,6 +240,7 @@ struct cluster {
     }
     if (budget.failovers) out.push_back({move_kind::failover, 0, 0});
     if (budget.aborts && coord.phase == coordinator_phase::collecting) out.push_back({move_kind::abort, 0, 0});
+    if (can_begin()) out.push_back({move_kind::begin, 0, 0});
     return out;
   }
 
@@ -302,13 +312,21 @@ struct cluster {
           rep.snapshot = {};
         }
         if (p.epoch == coord.epoch) q.push_back({node_ref::coord(), coordinator_event{log_event{rep}}});
-        else if (trace) trace->push_back("(reply to replaced coordinator e" + std::to_string(p.epoch) + " lost)");
+        else if (trace) trace->push_back("log: " + fmt::str(rep) + " (the reply to replaced coordinator e" +
+                                         std::to_string(p.epoch) + " is lost)");
         break;
       }
       case move_kind::abort:
         --budget.aborts;
         q.push_back({node_ref::coord(), coordinator_event{operator_abort_event{}}});
         break;
+      case move_kind::begin: {
+        const version_t t = coord.committed.version + 1;
+        begin_transition_event b{t, config.xor_allowed,
+                                 config.protocol.attest ? expected_for(t) : std::vector<digest128>{}};
+        q.push_back({node_ref::coord(), coordinator_event{b}});
+        break;
+      }
     }
     run(std::move(q), trace);
   }
@@ -349,6 +367,7 @@ struct cluster {
       case move_kind::log_unknown_applied: return "log unknown-applied " + fmt::str(log_queue.at(m.index).request);
       case move_kind::log_unknown_lost: return "log unknown-lost " + fmt::str(log_queue.at(m.index).request);
       case move_kind::abort: return "abort";
+      case move_kind::begin: return "begin v" + std::to_string(coord.committed.version + 1);
     }
     return "?";
   }
@@ -547,13 +566,6 @@ struct cluster {
         const auto& ev = std::get<coordinator_event>(w.ev);
         if (trace && !std::holds_alternative<message_event>(ev)) trace->push_back("c <- " + fmt::str(ev));
         for (const auto& a : coord.step(ev)) on_coord_action(a, q, trace);
-        if (coord.phase == coordinator_phase::idle && !coord.target && coord.committed == log.state.record &&
-            coord.committed.version < config.transitions) {
-          begin_transition_event b{coord.committed.version + 1, config.xor_allowed,
-                                   config.protocol.attest ? expected_for(coord.committed.version + 1)
-                                                          : std::vector<digest128>{}};
-          q.push_back({node_ref::coord(), coordinator_event{b}});
-        }
       } else if (w.node.kind == role::owner) {
         const auto& ev = std::get<owner_event>(w.ev);
         auto& o = owners.at(w.node.index);
@@ -667,20 +679,21 @@ struct cluster {
 /// deliver messages (control before data: lowest message kind first, in canonical order), then
 /// restart crashed receivers, then fire deadlines (only possible once the world is quiet).
 /// Used for "a transition ends once faults stop" and by scenario `settle` / `run`.
-inline std::optional<move> fair_move(const cluster& w, bool with_deadlines = true) {
+inline std::optional<move> fair_move(const cluster& w, bool with_deadlines = true, bool with_log = true) {
   std::optional<move> best;
   std::size_t best_rank = ~std::size_t{0};
   for (const auto& m : w.enabled_moves()) {
     std::size_t rank;
     switch (m.kind) {
-      case move_kind::log_ok: rank = 0; break;
+      case move_kind::log_ok: rank = with_log ? 0 : ~std::size_t{0}; break;
       case move_kind::device: rank = 1; break;
       case move_kind::deliver: rank = 10 + w.inflight[m.index].msg.index(); break;
       case move_kind::restart: rank = 100; break;
+      case move_kind::begin: rank = 150; break;
       case move_kind::deadline: rank = with_deadlines ? 200 + m.index : ~std::size_t{0}; break;
       default: rank = ~std::size_t{0};
     }
-    if (rank < best_rank) { best_rank = rank; best = m; }
+    if (rank < best_rank && rank != ~std::size_t{0}) { best_rank = rank; best = m; }
   }
   return best;
 }

@@ -18,8 +18,9 @@
 //                     `drop o1->r0 payload 1.1/1/0`, `device r0`, `crash r1`, `restart r1`,
 //                     `deadline c`, `failover`, `log unknown-lost compare_and_set`. Prints the trace:
 //                     every event fed (`node <- event`) and action emitted (`node: action`).
-//   settle            fault-free fair moves, no deadlines, until none is enabled; prints each move
-//                     (`> move`) and its trace
+//   settle [no-log]   fault-free fair moves, no deadlines, until none is enabled; prints each move
+//                     (`> move`) and its trace. `no-log` leaves commit-log requests pending (so a
+//                     scenario can then choose their outcome)
 //   run [N]           fair moves including restarts and deadlines until the world settles (at most
 //                     N, default 1000); prints only the moves, then `settled` or `not settled`
 //   state             the world summary (log, coordinator, owners, receivers with regions)
@@ -152,10 +153,12 @@ struct script_runner {
       if (cmd == "settle" || cmd == "run") {
         const bool full = cmd == "run";
         std::size_t limit = full ? 1000 : 100000;
+        bool with_log = true;
         if (full && !rest.empty()) limit = std::stoul(rest);
+        if (!full && rest.find("no-log") != std::string::npos) with_log = false;
         for (std::size_t i = 0; i < limit; ++i) {
           if (full && w.settled()) break;
-          auto m = fair_move(w, full);
+          auto m = fair_move(w, full, with_log);
           if (!m) break;
           out.push_back("> " + w.describe(*m));
           std::vector<std::string> t;
