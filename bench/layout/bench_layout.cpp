@@ -5,6 +5,9 @@
 //
 //   bitrefit-bench-layout [--json] [--layers 4] [--experts 16] [--vocab 32768] [--tp 2] [--ep 2]
 //                         [--change 0.03] [--reps 3]
+//   bitrefit-bench-layout --serving-report   (fraction of serving bytes by direct projection vs
+//                                             FP8 conversion for Llama-3-8B and Qwen3-30B-A3B at
+//                                             several TP/PP/EP; one JSON object per line)
 //
 // All paths run single-threaded on the same shards and the same canonical baseline, alternating,
 // `reps` times each, and their change sets are checked to be identical. Reported times are the
@@ -25,6 +28,7 @@
 
 #include "bitrefit/layout/delta_build.hpp"
 #include "bitrefit/layout/megatron.hpp"
+#include "bitrefit/layout/serving_report.hpp"
 
 using namespace bitrefit;
 using namespace bitrefit::layout;
@@ -73,6 +77,31 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--json") json = true;
+    else if (a == "--serving-report") {
+      struct row {
+        model_spec m;
+        trainer_parallel p;
+      };
+      const std::vector<row> rows{
+          {model_spec::llama3_8b(), {.tp = 1}},
+          {model_spec::llama3_8b(), {.tp = 4, .pp = 2}},
+          {model_spec::llama3_8b(), {.tp = 8, .pp = 4}},
+          {model_spec::qwen3_30b_a3b(), {.tp = 2, .dp = 1, .ep = 2}},
+          {model_spec::qwen3_30b_a3b(), {.tp = 4, .pp = 4, .dp = 2, .ep = 8}},
+          {model_spec::qwen3_30b_a3b(), {.tp = 4, .pp = 2, .dp = 1, .ep = 1, .etp = 4}},
+      };
+      for (const row& r : rows)
+        for (bool fp8 : {false, true}) {
+          const auto b = serving_report(r.m, r.p, fp8);
+          std::printf("{\"model\": \"%s\", \"tp\": %u, \"pp\": %u, \"dp\": %u, \"ep\": %u, \"etp\": %u, \"fp8_serving\": %s, "
+                      "\"serving_bytes\": %llu, \"direct_bytes\": %llu, \"converted_bytes\": %llu, \"converted_gathered_bytes\": %llu, "
+                      "\"direct_fraction\": %.4f, \"conversion_fraction\": %.4f}\n",
+                      r.m.name.c_str(), r.p.tp, r.p.pp, r.p.dp, r.p.ep, r.p.etp, fp8 ? "true" : "false", (unsigned long long)b.total(),
+                      (unsigned long long)b.direct_bytes, (unsigned long long)b.converted_bytes, (unsigned long long)b.converted_gathered_bytes,
+                      b.direct_fraction(), b.conversion_fraction());
+        }
+      return 0;
+    }
     else if (a == "--layers") layers = std::stoull(next());
     else if (a == "--experts") experts = std::stoull(next());
     else if (a == "--vocab") vocab = std::stoull(next());

@@ -15,6 +15,7 @@
 #include "bitrefit/layout/canonical_store.hpp"
 #include "bitrefit/layout/delta_build.hpp"
 #include "bitrefit/layout/megatron.hpp"
+#include "bitrefit/layout/serving_report.hpp"
 
 using namespace bitrefit;
 using namespace bitrefit::layout;
@@ -268,4 +269,40 @@ TEST(DeltaBuild, DirectEqualsMaterialisedEqualsCanonicalDiff) {
       EXPECT_TRUE(bit_equal(receiver, new_c));
     }
   }
+}
+
+// Serving bytes: direct projection vs FP8 conversion, and which converted blocks straddle shards.
+TEST(ServingReport, BF16ServingIsAllDirect) {
+  const model_spec m = model_spec::llama3_2_1b();
+  const auto r = serving_report(m, {.tp = 2, .pp = 2}, false);
+  EXPECT_EQ(r.direct_bytes, canonical_manifest(m).total_bytes());
+  EXPECT_EQ(r.converted_bytes, 0u);
+  EXPECT_EQ(r.direct_fraction(), 1.0);
+}
+
+TEST(ServingReport, Qwen3MoeFp8ExpertWidthSplitFourWaysStraddlesBlocks) {
+  model_spec m = model_spec::qwen3_30b_a3b();
+  m.layers = 2;  // per-layer fractions are those of the full model
+  const model_manifest man = canonical_manifest(m);
+  std::uint64_t direct = 0, converted = 0, expert_converted = 0;
+  for (const auto& t : man.tensors()) {
+    if (!fp8_serves(t)) {
+      direct += t.bytes();
+      continue;
+    }
+    const std::uint64_t blocks = ((t.shape[0] + 127) / 128) * ((t.shape[1] + 127) / 128);
+    converted += t.elements() + 4 * blocks;
+    if (t.name.find(".experts.") != std::string::npos) expert_converted += t.elements() + 4 * blocks;
+  }
+  // TP=2, EP=2 (whole experts per rank, 128-aligned head splits): every block converts locally.
+  const auto a = serving_report(m, {.tp = 2, .pp = 2, .dp = 1, .ep = 2}, true);
+  EXPECT_EQ(a.direct_bytes, direct);
+  EXPECT_EQ(a.converted_bytes, converted);
+  EXPECT_EQ(a.converted_gathered_bytes, 0u);
+  EXPECT_NEAR(a.direct_fraction() + a.conversion_fraction(), 1.0, 1e-12);
+  // Expert TP=4: 768 rows / 4 = 192, so 2 of the 6 block rows (gate/up) or block columns (down)
+  // straddle two shards: exactly a third of the experts' converted bytes need a gather.
+  const auto b = serving_report(m, {.tp = 4, .pp = 1, .dp = 1, .ep = 1, .etp = 4}, true);
+  EXPECT_EQ(b.converted_bytes, converted);
+  EXPECT_EQ(b.converted_gathered_bytes * 3, expert_converted);
 }
