@@ -150,3 +150,34 @@ TEST(FrameApply, CorruptOrForeignFramesWriteNothing) {
   }
   EXPECT_EQ(engine_bytes(eng), before);
 }
+
+// The attestation a serving rank acks with equals the owners' digest over the same declared
+// ranges of the canonical bits, for in-place segments and for read-back (upcast) placements.
+TEST(FrameApply, LoaderAttestationEqualsDigestOfCanonicalBitsOverHeldRanges) {
+  const model_spec m = tiny();
+  auto v = make_versions(m, 5);
+  for (bool f32 : {false, true})
+    for (std::uint32_t r = 0; r < 2; ++r) {
+      vllm_rank_loader eng(v.manifest, m, {.tp = 2, .vocab_multiple = 4, .norms_as_f32 = f32}, r);
+      load(eng, v.new_c);
+      std::vector<codec::attested_range> expect;
+      for (const auto& cr : held_ranges(eng)) {
+        const tensor_info& t = v.manifest->at(cr.tensor);
+        expect.push_back({t.name, t.type, &t.shape, cr.begin, cr.end, v.new_c.bytes(t.name).subspan(cr.begin * 2, cr.size() * 2)});
+      }
+      const digest128 d = loader_attestation_digest(eng);
+      EXPECT_EQ(d, codec::attestation_digest(std::span<const codec::attested_range>(expect)));
+      // One flipped bit anywhere held changes it.
+      const auto cr = held_ranges(eng).back();
+      std::vector<std::byte> one(2);
+      read_canonical(eng, cr.tensor, {cr.begin, cr.begin + 1}, one);
+      one[1] ^= std::byte{0x01};
+      write_canonical(eng, cr.tensor, {cr.begin, cr.begin + 1}, one);
+      EXPECT_NE(loader_attestation_digest(eng), d);
+    }
+  canonical_store store(*v.manifest);
+  load(store, v.new_c);
+  std::vector<tensor_view> views;
+  for (auto& t : v.manifest->tensors()) views.push_back(v.new_c.view(t.name));
+  EXPECT_EQ(loader_attestation_digest(store), codec::attestation_digest(std::span<const tensor_view>(views)));
+}

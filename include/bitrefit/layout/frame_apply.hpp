@@ -8,14 +8,19 @@
 // manifest by dtype and element count, XOR only where placement is bit-preserving) before the
 // first byte is written; a rejected frame leaves the engine bit-identical to before.
 // Positions outside the loader's held ranges are skipped (a TP rank takes its part).
+// Also here: the attestation digest of what a Loader holds (codec's definition over its declared
+// held ranges), read in place where a range is one contiguous segment.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 #include <span>
 #include <string>
 #include <string_view>
 
 #include "bitrefit/codec/apply.hpp"
+#include "bitrefit/codec/attestation.hpp"
 #include "bitrefit/codec/frame.hpp"
 #include "bitrefit/core/error.hpp"
 #include "bitrefit/layout/apply.hpp"
@@ -98,5 +103,36 @@ class loader_frame_applier {
 
   codec::frame_decoder decoder_;
 };
+
+/// The attestation digest (codec/attestation.hpp, version 1) over every range the loader holds:
+/// what the receiver acks with, equal to what owners compute from canonical bits over the same
+/// declared ranges. A held range that is one bit-preserving segment is hashed in place; any other
+/// (upcast placement, or canonically adjacent segments apart in memory) is read back first.
+template <Loader L, codec::execution_backend Backend = codec::host_backend>
+digest128 loader_attestation_digest(const L& l, Backend backend = {}) {
+  std::vector<codec::attested_range> ranges;
+  std::vector<std::vector<std::byte>> copies;  // owned bytes of ranges that are not one segment
+  std::size_t copy_count = 0;
+  for (const tensor_info& t : l.canonical().tensors())
+    for (const index_range& r : l.held(t.name)) {
+      const auto segs = l.segments(t.name);
+      const std::size_t es = element_size(t.type);
+      auto it = std::find_if(segs.begin(), segs.end(), [&](const placement_segment& s) { return s.begin == r.begin && s.end == r.end; });
+      if (l.bit_preserving(t.name) && it != segs.end()) {
+        ranges.push_back({t.name, t.type, &t.shape, r.begin, r.end, std::span<const std::byte>(it->data, r.size() * es)});
+      } else {
+        ++copy_count;
+        ranges.push_back({t.name, t.type, &t.shape, r.begin, r.end, {}});
+      }
+    }
+  copies.reserve(copy_count);  // spans into copies stay valid: no reallocation below
+  for (auto& r : ranges)
+    if (r.bytes.empty() && r.end > r.begin) {
+      auto& buf = copies.emplace_back((r.end - r.begin) * element_size(r.type));
+      read_canonical(l, r.tensor, index_range{r.begin, r.end}, buf);
+      r.bytes = buf;
+    }
+  return codec::attestation_digest(std::span<const codec::attested_range>(ranges), backend);
+}
 
 }  // namespace bitrefit::layout
