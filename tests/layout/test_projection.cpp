@@ -146,6 +146,25 @@ void check_config(const model_spec& m, const trainer_parallel& p) {
           if (b.owned) std::memcpy(rebuilt.bytes(ts[b.tensor].name).data() + cb * es, &local[lb * es], len * es);
         });
       }
+      // Range projection: random local ranges project, run by run, to what elements project to.
+      std::mt19937_64 rg(n);
+      for (int trial = 0; trial < 4 && n > 0; ++trial) {
+        std::uint64_t a = rg() % n, b = rg() % (n + 1);
+        if (a > b) std::swap(a, b);
+        std::uint64_t next = a, reached = 0;
+        for (const projected_run& pr : st.project_range({a, b})) {
+          ASSERT_GE(pr.local, next);
+          for (std::uint64_t o = 0; o < pr.length; ++o) {
+            const auto pj = st.project(pr.local + o);
+            ASSERT_TRUE(pj && pj->first == pr.tensor && pj->second == pr.canonical + o);
+          }
+          next = pr.local + pr.length;
+          reached += pr.length;
+        }
+        std::uint64_t expect = 0;
+        for (std::uint64_t i = a; i < b; ++i) expect += st.project(i).has_value();
+        ASSERT_EQ(reached, expect) << st.name;
+      }
       for (std::uint64_t i = 0; i < n; ++i) {
         const auto pj = st.project(i);
         ASSERT_EQ(pj.has_value(), src[i].has_value()) << st.name << " local " << i;
