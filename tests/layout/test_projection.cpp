@@ -278,7 +278,7 @@ TEST(DeltaBuild, DirectEqualsMaterialisedEqualsCanonicalDiff) {
       std::vector<change_item> expect;
       for (auto& t : manifest->tensors()) {
         change_item it{t.name, mode, {}, {}};
-        collect_changed(old_c.bytes(t.name).data(), new_c.bytes(t.name).data(), t.elements(), 2, 0, mode == write_mode::xor_mask, it.positions, it.values);
+        collect_changed(old_c.bytes(t.name).data(), new_c.bytes(t.name).data(), t.elements(), 2, 0, mode == write_mode::xor_mask, it);
         if (!it.positions.empty()) expect.push_back(std::move(it));
       }
       EXPECT_EQ(merged, expect);

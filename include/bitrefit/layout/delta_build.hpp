@@ -64,6 +64,7 @@ std::vector<change_item> direct_delta(const P& proj, std::span<const std::span<c
   const auto& canon = proj.canonical().tensors();
   std::vector<std::int64_t> slot(canon.size(), -1);  // canonical tensor -> item index
   std::vector<change_item> items;
+  std::vector<change_cursor> cursors;
   const bool x = mode == write_mode::xor_mask;
   for (std::size_t k = 0; k < proj.tensors().size(); ++k) {
     const shard_tensor& st = proj.tensors()[k];
@@ -73,14 +74,17 @@ std::vector<change_item> direct_delta(const P& proj, std::span<const std::span<c
       if (slot[b.tensor] < 0) {
         slot[b.tensor] = static_cast<std::int64_t>(items.size());
         items.push_back({canon[b.tensor].name, mode, {}, {}});
+        cursors.emplace_back();
       }
       change_item& it = items[static_cast<std::size_t>(slot[b.tensor])];
+      change_cursor& c = cursors[static_cast<std::size_t>(slot[b.tensor])];
       const std::byte* base = baseline.bytes(canon[b.tensor].name).data();
       for_each_run(b, [&](std::uint64_t lb, std::uint64_t cb, std::uint64_t len) {
-        collect_changed(base + cb * es, local[k].data() + lb * es, len, es, cb, x, it.positions, it.values);
+        collect_changed(base + cb * es, local[k].data() + lb * es, len, es, cb, x, it, c);
       });
     }
   }
+  for (std::size_t i = 0; i < items.size(); ++i) cursors[i].finish(items[i]);
   std::vector<change_item> out;
   for (std::size_t t = 0; t < canon.size(); ++t)  // manifest order, empty items dropped
     if (slot[t] >= 0 && !items[static_cast<std::size_t>(slot[t])].positions.empty()) {
@@ -144,7 +148,7 @@ class materialising_delta {
     auto diff = [&](std::size_t t) {
       change_item it{canon[t].name, mode, {}, {}};
       collect_changed(baseline.bytes(canon[t].name).data(), scratch_.data() + offset[t], canon[t].elements(), element_size(canon[t].type), 0,
-                      mode == write_mode::xor_mask, it.positions, it.values);
+                      mode == write_mode::xor_mask, it);
       if (!it.positions.empty()) out.push_back(std::move(it));
     };
     if (scope_ == scope::whole_model) {
