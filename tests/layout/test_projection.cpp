@@ -15,6 +15,7 @@
 #include "bitrefit/layout/canonical_store.hpp"
 #include "bitrefit/layout/delta_build.hpp"
 #include "bitrefit/layout/megatron.hpp"
+#include "bitrefit/layout/serving_report.hpp"
 
 using namespace bitrefit;
 using namespace bitrefit::layout;
@@ -145,6 +146,25 @@ void check_config(const model_spec& m, const trainer_parallel& p) {
           if (b.owned) std::memcpy(rebuilt.bytes(ts[b.tensor].name).data() + cb * es, &local[lb * es], len * es);
         });
       }
+      // Range projection: random local ranges project, run by run, to what elements project to.
+      std::mt19937_64 rg(n);
+      for (int trial = 0; trial < 4 && n > 0; ++trial) {
+        std::uint64_t a = rg() % n, b = rg() % (n + 1);
+        if (a > b) std::swap(a, b);
+        std::uint64_t next = a, reached = 0;
+        for (const projected_run& pr : st.project_range({a, b})) {
+          ASSERT_GE(pr.local, next);
+          for (std::uint64_t o = 0; o < pr.length; ++o) {
+            const auto pj = st.project(pr.local + o);
+            ASSERT_TRUE(pj && pj->first == pr.tensor && pj->second == pr.canonical + o);
+          }
+          next = pr.local + pr.length;
+          reached += pr.length;
+        }
+        std::uint64_t expect = 0;
+        for (std::uint64_t i = a; i < b; ++i) expect += st.project(i).has_value();
+        ASSERT_EQ(reached, expect) << st.name;
+      }
       for (std::uint64_t i = 0; i < n; ++i) {
         const auto pj = st.project(i);
         ASSERT_EQ(pj.has_value(), src[i].has_value()) << st.name << " local " << i;
@@ -258,7 +278,7 @@ TEST(DeltaBuild, DirectEqualsMaterialisedEqualsCanonicalDiff) {
       std::vector<change_item> expect;
       for (auto& t : manifest->tensors()) {
         change_item it{t.name, mode, {}, {}};
-        collect_changed(old_c.bytes(t.name).data(), new_c.bytes(t.name).data(), t.elements(), 2, 0, mode == write_mode::xor_mask, it.positions, it.values);
+        collect_changed(old_c.bytes(t.name).data(), new_c.bytes(t.name).data(), t.elements(), 2, 0, mode == write_mode::xor_mask, it);
         if (!it.positions.empty()) expect.push_back(std::move(it));
       }
       EXPECT_EQ(merged, expect);
@@ -268,4 +288,40 @@ TEST(DeltaBuild, DirectEqualsMaterialisedEqualsCanonicalDiff) {
       EXPECT_TRUE(bit_equal(receiver, new_c));
     }
   }
+}
+
+// Serving bytes: direct projection vs FP8 conversion, and which converted blocks straddle shards.
+TEST(ServingReport, BF16ServingIsAllDirect) {
+  const model_spec m = model_spec::llama3_2_1b();
+  const auto r = serving_report(m, {.tp = 2, .pp = 2}, false);
+  EXPECT_EQ(r.direct_bytes, canonical_manifest(m).total_bytes());
+  EXPECT_EQ(r.converted_bytes, 0u);
+  EXPECT_EQ(r.direct_fraction(), 1.0);
+}
+
+TEST(ServingReport, Qwen3MoeFp8ExpertWidthSplitFourWaysStraddlesBlocks) {
+  model_spec m = model_spec::qwen3_30b_a3b();
+  m.layers = 2;  // per-layer fractions are those of the full model
+  const model_manifest man = canonical_manifest(m);
+  std::uint64_t direct = 0, converted = 0, expert_converted = 0;
+  for (const auto& t : man.tensors()) {
+    if (!fp8_serves(t)) {
+      direct += t.bytes();
+      continue;
+    }
+    const std::uint64_t blocks = ((t.shape[0] + 127) / 128) * ((t.shape[1] + 127) / 128);
+    converted += t.elements() + 4 * blocks;
+    if (t.name.find(".experts.") != std::string::npos) expert_converted += t.elements() + 4 * blocks;
+  }
+  // TP=2, EP=2 (whole experts per rank, 128-aligned head splits): every block converts locally.
+  const auto a = serving_report(m, {.tp = 2, .pp = 2, .dp = 1, .ep = 2}, true);
+  EXPECT_EQ(a.direct_bytes, direct);
+  EXPECT_EQ(a.converted_bytes, converted);
+  EXPECT_EQ(a.converted_gathered_bytes, 0u);
+  EXPECT_NEAR(a.direct_fraction() + a.conversion_fraction(), 1.0, 1e-12);
+  // Expert TP=4: 768 rows / 4 = 192, so 2 of the 6 block rows (gate/up) or block columns (down)
+  // straddle two shards: exactly a third of the experts' converted bytes need a gather.
+  const auto b = serving_report(m, {.tp = 4, .pp = 1, .dp = 1, .ep = 1, .etp = 4}, true);
+  EXPECT_EQ(b.converted_bytes, converted);
+  EXPECT_EQ(b.converted_gathered_bytes * 3, expert_converted);
 }

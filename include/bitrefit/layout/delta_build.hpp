@@ -64,6 +64,7 @@ std::vector<change_item> direct_delta(const P& proj, std::span<const std::span<c
   const auto& canon = proj.canonical().tensors();
   std::vector<std::int64_t> slot(canon.size(), -1);  // canonical tensor -> item index
   std::vector<change_item> items;
+  std::vector<change_cursor> cursors;
   const bool x = mode == write_mode::xor_mask;
   for (std::size_t k = 0; k < proj.tensors().size(); ++k) {
     const shard_tensor& st = proj.tensors()[k];
@@ -73,14 +74,17 @@ std::vector<change_item> direct_delta(const P& proj, std::span<const std::span<c
       if (slot[b.tensor] < 0) {
         slot[b.tensor] = static_cast<std::int64_t>(items.size());
         items.push_back({canon[b.tensor].name, mode, {}, {}});
+        cursors.emplace_back();
       }
       change_item& it = items[static_cast<std::size_t>(slot[b.tensor])];
+      change_cursor& c = cursors[static_cast<std::size_t>(slot[b.tensor])];
       const std::byte* base = baseline.bytes(canon[b.tensor].name).data();
       for_each_run(b, [&](std::uint64_t lb, std::uint64_t cb, std::uint64_t len) {
-        collect_changed(base + cb * es, local[k].data() + lb * es, len, es, cb, x, it.positions, it.values);
+        collect_changed(base + cb * es, local[k].data() + lb * es, len, es, cb, x, it, c);
       });
     }
   }
+  for (std::size_t i = 0; i < items.size(); ++i) cursors[i].finish(items[i]);
   std::vector<change_item> out;
   for (std::size_t t = 0; t < canon.size(); ++t)  // manifest order, empty items dropped
     if (slot[t] >= 0 && !items[static_cast<std::size_t>(slot[t])].positions.empty()) {
@@ -90,11 +94,19 @@ std::vector<change_item> direct_delta(const P& proj, std::span<const std::span<c
   return out;
 }
 
-/// The reference path: gathers each canonical tensor from the owned runs of every added shard
-/// into one scratch buffer (reused, sized for the largest tensor), then diffs it with the baseline.
+/// The reference path: gathers canonical tensors from the owned runs of every added shard, then
+/// diffs them with the baseline.
+///   whole_model:  gather the whole canonical model first (a gathered state dict, as an export to
+///                 the Hugging Face layout does), then diff every tensor;
+///   per_tensor:   gather one tensor into a reused scratch buffer, diff it, next tensor (the
+///                 streamed variant: less memory, and small tensors stay in cache).
+/// Scratch is allocated (and touched) once and reused by later builds.
 class materialising_delta {
  public:
-  explicit materialising_delta(const model_manifest& canonical) : canonical_(&canonical), sources_(canonical.size()) {}
+  enum class scope { whole_model, per_tensor };
+
+  explicit materialising_delta(const model_manifest& canonical, scope s = scope::whole_model)
+      : canonical_(&canonical), scope_(s), sources_(canonical.size()) {}
 
   /// Registers a shard; `local` must outlive build().
   template <Projection P>
@@ -112,25 +124,38 @@ class materialising_delta {
   ///         would diff stale scratch bytes).
   std::vector<change_item> build(const canonical_store& baseline, write_mode mode) {
     const auto& canon = canonical_->tensors();
-    std::uint64_t largest = 0;
-    for (const auto& t : canon) largest = std::max(largest, t.bytes());
-    if (scratch_.size() < largest) scratch_.resize(largest);
-    std::vector<change_item> out;
+    std::vector<std::uint64_t> offset(canon.size(), 0);
+    std::uint64_t need = 0;
     for (std::size_t t = 0; t < canon.size(); ++t) {
+      if (scope_ == scope::whole_model) offset[t] = need, need += canon[t].bytes();
+      else need = std::max(need, canon[t].bytes());
+    }
+    if (scratch_.size() < need) scratch_.resize(need);
+    auto gather = [&](std::size_t t) {
       const std::size_t es = element_size(canon[t].type);
+      std::byte* dst = scratch_.data() + offset[t];
       std::uint64_t covered = 0;
       for (const source& s : sources_[t])
         for_each_run(s.run, [&](std::uint64_t lb, std::uint64_t cb, std::uint64_t len) {
-          std::memcpy(scratch_.data() + cb * es, s.bytes + lb * es, len * es);
+          std::memcpy(dst + cb * es, s.bytes + lb * es, len * es);
           covered += len;
         });
       if (covered != canon[t].elements())
         throw error(errc::mismatch, "owned runs cover " + std::to_string(covered) + " of " + std::to_string(canon[t].elements()) + " elements",
                     {.file = {}, .tensor = canon[t].name, .field = "shards"});
+    };
+    std::vector<change_item> out;
+    auto diff = [&](std::size_t t) {
       change_item it{canon[t].name, mode, {}, {}};
-      collect_changed(baseline.bytes(canon[t].name).data(), scratch_.data(), canon[t].elements(), es, 0, mode == write_mode::xor_mask,
-                      it.positions, it.values);
+      collect_changed(baseline.bytes(canon[t].name).data(), scratch_.data() + offset[t], canon[t].elements(), element_size(canon[t].type), 0,
+                      mode == write_mode::xor_mask, it);
       if (!it.positions.empty()) out.push_back(std::move(it));
+    };
+    if (scope_ == scope::whole_model) {
+      for (std::size_t t = 0; t < canon.size(); ++t) gather(t);
+      for (std::size_t t = 0; t < canon.size(); ++t) diff(t);
+    } else {
+      for (std::size_t t = 0; t < canon.size(); ++t) gather(t), diff(t);
     }
     return out;
   }
@@ -141,6 +166,7 @@ class materialising_delta {
     run_block run;
   };
   const model_manifest* canonical_;
+  scope scope_;
   std::vector<std::vector<source>> sources_;
   std::vector<std::byte> scratch_;
 };

@@ -11,6 +11,7 @@
 // row-parallel slices are one block of `rows` runs. All of it is constexpr-friendly value types.
 #pragma once
 
+#include <algorithm>
 #include <compare>
 #include <cstddef>
 #include <cstdint>
@@ -94,6 +95,44 @@ constexpr void for_each_run(const run_block& b, F&& f) {
   for (std::uint64_t k = 0; k < b.count; ++k) f(b.local_begin(k), b.canonical_begin(k), b.length);
 }
 
+/// A piece of a projected local range: local [local, local + length) ↔ canonical
+/// [canonical, canonical + length) of canonical tensor `tensor`.
+struct projected_run {
+  std::uint32_t tensor = 0;
+  std::uint64_t local = 0;
+  std::uint64_t canonical = 0;
+  std::uint64_t length = 0;
+  bool owned = true;
+  friend constexpr bool operator==(const projected_run&, const projected_run&) = default;
+};
+
+/// Calls f(projected_run) for every run of `b` intersected with local range `r`, in local order.
+/// Cost is per run touched (found by division), not per element.
+template <class F>
+constexpr void for_each_projected(const run_block& b, index_range r, F&& f) {
+  if (r.empty() || b.count == 0 || b.length == 0 || r.end <= b.local || r.begin >= b.local_end()) return;
+  const std::uint64_t first = b.count == 1 || r.begin <= b.local ? 0 : (r.begin - b.local) / b.local_stride;
+  const std::uint64_t last = b.count == 1 ? 0 : std::min(b.count - 1, (r.end - 1 - b.local) / b.local_stride);
+  for (std::uint64_t k = first; k <= last; ++k) {
+    const std::uint64_t lb = b.local_begin(k), le = lb + b.length;
+    const std::uint64_t x = std::max(lb, r.begin), y = std::min(le, r.end);
+    if (x < y) f(projected_run{b.tensor, x, b.canonical_begin(k) + (x - lb), y - x, b.owned});
+  }
+}
+
+namespace detail {
+// A row-parallel slice of a [4, 10] tensor, columns [6, 10): the maps are constant expressions.
+inline constexpr run_block example_row_parallel{.tensor = 0, .local = 0, .canonical = 6, .length = 4, .count = 4, .local_stride = 4, .canonical_stride = 10};
+static_assert(example_row_parallel.project(5) == 17 && example_row_parallel.locate(17) == 5);
+static_assert(!example_row_parallel.locate(12).has_value() && !example_row_parallel.project(16).has_value());
+constexpr std::uint64_t projected_elements(index_range r) {
+  std::uint64_t n = 0;
+  for_each_projected(example_row_parallel, r, [&](projected_run p) { n += p.length; });
+  return n;
+}
+static_assert(projected_elements({3, 9}) == 6 && projected_elements({0, 16}) == 16 && projected_elements({16, 20}) == 0);
+}  // namespace detail
+
 /// One tensor as a trainer shard stores it, with the run blocks that map it to canonical tensors.
 /// Local elements covered by no run are padding (e.g. vocab padding rows) and map nowhere.
 struct shard_tensor {
@@ -109,6 +148,14 @@ struct shard_tensor {
     for (const run_block& b : runs)
       if (auto j = b.project(i)) return std::pair{b.tensor, *j};
     return std::nullopt;
+  }
+
+  /// The canonical runs of local elements [r.begin, r.end), in local order; padding is skipped.
+  std::vector<projected_run> project_range(index_range r) const {
+    std::vector<projected_run> out;
+    for (const run_block& b : runs) for_each_projected(b, r, [&](const projected_run& p) { out.push_back(p); });
+    std::sort(out.begin(), out.end(), [](const projected_run& a, const projected_run& b) { return a.local < b.local; });
+    return out;
   }
 
   /// Local index holding canonical (tensor, j) in this shard tensor, or nullopt.
