@@ -14,37 +14,18 @@ namespace bitrefit::durability {
 
 class memory_commit_log {
  public:
-  memory_commit_log() : s_(std::make_shared<shared>()) {}
+  explicit memory_commit_log(protocol::commit_record initial = {}) : s_(std::make_shared<shared>(initial)) {}
 
-  log_state read() {
+  protocol::log_reply apply(const protocol::log_request& req) {
     std::lock_guard lock(s_->mu);
-    return s_->state;
-  }
-  std::uint64_t begin_epoch() {
-    std::lock_guard lock(s_->mu);
-    return ++s_->state.epoch;
-  }
-  cas_outcome prepare(std::uint64_t epoch, const attempt_record& a) {
-    std::lock_guard lock(s_->mu);
-    if (epoch != s_->state.epoch) return cas_outcome::fenced;
-    if (a.base_version != s_->state.committed.version || a.base != s_->state.committed.baseline)
-      return cas_outcome::conflict;
-    s_->state.prepared = a;
-    return cas_outcome::success;
-  }
-  cas_outcome compare_and_set(std::uint64_t epoch, const commit_record& expected, const commit_record& desired) {
-    std::lock_guard lock(s_->mu);
-    if (epoch != s_->state.epoch) return cas_outcome::fenced;
-    if (!(s_->state.committed == expected)) return cas_outcome::conflict;
-    s_->state.committed = desired;
-    s_->state.prepared.reset();
-    return cas_outcome::success;
+    return s_->log.apply(req);
   }
 
  private:
   struct shared {
+    explicit shared(protocol::commit_record k) : log(k) {}
     std::mutex mu;
-    log_state state;
+    protocol::commit_log log;
   };
   std::shared_ptr<shared> s_;
 };
@@ -55,19 +36,19 @@ class memory_baseline_store {
  public:
   memory_baseline_store() : s_(std::make_shared<shared>()) {}
 
-  void save(baseline_id g, const baseline_image& img) {
+  void save(version_t v, const baseline_image& img) {
     std::lock_guard lock(s_->mu);
-    s_->images[g.value] = img;
+    s_->images[v] = img;
   }
-  std::optional<baseline_image> load(baseline_id g) {
+  std::optional<baseline_image> load(version_t v) {
     std::lock_guard lock(s_->mu);
-    auto it = s_->images.find(g.value);
+    auto it = s_->images.find(v);
     if (it == s_->images.end()) return std::nullopt;
     return it->second;
   }
-  void retain_only(baseline_id g) {
+  void retain_only(version_t v) {
     std::lock_guard lock(s_->mu);
-    std::erase_if(s_->images, [&](const auto& kv) { return kv.first != g.value; });
+    std::erase_if(s_->images, [&](const auto& kv) { return kv.first != v; });
   }
   std::size_t size() const {
     std::lock_guard lock(s_->mu);
@@ -83,5 +64,18 @@ class memory_baseline_store {
 };
 
 static_assert(BaselineStore<memory_baseline_store>);
+
+}  // namespace bitrefit::durability
+
+namespace bitrefit::durability {
+
+/// Keeps nothing: an owner that restarts always reports lost state (for deployments whose trainer
+/// reloads a checkpoint instead, and for tests of that report).
+struct no_baseline_store {
+  void save(version_t, const baseline_image&) {}
+  std::optional<baseline_image> load(version_t) { return std::nullopt; }
+  void retain_only(version_t) {}
+};
+static_assert(BaselineStore<no_baseline_store>);
 
 }  // namespace bitrefit::durability
