@@ -1,0 +1,3 @@
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+#include "bitrefit/protocol/sim/cluster.hpp"
