@@ -23,6 +23,9 @@ inline option_spec opt_progress() {
 inline option_spec opt_quiet() { return {"quiet", 'q', false, "", "no progress bar and no informational text"}; }
 inline option_spec opt_help() { return {"help", 'h', false, "", "show this help"}; }
 inline option_spec opt_zstd() { return {"zstd-level", 0, true, "N", "zstd level of the payload sections (default 3)"}; }
+inline option_spec opt_threads() {
+  return {"threads", 'j', true, "N", "encoder threads (default: all cores); the output does not depend on it"};
+}
 inline option_spec opt_frame() {
   return {"frame-mib", 0, true, "N", "canonical input MiB per frame, bounds receiver scratch (default 64)"};
 }
@@ -36,7 +39,7 @@ inline const std::vector<command_info>& commands() {
        "entropy bound n*H(c/n) + c*H(XOR words). Says whether OLD and NEW are bitwise equal.\n"
        "Nothing is written. The chosen total equals the frame bytes `bitrefit diff` writes.",
        {opt_json(), {"tensors", 0, true, "N", "text output: list at most N tensors, most changed first (default 20; 0: all)"},
-        opt_zstd(), opt_frame(), opt_progress(), opt_quiet(), opt_help()},
+        opt_zstd(), opt_frame(), opt_threads(), opt_progress(), opt_quiet(), opt_help()},
        2, 2},
       {"diff", "OLD NEW -o DELTA [options]",
        "Write the delta bundle that turns OLD into NEW: a manifest (base and target attestation\n"
@@ -46,7 +49,7 @@ inline const std::vector<command_info>& commands() {
        {{"output", 'o', true, "DELTA", "where to write the delta bundle (required)"},
         {"mode", 0, true, "MODE", "xor (default: XOR where smaller, else overwrite, per item) or overwrite"},
         {"dir", 0, false, "", "write the bundle as a directory"},
-        opt_zstd(), opt_frame(), opt_json(), opt_progress(), opt_quiet(), opt_help()},
+        opt_zstd(), opt_frame(), opt_threads(), opt_json(), opt_progress(), opt_quiet(), opt_help()},
        2, 2},
       {"apply", "BASE DELTA (-o OUT | --in-place) [options]",
        "Rebuild NEW from BASE and a delta bundle, bit-exactly. Everything is checked before\n"

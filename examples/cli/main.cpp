@@ -61,13 +61,8 @@ codec_settings parse_codec(const parsed_args& a) {
   codec_settings s;
   s.zstd_level = static_cast<int>(parse_uint(a, "zstd-level", static_cast<std::uint64_t>(s.zstd_level), 1, 22));
   s.frame_bytes = parse_uint(a, "frame-mib", s.frame_bytes >> 20, 1, 4096) << 20;
+  s.threads = static_cast<unsigned>(parse_uint(a, "threads", 0, 1, 1024));
   return s;
-}
-
-std::string shape_string(const shape_t& s) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
 }
 
 json stat_row_json(const stat_row& r, bool with_identity) {

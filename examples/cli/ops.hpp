@@ -23,6 +23,7 @@
 #include "bitrefit/codec/attestation.hpp"
 #include "bitrefit/codec/bundle.hpp"
 #include "bitrefit/codec/entropy.hpp"
+#include "bitrefit/codec/host_backend.hpp"
 #include "bitrefit/core/digest.hpp"
 #include "bitrefit/core/error.hpp"
 #include "bitrefit/core/manifest.hpp"
@@ -335,11 +336,11 @@ inline stat_result compute_stat(const std::filesystem::path& old_path, const std
                               {codec::mode_policy::xor_allowed, &stat_row::chosen_bytes}};
   // Whole model, three codings (this also checks the tensor sets agree, naming the tensor if not).
   codec::entropy_accumulator total_entropy;
+  std::mutex entropy_lock;
   {
     auto p = timer.phase("encode");
     for (const auto& pass : passes) {
       codec::encode_stats st;
-      if (pass.policy == codec::mode_policy::xor_allowed) st.entropy = &total_entropy;
       auto bundle = codec::make_delta_bundle(ta, tb, 0, 1, settings.options(pass.policy), threads, &st);
       r.total.*pass.field = st.frame_bytes;
       if (pass.policy == codec::mode_policy::xor_allowed) {
@@ -363,16 +364,32 @@ inline stat_result compute_stat(const std::filesystem::path& old_path, const std
       row.dense_bytes = infos[i].bytes();
       const tensor_view one_a[] = {a->tensor(row.name)};
       const tensor_view one_b[] = {b->tensor(row.name)};
+      // Order-0 entropy bound from the codec's change detection (XOR words of changed elements),
+      // per tensor and, under a lock (a histogram: order does not matter), for the whole model.
+      if (one_a[0].type() == one_b[0].type() && one_a[0].bytes().size() == one_b[0].bytes().size()) {
+        codec::entropy_accumulator ent;
+        codec::host_backend be;
+        const std::size_t E = element_size(row.type);
+        const std::uint64_t chunk = std::max<std::uint64_t>(1, settings.frame_bytes / E);
+        std::vector<std::uint32_t> pos;
+        std::vector<std::byte> xr;
+        for (std::uint64_t at = 0; at < row.elements; at += chunk) {
+          const std::uint64_t m = std::min(chunk, row.elements - at);
+          pos.resize(m);
+          xr.resize(m * E);
+          const std::size_t c = be.collect_changes(one_a[0].bytes().subspan(at * E, m * E),
+                                                   one_b[0].bytes().subspan(at * E, m * E), E, pos, xr, {});
+          ent.add(E, m, std::span<const std::byte>(xr.data(), c * E));
+          std::lock_guard g(entropy_lock);
+          total_entropy.add(E, m, std::span<const std::byte>(xr.data(), c * E));
+        }
+        row.entropy_bytes = ent.bytes();
+      }
       for (const auto& pass : passes) {
         codec::encode_stats st;
-        codec::entropy_accumulator ent;
-        if (pass.policy == codec::mode_policy::xor_allowed) st.entropy = &ent;
         (void)codec::make_delta_bundle(one_a, one_b, 0, 1, settings.options(pass.policy), 1, &st);
         row.*pass.field = st.frame_bytes;
-        if (pass.policy == codec::mode_policy::xor_allowed) {
-          row.changed = st.changed;
-          row.entropy_bytes = ent.bytes();
-        }
+        if (pass.policy == codec::mode_policy::xor_allowed) row.changed = st.changed;
       }
     });
   }

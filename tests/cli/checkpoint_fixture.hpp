@@ -155,14 +155,25 @@ inline std::vector<model> make_chain(int versions, std::uint64_t seed, const bit
   return out;
 }
 
-/// Number of elements whose stored bytes differ (the independent count `stat` must match).
-inline std::uint64_t count_changed(const tensor& a, const tensor& b) {
-  const std::size_t e = a.dtype == "F32" || a.dtype == "I32" || a.dtype == "U32"   ? 4
-                        : a.dtype == "I64" || a.dtype == "U64" || a.dtype == "F64" ? 8
-                        : a.dtype == "BF16" || a.dtype == "F16" || a.dtype == "I16" || a.dtype == "U16" ? 2
-                                                                                                       : 1;
+/// Bytes per element of a safetensors dtype spelling.
+inline std::size_t elem_size(const std::string& dtype) {
+  if (dtype == "F64" || dtype == "I64" || dtype == "U64") return 8;
+  if (dtype == "F32" || dtype == "I32" || dtype == "U32") return 4;
+  if (dtype == "BF16" || dtype == "F16" || dtype == "I16" || dtype == "U16") return 2;
+  return 1;
+}
+
+/// Flat indices of the elements whose stored bytes differ (at most `limit`), and their count:
+/// the independent reference for `stat` and `verify`.
+inline std::uint64_t count_changed(const tensor& a, const tensor& b, std::vector<std::uint64_t>* first = nullptr,
+                                   std::size_t limit = 0) {
+  const std::size_t e = elem_size(a.dtype);
   std::uint64_t c = 0;
-  for (std::size_t i = 0; i + e <= a.bytes.size(); i += e) c += std::memcmp(&a.bytes[i], &b.bytes[i], e) != 0;
+  for (std::size_t i = 0; i + e <= a.bytes.size(); i += e)
+    if (std::memcmp(&a.bytes[i], &b.bytes[i], e) != 0) {
+      if (first && first->size() < limit) first->push_back(i / e);
+      ++c;
+    }
   return c;
 }
 
