@@ -26,14 +26,19 @@
 #include <string_view>
 #include <vector>
 
+// systems.hpp first: it picks Thrust's device system for host compilers before any Thrust header.
+#include "bitrefit/codec/thrust/systems.hpp"
+
 #include <thrust/copy.h>
 #include <thrust/count.h>
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
+#include <thrust/scan.h>
+#include <thrust/functional.h>
 #include <thrust/transform.h>
+#include <thrust/transform_reduce.h>
 
 #include "bitrefit/codec/concepts.hpp"
-#include "bitrefit/codec/thrust/systems.hpp"
 #include "bitrefit/codec/thrust/xxh3.hpp"
 #include "bitrefit/codec/types.hpp"
 #include "bitrefit/core/digest.hpp"
@@ -117,6 +122,69 @@ struct scatter_values {
   }
 };
 
+/// Host-memory systems compact in blocks: count per block, exclusive scan of the counts, then
+/// each block writes its positions at its offset. Two parallel passes with no per-element
+/// temporaries (Thrust's generic copy_if on the CPU systems allocates flag and index arrays of
+/// the chunk's size and was measured 6x slower here); CUDA keeps CUB's single-pass copy_if.
+inline constexpr std::uint32_t compact_block = 1u << 16;
+
+/// Calls emit(i) for every changed element i in [i, e), ascending. Compares 8 bytes at a time and
+/// skips equal words with one branch (the common case of a sparse delta), like the host backend.
+template <class T, class Emit>
+BITREFIT_HD inline void scan_changes(const u8* a, const u8* b, u32 i, u32 e, Emit& emit) noexcept {
+  constexpr u32 per = 8 / sizeof(T);
+  for (; i + per <= e; i += per) {
+    const std::size_t o = std::size_t{i} * sizeof(T);
+    if (load<u64>(a + o) == load<u64>(b + o)) continue;
+    for (u32 j = 0; j < per; ++j)
+      if (load<T>(a + o + j * sizeof(T)) != load<T>(b + o + j * sizeof(T))) emit(i + j);
+  }
+  for (; i < e; ++i)
+    if (load<T>(a + std::size_t{i} * sizeof(T)) != load<T>(b + std::size_t{i} * sizeof(T))) emit(i);
+}
+
+template <class Emit>
+BITREFIT_HD inline void scan_changes(const element_differs& p, u32 i, u32 e, Emit& emit) noexcept {
+  switch (p.E) {
+    case 1: return scan_changes<u8>(p.a, p.b, i, e, emit);
+    case 2: return scan_changes<std::uint16_t>(p.a, p.b, i, e, emit);
+    case 4: return scan_changes<u32>(p.a, p.b, i, e, emit);
+    default: return scan_changes<u64>(p.a, p.b, i, e, emit);
+  }
+}
+
+struct count_emit {
+  u32 n;
+  BITREFIT_HD void operator()(u32) noexcept { ++n; }
+};
+struct store_emit {
+  u32* o;
+  BITREFIT_HD void operator()(u32 i) noexcept { *o++ = i; }
+};
+
+struct count_block {
+  element_differs pred;
+  u32 m;
+  BITREFIT_HD u32 operator()(u32 blk) const noexcept {
+    const u32 b = blk * compact_block, e = m - b < compact_block ? m : b + compact_block;
+    count_emit c{0};
+    scan_changes(pred, b, e, c);
+    return c.n;
+  }
+};
+
+struct compact_blocks {
+  element_differs pred;
+  u32 m;
+  const u32* offsets;
+  u32* out;
+  BITREFIT_HD void operator()(u32 blk) const noexcept {
+    const u32 b = blk * compact_block, e = m - b < compact_block ? m : b + compact_block;
+    store_emit s{out + offsets[blk]};
+    scan_changes(pred, b, e, s);
+  }
+};
+
 struct digest_words {
   u64 low64, high64;
 };
@@ -180,6 +248,13 @@ class thrust_backend {
   std::size_t count_changes(std::span<const std::byte> old, std::span<const std::byte> neu, std::size_t E) {
     thrust_detail::check_element_size(E);
     const auto pred = differs(old, neu, E);
+    if constexpr (System::host_memory) {
+      const auto m = static_cast<std::uint32_t>(old.size() / E);
+      const auto nb = static_cast<std::uint32_t>((old.size() / E + thrust_detail::compact_block - 1) / thrust_detail::compact_block);
+      return thrust::transform_reduce(System::policy(), thrust::counting_iterator<std::uint32_t>(0),
+                                      thrust::counting_iterator<std::uint32_t>(nb), thrust_detail::count_block{pred, m},
+                                      std::size_t{0}, thrust::plus<std::size_t>());
+    }
     return static_cast<std::size_t>(thrust::count_if(System::policy(), thrust::counting_iterator<std::uint32_t>(0),
                                                      thrust::counting_iterator<std::uint32_t>(
                                                          static_cast<std::uint32_t>(old.size() / E)),
@@ -261,8 +336,16 @@ class thrust_backend {
     std::size_t c = 0;
     u32* pos = positions;
     if constexpr (System::host_memory) {
-      // Host memory: compact straight into the caller's positions (no count pass needed).
-      c = static_cast<std::size_t>(thrust::copy_if(System::policy(), first, last, positions, pred) - positions);
+      // Host memory: blocked count + scan + compaction straight into the caller's positions.
+      const u32 mm = static_cast<u32>(m), nb = static_cast<u32>((m + compact_block - 1) / compact_block);
+      blocks_.resize(nb + 1);
+      thrust::transform(System::policy(), thrust::counting_iterator<u32>(0), thrust::counting_iterator<u32>(nb),
+                        blocks_.begin(), count_block{pred, mm});
+      blocks_[nb] = 0;
+      thrust::exclusive_scan(System::policy(), blocks_.begin(), blocks_.end(), blocks_.begin());
+      c = blocks_[nb];
+      thrust::for_each(System::policy(), thrust::counting_iterator<u32>(0), thrust::counting_iterator<u32>(nb),
+                       compact_blocks{pred, mm, thrust::raw_pointer_cast(blocks_.data()), positions});
     } else {
       // Device memory: count, size the scratch to c, compact, then only c positions cross.
       c = static_cast<std::size_t>(thrust::count_if(System::policy(), first, last, pred));
@@ -295,6 +378,7 @@ class thrust_backend {
   }
 
   typename System::template vector<std::uint32_t> pos_;
+  typename System::template vector<std::uint32_t> blocks_;  // per-block counts, then offsets
   typename System::template vector<std::uint64_t> xor_;  // u64 words: 8-byte aligned byte scratch
   typename System::template vector<std::uint64_t> val_;
   typename System::template vector<thrust_detail::digest_words> digests_;

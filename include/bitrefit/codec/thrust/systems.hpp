@@ -15,6 +15,13 @@
 #include <string>
 #include <string_view>
 
+// A host compiler cannot build Thrust's default CUDA system: without an explicit choice, a g++
+// translation unit gets the sequential CPP system as Thrust's "device" (thrust::device_vector
+// etc.); this backend names its systems explicitly either way.
+#if !defined(__CUDACC__) && !defined(THRUST_DEVICE_SYSTEM)
+#define THRUST_DEVICE_SYSTEM THRUST_DEVICE_SYSTEM_CPP
+#endif
+
 #include <thrust/system/cpp/execution_policy.h>
 #include <thrust/system/cpp/vector.h>
 #if defined(_OPENMP)
