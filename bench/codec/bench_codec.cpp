@@ -1,0 +1,341 @@
+// bitrefit-bench-codec — payload bytes and single-thread speed of the codec on a BF16 model.
+//
+//   bitrefit-bench-codec --size-mib 1024 --change adamw --json [--backend host]
+//
+// Model: BF16 tensors of up to 64 MiB each, `--size-mib` in total. `--change adamw` simulates a
+// trainer with FP32 master weights (init N(0, 0.02), AdamW lr 1e-6, betas (0.9, 0.999), synthetic
+// gradients) and takes the delta of its last step (`--adamw-steps`, default 3: version 2 -> 3), so
+// BF16 rounding decides which elements change. `--change P` (0.01, 0.03, 0.05, ...) starts from
+// N(0, 0.02) BF16 weights and moves each element with probability P to an adjacent BF16 value
+// (bits +1 or -1), the way a rounding flip moves it.
+//
+// Measured side by side in one run, one thread (thread CPU time; wall time beside): memcpy_s (copy of the model: the receiver's work
+// copy), memcmp_s (full memcmp of two equal buffers of the model's size), encode_s (change
+// detection + encoding of every chunk, chosen mode), apply_s (verify + decode + apply every frame
+// in place). Sizes: dense_bytes, overwrite_only_bytes (positions + absolute values, same encoder,
+// same zstd level), xor_bytes (XOR masks only), chosen_bytes (per item the smaller, the default),
+// entropy_bytes = n·H(c/n) + c·H(XOR words). peak_extra_bytes: receiver scratch beyond the model
+// (decoder scratch + the largest frame held). The applied copy is compared with the target bytes
+// (bit_exact).
+//
+// Backends: `--backend NAME` picks an entry of backend_registry(); a backend that keeps tensors
+// elsewhere (device memory) registers a runner that stages the model and reuses measure().
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bitrefit/codec/codec.hpp"
+#include "sim_stream.hpp"
+
+using namespace bitrefit;
+using namespace bitrefit::codec;
+
+namespace {
+
+struct bench_args {
+  std::uint64_t size_mib = 1024;
+  std::string change = "adamw";
+  bool json = false;
+  std::string backend = "host";
+  int zstd_level = default_zstd_level;
+  std::uint64_t frame_mib = 64;
+  int adamw_steps = 3;
+  std::uint64_t seed = 42;
+  int repeat = 1;  // timing repetitions (best of)
+};
+
+struct model {
+  std::vector<tensor_info> infos;
+  std::unique_ptr<std::byte[]> old_b, new_b, work;
+  std::uint64_t bytes = 0;
+  std::vector<std::uint64_t> offsets;  // byte offset of each tensor (in infos order = name order)
+};
+
+// Timing: CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID). The build machine is shared
+// (load far above its core count), so wall time would mostly measure the scheduler; every phase
+// here is single-threaded and CPU/memory bound, so thread CPU time is the work it costs. Wall
+// times are reported beside (…_wall_s).
+struct stamp {
+  double cpu, wall;
+};
+inline stamp now() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return {static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec),
+          std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count()};
+}
+struct elapsed {
+  double cpu = 1e300, wall = 1e300;
+  void keep_min(stamp t0) {
+    const stamp t1 = now();
+    cpu = std::min(cpu, t1.cpu - t0.cpu);
+    wall = std::min(wall, t1.wall - t0.wall);
+  }
+};
+using clock_t_ = std::chrono::steady_clock;
+double seconds_since(clock_t_::time_point t0) {
+  return std::chrono::duration<double>(clock_t_::now() - t0).count();
+}
+
+model make_model(const bench_args& a) {
+  model m;
+  m.bytes = a.size_mib << 20;
+  const std::uint64_t per = 64ull << 20;
+  for (std::uint64_t off = 0, i = 0; off < m.bytes; off += per, ++i) {
+    const std::uint64_t b = std::min(per, m.bytes - off);
+    char name[64];
+    std::snprintf(name, sizeof name, "model.layers.%04llu.weight", static_cast<unsigned long long>(i));
+    m.infos.push_back({name, dtype::BF16, {b / 2}});
+  }
+  model_manifest man(m.infos);  // name order
+  m.infos = man.tensors();
+  std::uint64_t off = 0;
+  for (auto& t : m.infos) {
+    m.offsets.push_back(off);
+    off += t.bytes();
+  }
+  m.old_b.reset(new std::byte[m.bytes]);
+  m.new_b.reset(new std::byte[m.bytes]);
+  m.work.reset(new std::byte[m.bytes]);
+  auto* o = reinterpret_cast<std::uint16_t*>(m.old_b.get());
+  auto* n = reinterpret_cast<std::uint16_t*>(m.new_b.get());
+  const std::uint64_t elems = m.bytes / 2;
+  if (a.change == "adamw") {
+    bitrefit_bench::adamw_stream sim;
+    sim.seed = a.seed;
+    sim.steps = a.adamw_steps;
+    const std::size_t blk = 1 << 16;
+    for (std::uint64_t s = 0; s < elems; s += blk) sim.fill(s, std::min<std::uint64_t>(blk, elems - s), o + s, n + s);
+  } else {
+    const double p = std::strtod(a.change.c_str(), nullptr);
+    if (!(p >= 0.0 && p <= 1.0)) throw error(errc::invalid_argument, "--change must be adamw or a rate in [0, 1]");
+    const std::uint64_t thresh = static_cast<std::uint64_t>(p * 18446744073709551615.0);
+    const std::uint64_t k_init = bitrefit_bench::mix64(a.seed * 4 + 1), k_pick = bitrefit_bench::mix64(a.seed * 4 + 2);
+    for (std::uint64_t j = 0; j < elems; ++j) {
+      o[j] = bitrefit_bench::bf16_rne(0.02f * bitrefit_bench::approx_normal(k_init, j));
+      const std::uint64_t r = bitrefit_bench::mix64(k_pick + 0x9E3779B97F4A7C15ull * (j + 1));
+      n[j] = o[j];
+      if (r < thresh) n[j] = static_cast<std::uint16_t>((r & 1) ? o[j] + 1 : o[j] - 1);
+    }
+  }
+  return m;
+}
+
+std::vector<chunk_piece> pieces_of(const model& m, const std::vector<canonical_range>& chunk, const model_manifest& man) {
+  std::vector<chunk_piece> ps;
+  for (auto& r : chunk) {
+    const std::size_t ti = *man.index_of(r.tensor);
+    const auto& t = m.infos[ti];
+    const std::uint64_t off = m.offsets[ti] + r.begin * 2;
+    const std::size_t len = r.size() * 2;
+    ps.push_back({t.name, t.type, t.elements(), r.begin, r.end, {m.old_b.get() + off, len}, {m.new_b.get() + off, len}});
+  }
+  return ps;
+}
+
+// Encodes the whole model once under `policy`; returns (seconds, stats) and keeps frames if asked.
+template <class Backend>
+std::pair<elapsed, encode_stats> encode_model(const model& m, const model_manifest& man, const bench_args& a, mode_policy policy,
+                                             std::vector<std::vector<std::byte>>* frames, entropy_accumulator* ent) {
+  chunk_encoder<Backend> enc(encode_options{.policy = policy, .zstd_level = a.zstd_level, .max_frame_input_bytes = a.frame_mib << 20});
+  const auto plan = plan_chunks(man, a.frame_mib << 20);
+  encode_stats st;
+  st.entropy = ent;
+  byte_buffer out;
+  elapsed best;
+  for (int rep = 0; rep < (frames ? a.repeat : 1); ++rep) {
+    if (frames) frames->clear();
+    encode_stats s;
+    s.entropy = rep == 0 ? ent : nullptr;
+    const auto t0 = now();
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+      const auto ps = pieces_of(m, plan[i], man);
+      enc.encode({frame_kind::delta, payload_id{{1, 0}, 0, static_cast<std::uint32_t>(i)}, 0, 1}, ps, out, &s);
+      if (frames) frames->emplace_back(out.data(), out.data() + out.size());
+    }
+    best.keep_min(t0);
+    if (rep == 0) st = s;
+  }
+  return {best, st};
+}
+
+template <class Backend>
+nlohmann::json measure(const bench_args& a, model& m) {
+  model_manifest man(m.infos);
+  nlohmann::json j;
+  // memcpy: the receiver's work copy of the base; memcmp: full compare of two equal buffers
+  elapsed memcpy_t, memcmp_t;
+  int cmp = 0;
+  std::memset(m.work.get(), 0, m.bytes);  // fault the pages in: memcpy is timed, not the kernel
+  for (int rep = 0; rep < a.repeat; ++rep) {
+    auto t0 = now();
+    std::memcpy(m.work.get(), m.old_b.get(), m.bytes);
+    memcpy_t.keep_min(t0);
+    t0 = now();
+    cmp |= std::memcmp(m.work.get(), m.old_b.get(), m.bytes);
+    memcmp_t.keep_min(t0);
+  }
+  if (cmp != 0) throw std::logic_error("memcpy copy differs");
+
+  entropy_accumulator ent;
+  auto [ow_s, ow] = encode_model<Backend>(m, man, a, mode_policy::overwrite_only, nullptr, &ent);
+  auto [xo_s, xo] = encode_model<Backend>(m, man, a, mode_policy::xor_only, nullptr, nullptr);
+  std::vector<std::vector<std::byte>> frames;
+  auto [enc_t, ch] = encode_model<Backend>(m, man, a, mode_policy::xor_allowed, &frames, nullptr);
+
+  // apply: verify + decode + apply every frame to the work copy (which holds the base)
+  std::vector<mutable_tensor_view> views;
+  for (std::size_t i = 0; i < m.infos.size(); ++i)
+    views.emplace_back(m.infos[i].name, m.infos[i].type, m.infos[i].shape, std::span<std::byte>(m.work.get() + m.offsets[i], m.infos[i].bytes()));
+  target_map tm(views);
+  frame_applier<Backend> ap;
+  std::size_t max_frame = 0;
+  elapsed apply_t;
+  const auto t0 = now();
+  for (auto& f : frames) {
+    ap.apply(f, tm);
+    max_frame = std::max(max_frame, f.size());
+  }
+  apply_t.keep_min(t0);
+  const bool exact = std::memcmp(m.work.get(), m.new_b.get(), m.bytes) == 0;
+
+  const double n = static_cast<double>(ch.elements);
+  j["backend"] = std::string(Backend::name());
+  j["size_mib"] = a.size_mib;
+  j["change"] = a.change;
+  j["elements"] = ch.elements;
+  j["changed"] = ch.changed;
+  j["change_rate"] = n > 0 ? static_cast<double>(ch.changed) / n : 0.0;
+  j["zstd_level"] = a.zstd_level;
+  j["zstd_profiles"] = "per section: zstd literals profile (fast strategy, max acceleration, Huffman literals) or zstd at zstd_level, whichever is smaller when the first is >1.1x the order-0 estimate";
+  j["frame_input_bytes"] = a.frame_mib << 20;
+  j["frames"] = frames.size();
+  j["dense_bytes"] = m.bytes;
+  j["overwrite_only_bytes"] = ow.frame_bytes;
+  j["xor_bytes"] = xo.frame_bytes;
+  j["chosen_bytes"] = ch.frame_bytes;
+  j["entropy_bytes"] = static_cast<std::uint64_t>(std::ceil(ent.bytes()));
+  j["chosen_location_bytes"] = ch.location_bytes;
+  j["chosen_value_bytes"] = ch.value_bytes;
+  j["chosen_xor_items"] = ch.xor_items;
+  j["chosen_items"] = ch.items;
+  nlohmann::json lc;
+  for (std::uint8_t c = 0; c < location_coding_count; ++c)
+    if (ch.location_codings[c]) lc[std::string(to_string(static_cast<location_coding>(c)))] = ch.location_codings[c];
+  j["chosen_location_codings"] = lc;
+  j["timing"] = "thread_cpu";
+  j["encode_s"] = enc_t.cpu;
+  j["memcmp_s"] = memcmp_t.cpu;
+  j["apply_s"] = apply_t.cpu;
+  j["memcpy_s"] = memcpy_t.cpu;
+  j["encode_wall_s"] = enc_t.wall;
+  j["memcmp_wall_s"] = memcmp_t.wall;
+  j["apply_wall_s"] = apply_t.wall;
+  j["memcpy_wall_s"] = memcpy_t.wall;
+  j["peak_extra_bytes"] = ap.scratch_bytes() + max_frame;
+  j["encoder_scratch_bytes"] = 0;  // filled below by a fresh encoder's high-water mark
+  {
+    chunk_encoder<Backend> enc(encode_options{.policy = mode_policy::xor_allowed, .zstd_level = a.zstd_level, .max_frame_input_bytes = a.frame_mib << 20});
+    byte_buffer out;
+    const auto plan = plan_chunks(man, a.frame_mib << 20);
+    for (std::size_t i = 0; i < std::min<std::size_t>(plan.size(), 2); ++i) {
+      const auto ps = pieces_of(m, plan[i], man);
+      enc.encode({frame_kind::delta, payload_id{{1, 0}, 0, static_cast<std::uint32_t>(i)}, 0, 1}, ps, out);
+    }
+    j["encoder_scratch_bytes"] = enc.scratch_bytes() + out.capacity();
+  }
+  j["ratio_chosen_vs_overwrite"] = static_cast<double>(ch.frame_bytes) / static_cast<double>(std::max<std::uint64_t>(1, ow.frame_bytes));
+  j["ratio_chosen_vs_entropy"] = static_cast<double>(ch.frame_bytes) / std::max(1.0, ent.bytes());
+  j["ratio_encode_vs_memcmp"] = enc_t.cpu / memcmp_t.cpu;
+  j["ratio_apply_vs_memcpy"] = apply_t.cpu / memcpy_t.cpu;
+  j["ratio_dense_vs_chosen"] = static_cast<double>(m.bytes) / static_cast<double>(std::max<std::uint64_t>(1, ch.frame_bytes));
+  j["bit_exact"] = exact;
+  j["threads"] = 1;
+  return j;
+}
+
+using runner = std::function<nlohmann::json(const bench_args&, model&)>;
+
+/// Backends the bench can run. To add one (e.g. the Thrust systems), add an entry whose runner
+/// stages the model where the backend works and calls measure<YourBackend> (or its own variant).
+std::map<std::string, runner> backend_registry() {
+  std::map<std::string, runner> r;
+  r["host"] = [](const bench_args& a, model& m) { return measure<host_backend>(a, m); };
+  return r;
+}
+
+[[noreturn]] void usage(int code) {
+  std::fprintf(code ? stderr : stdout,
+               "usage: bitrefit-bench-codec [--size-mib N] [--change adamw|RATE] [--json] [--backend NAME]\n"
+               "                            [--zstd-level L] [--frame-mib M] [--adamw-steps K] [--seed S] [--repeat R]\n"
+               "backends:");
+  for (auto& [k, v] : backend_registry()) std::fprintf(code ? stderr : stdout, " %s", k.c_str());
+  std::fprintf(code ? stderr : stdout, "\n");
+  std::exit(code);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  bench_args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) usage(2);
+      return argv[++i];
+    };
+    if (s == "--size-mib") a.size_mib = std::stoull(next());
+    else if (s == "--change") a.change = next();
+    else if (s == "--json") a.json = true;
+    else if (s == "--backend") a.backend = next();
+    else if (s == "--zstd-level") a.zstd_level = std::stoi(next());
+    else if (s == "--frame-mib") a.frame_mib = std::stoull(next());
+    else if (s == "--adamw-steps") a.adamw_steps = std::stoi(next());
+    else if (s == "--seed") a.seed = std::stoull(next());
+    else if (s == "--repeat") a.repeat = std::max(1, std::stoi(next()));
+    else if (s == "--help" || s == "-h") usage(0);
+    else usage(2);
+  }
+  auto reg = backend_registry();
+  auto it = reg.find(a.backend);
+  if (it == reg.end()) {
+    std::fprintf(stderr, "unknown backend '%s'\n", a.backend.c_str());
+    usage(2);
+  }
+  if (a.size_mib == 0 || a.frame_mib == 0) usage(2);
+  const auto t0 = clock_t_::now();
+  model m = make_model(a);
+  const double gen_s = seconds_since(t0);
+  auto j = it->second(a, m);
+  j["generate_s"] = gen_s;
+  if (a.json) std::printf("%s\n", j.dump(2).c_str());
+  else {
+    std::printf("%s, %llu MiB BF16, change %s: %llu of %llu elements changed (%.3f%%)\n", j["backend"].get<std::string>().c_str(),
+                static_cast<unsigned long long>(a.size_mib), a.change.c_str(), j["changed"].get<unsigned long long>(),
+                j["elements"].get<unsigned long long>(), 100.0 * j["change_rate"].get<double>());
+    std::printf("bytes: dense %llu, overwrite-only %llu, xor %llu, chosen %llu, entropy %llu\n",
+                j["dense_bytes"].get<unsigned long long>(), j["overwrite_only_bytes"].get<unsigned long long>(),
+                j["xor_bytes"].get<unsigned long long>(), j["chosen_bytes"].get<unsigned long long>(),
+                j["entropy_bytes"].get<unsigned long long>());
+    std::printf("chosen/overwrite %.3f, chosen/entropy %.3f, encode/memcmp %.2f\n", j["ratio_chosen_vs_overwrite"].get<double>(),
+                j["ratio_chosen_vs_entropy"].get<double>(), j["ratio_encode_vs_memcmp"].get<double>());
+    std::printf("time: encode %.3fs, memcmp %.3fs, apply %.3fs, memcpy %.3fs; receiver scratch %llu bytes; bit-exact %s\n",
+                j["encode_s"].get<double>(), j["memcmp_s"].get<double>(), j["apply_s"].get<double>(), j["memcpy_s"].get<double>(),
+                j["peak_extra_bytes"].get<unsigned long long>(), j["bit_exact"].get<bool>() ? "yes" : "NO");
+  }
+  return j["bit_exact"].get<bool>() ? 0 : 1;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bitrefit-bench-codec: %s\n", e.what());
+  return 1;
+}

@@ -1,0 +1,198 @@
+// bitrefit/codec/apply.hpp — decode a payload frame and apply it in place, verify-then-write.
+//
+// Rule: nothing is written until the whole frame verified — magic, version, size, digest, every
+// descriptor (frame.hpp), every section decompressed to its declared size, every location stream
+// decoded with every position inside its range, and every item matched to a target tensor of the
+// same dtype and element count. Only then does the backend scatter the values. A bad frame throws
+// bitrefit::error naming the problem and leaves every target bit-identical to before.
+//
+// Receiver memory: the decoder's scratch holds one frame's decoded positions and values, so it is
+// bounded by the frame's canonical input (max_frame_input_bytes), never by the model.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bitrefit/codec/buffer.hpp"
+#include "bitrefit/codec/concepts.hpp"
+#include "bitrefit/codec/encoder.hpp"
+#include "bitrefit/codec/frame.hpp"
+#include "bitrefit/codec/host_backend.hpp"
+#include "bitrefit/codec/location.hpp"
+#include "bitrefit/codec/zstd.hpp"
+#include "bitrefit/core/error.hpp"
+#include "bitrefit/core/tensor.hpp"
+
+namespace bitrefit::codec {
+
+/// One decoded item: positions relative to item.begin (strictly ascending, < range size) and the
+/// values interleaved (element_size bytes each), to be applied with item.mode.
+struct decoded_item {
+  const frame_item* item = nullptr;
+  std::span<const std::uint32_t> positions;
+  std::span<const std::byte> values;
+};
+
+/// Decompresses and decodes frames into reusable scratch. Views returned by decode() stay valid
+/// until the next decode() on the same decoder (and while the frame's bytes live).
+class frame_decoder {
+ public:
+  /// @pre `f` came from frame_view::parse (structure and digest verified).
+  /// Throws errc::format naming the tensor and field on any inconsistency in the sections.
+  std::span<const decoded_item> decode(const frame_view& f, std::string_view source = {}) {
+    const auto& items = f.items();
+    std::uint64_t total_pos = 0, total_val = 0;
+    for (auto& it : items) {
+      total_pos += it.changed;
+      total_val += it.value_raw_size;
+    }
+    positions_.resize_uninit(total_pos);
+    values_.resize_uninit(total_val);
+    out_.clear();
+    std::uint64_t pos_off = 0, val_off = 0;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const frame_item& it = items[i];
+      error_context where{.file = std::string(source), .tensor = it.tensor, .field = "locations"};
+      const std::uint64_t m = it.range_elements();
+      std::span<std::uint32_t> pos{positions_.data() + pos_off, it.changed};
+      // locations
+      std::span<const std::byte> loc_raw = f.location_section(i);
+      if (it.location_compression == section_compression::zstd) {
+        raw_.resize_uninit(it.location_raw_size);
+        zstd_.decompress_exact(loc_raw, raw_.span(), where);
+        loc_raw = raw_.span();
+      }
+      decode_locations(it.locations, loc_raw, m, pos, where);
+      // values
+      where.field = "values";
+      std::span<std::byte> vals{values_.data() + val_off, it.value_raw_size};
+      const std::size_t E = element_size(it.type);
+      const bool planes = it.values == value_coding::byte_planes && E > 1;
+      std::span<const std::byte> val_src = f.value_section(i);
+      if (it.value_compression == section_compression::zstd) {
+        std::span<std::byte> dst = vals;
+        if (planes) {
+          raw_.resize_uninit(it.value_raw_size);
+          dst = raw_.span();
+        }
+        zstd_.decompress_exact(val_src, dst, where);
+        val_src = dst;
+      }
+      if (planes) detail::merge_planes(val_src, E, vals.data());
+      else if (val_src.data() != vals.data() && !vals.empty()) std::memcpy(vals.data(), val_src.data(), vals.size());
+      out_.push_back({&it, pos, vals});
+      pos_off += it.changed;
+      val_off += it.value_raw_size;
+    }
+    return out_;
+  }
+
+  /// Bytes of scratch currently held (the receiver's extra memory beyond the model).
+  std::size_t scratch_bytes() const noexcept {
+    return positions_.capacity_bytes() + values_.capacity_bytes() + raw_.capacity_bytes() +
+           out_.capacity() * sizeof(decoded_item);
+  }
+
+ private:
+  zstd_decompressor zstd_;
+  scratch_buffer<std::uint32_t> positions_;
+  byte_buffer values_, raw_;
+  std::vector<decoded_item> out_;
+};
+
+/// The receiver's tensors by canonical name (views; bytes in the backend's memory space).
+class target_map {
+ public:
+  target_map() = default;
+  explicit target_map(std::vector<mutable_tensor_view> tensors) : tensors_(std::move(tensors)) {
+    std::sort(tensors_.begin(), tensors_.end(), [](auto& a, auto& b) { return a.name() < b.name(); });
+    for (std::size_t i = 1; i < tensors_.size(); ++i)
+      if (tensors_[i - 1].name() == tensors_[i].name())
+        throw error(errc::invalid_argument, "duplicate tensor in target", {.file = {}, .tensor = tensors_[i].name(), .field = {}});
+  }
+  const mutable_tensor_view* find(std::string_view name) const {
+    auto it = std::lower_bound(tensors_.begin(), tensors_.end(), name, [](auto& t, std::string_view n) { return t.name() < n; });
+    return it != tensors_.end() && it->name() == name ? &*it : nullptr;
+  }
+  const std::vector<mutable_tensor_view>& tensors() const noexcept { return tensors_; }
+
+ private:
+  std::vector<mutable_tensor_view> tensors_;
+};
+
+/// What apply() did.
+struct apply_result {
+  frame_header header;
+  std::uint64_t items = 0;
+  std::uint64_t changed = 0;  // elements written
+};
+
+/// Verifies and applies frames to a target_map through `Backend`.
+template <execution_backend Backend = host_backend>
+class frame_applier {
+ public:
+  explicit frame_applier(Backend backend = {}) : backend_(std::move(backend)) {}
+
+  /// Full verification without writing: parse + digest, decode every section, match every item to
+  /// `targets`. Returns the parsed view (borrowing `bytes`). Throws on the first problem.
+  frame_view verify(std::span<const std::byte> bytes, const target_map& targets, std::string_view source = {}) {
+    frame_view f = frame_view::parse(bytes, source);
+    decoder_.decode(f, source);
+    match_targets(f, targets, source);
+    return f;
+  }
+
+  /// Verify-everything-then-write. On any error the targets are untouched.
+  apply_result apply(std::span<const std::byte> bytes, const target_map& targets, std::string_view source = {}) {
+    frame_view f = frame_view::parse(bytes, source);
+    auto decoded = decoder_.decode(f, source);
+    auto tensors = match_targets(f, targets, source);
+    apply_result r{f.header(), 0, 0};
+    for (std::size_t i = 0; i < decoded.size(); ++i) {
+      const auto& d = decoded[i];
+      const std::size_t E = element_size(d.item->type);
+      auto dst = tensors[i]->bytes().subspan(d.item->begin * E, d.item->range_elements() * E);
+      backend_.apply_changes(dst, E, d.item->mode, d.positions, d.values);
+      r.items += 1;
+      r.changed += d.item->changed;
+    }
+    return r;
+  }
+
+  /// Receiver scratch beyond the model (decoded positions and values of one frame).
+  std::size_t scratch_bytes() const noexcept { return decoder_.scratch_bytes(); }
+  frame_decoder& decoder() noexcept { return decoder_; }
+  Backend& backend() noexcept { return backend_; }
+
+ private:
+  std::vector<const mutable_tensor_view*> match_targets(const frame_view& f, const target_map& targets,
+                                                        std::string_view source) {
+    std::vector<const mutable_tensor_view*> out;
+    out.reserve(f.items().size());
+    for (const auto& it : f.items()) {
+      error_context where{.file = std::string(source), .tensor = it.tensor, .field = {}};
+      const mutable_tensor_view* t = targets.find(it.tensor);
+      if (!t) throw error(errc::mismatch, "frame names a tensor the target does not have", where);
+      if (t->type() != it.type) {
+        where.field = "dtype";
+        throw error(errc::mismatch, "frame item is " + std::string(dtype_name(it.type)) + " but the target tensor is " + std::string(dtype_name(t->type())), where);
+      }
+      if (t->elements() != it.tensor_elements) {
+        where.field = "tensor_elements";
+        throw error(errc::mismatch, "frame item's tensor has " + std::to_string(it.tensor_elements) + " elements but the target has " + std::to_string(t->elements()), where);
+      }
+      out.push_back(t);
+    }
+    return out;
+  }
+
+  Backend backend_;
+  frame_decoder decoder_;
+};
+
+}  // namespace bitrefit::codec

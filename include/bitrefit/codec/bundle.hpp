@@ -1,0 +1,380 @@
+// bitrefit/codec/bundle.hpp — the delta bundle: the CLI's and the object store's unit of a delta.
+//
+// A bundle is a manifest plus its frames. The manifest (JSON) records the base and target
+// versions, the attestation digests of the base and the target model (attestation.hpp), the
+// tensor set (name, dtype, shape), the frame list (seq, size, XXH3-128 of the frame's bytes) and
+// totals. Two storage forms:
+//   file:      "BRFB" | u16 LE version (1) | u16 0 | u32 0 | u64 LE manifest length |
+//              16-byte XXH3-128 of the manifest (low64 LE, high64 LE) | manifest JSON |
+//              frames concatenated in manifest order
+//   directory: manifest.json and frames/<seq as 8 digits>.frame
+// read_bundle() takes either. apply_bundle() checks the base digest of the target, the tensor set
+// and every frame (size, digest, full decode) before writing anything; after writing, it checks
+// the target digest.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bitrefit/codec/apply.hpp"
+#include "bitrefit/codec/attestation.hpp"
+#include "bitrefit/codec/encoder.hpp"
+#include "bitrefit/codec/frame.hpp"
+#include "bitrefit/codec/hash.hpp"
+#include "bitrefit/core/error.hpp"
+#include "bitrefit/core/manifest.hpp"
+#include "bitrefit/core/tensor.hpp"
+
+namespace bitrefit::codec {
+
+inline constexpr char bundle_magic[4] = {'B', 'R', 'F', 'B'};
+inline constexpr std::uint16_t bundle_format_version = 1;
+inline constexpr std::size_t bundle_file_header_size = 4 + 2 + 2 + 4 + 8 + 16;
+
+struct bundle_frame_entry {
+  std::uint32_t seq = 0;
+  std::uint64_t size = 0;
+  digest128 digest;  // XXH3-128 of the whole frame's bytes
+  friend bool operator==(const bundle_frame_entry&, const bundle_frame_entry&) = default;
+};
+
+struct bundle_manifest {
+  version_t base_version = 0;
+  version_t target_version = 1;
+  digest128 base_digest;    // attestation digest of the base model
+  digest128 target_digest;  // attestation digest of the target model
+  mode_policy policy = mode_policy::xor_allowed;
+  int zstd_level = default_zstd_level;
+  std::uint64_t max_frame_input_bytes = default_max_frame_input_bytes;
+  model_manifest tensors;
+  std::vector<bundle_frame_entry> frames;
+  // totals
+  std::uint64_t elements = 0;
+  std::uint64_t changed = 0;
+  std::uint64_t dense_bytes = 0;
+  std::uint64_t payload_bytes = 0;  // sum of frame sizes
+
+  friend bool operator==(const bundle_manifest&, const bundle_manifest&) = default;
+
+  nlohmann::json to_json() const {
+    nlohmann::json j;
+    j["format"] = "bitrefit-delta-bundle";
+    j["format_version"] = bundle_format_version;
+    j["base_version"] = base_version;
+    j["target_version"] = target_version;
+    j["base_digest"] = base_digest.to_hex();
+    j["target_digest"] = target_digest.to_hex();
+    j["mode"] = policy == mode_policy::xor_allowed ? "xor" : policy == mode_policy::xor_only ? "xor_only" : "overwrite";
+    j["zstd_level"] = zstd_level;
+    j["max_frame_input_bytes"] = max_frame_input_bytes;
+    auto& ts = j["tensors"] = nlohmann::json::array();
+    for (auto& t : tensors.tensors()) ts.push_back({{"name", t.name}, {"dtype", std::string(dtype_name(t.type))}, {"shape", t.shape}});
+    auto& fs = j["frames"] = nlohmann::json::array();
+    for (auto& f : frames) fs.push_back({{"seq", f.seq}, {"size", f.size}, {"digest", f.digest.to_hex()}});
+    j["totals"] = {{"elements", elements}, {"changed", changed}, {"dense_bytes", dense_bytes}, {"payload_bytes", payload_bytes}};
+    return j;
+  }
+
+  /// Throws errc::format naming `source` and the field on anything missing or malformed.
+  static bundle_manifest from_json(const nlohmann::json& j, std::string_view source = {}) {
+    const auto fail = [&](std::string field, std::string msg) -> void {
+      throw error(errc::format, std::move(msg), {.file = std::string(source), .tensor = {}, .field = std::move(field)});
+    };
+    bundle_manifest m;
+    try {
+      if (!j.is_object() || j.value("format", "") != "bitrefit-delta-bundle") fail("format", "not a bitrefit delta bundle manifest");
+      if (j.at("format_version").get<int>() != bundle_format_version)
+        throw error(errc::unsupported, "bundle format version " + j.at("format_version").dump(), {.file = std::string(source), .tensor = {}, .field = "format_version"});
+      m.base_version = j.at("base_version").get<version_t>();
+      m.target_version = j.at("target_version").get<version_t>();
+      auto dig = [&](const char* k) {
+        auto d = digest128::from_hex(j.at(k).get<std::string>());
+        if (!d) fail(k, "not 32 hex digits");
+        return *d;
+      };
+      m.base_digest = dig("base_digest");
+      m.target_digest = dig("target_digest");
+      const auto mode = j.at("mode").get<std::string>();
+      if (mode == "xor") m.policy = mode_policy::xor_allowed;
+      else if (mode == "xor_only") m.policy = mode_policy::xor_only;
+      else if (mode == "overwrite") m.policy = mode_policy::overwrite_only;
+      else fail("mode", "unknown mode '" + mode + "'");
+      m.zstd_level = j.at("zstd_level").get<int>();
+      m.max_frame_input_bytes = j.at("max_frame_input_bytes").get<std::uint64_t>();
+      std::vector<tensor_info> ts;
+      for (auto& t : j.at("tensors")) {
+        auto dt = parse_dtype(t.at("dtype").get<std::string>());
+        if (!dt) fail("tensors.dtype", "unknown dtype " + t.at("dtype").dump());
+        ts.push_back({t.at("name").get<std::string>(), *dt, t.at("shape").get<shape_t>()});
+      }
+      m.tensors = model_manifest(std::move(ts));
+      for (auto& f : j.at("frames")) {
+        auto d = digest128::from_hex(f.at("digest").get<std::string>());
+        if (!d) fail("frames.digest", "not 32 hex digits");
+        m.frames.push_back({f.at("seq").get<std::uint32_t>(), f.at("size").get<std::uint64_t>(), *d});
+      }
+      for (std::size_t i = 0; i < m.frames.size(); ++i)
+        if (m.frames[i].seq != i) fail("frames.seq", "frame list is not numbered 0, 1, 2, ...");
+      const auto& tot = j.at("totals");
+      m.elements = tot.at("elements").get<std::uint64_t>();
+      m.changed = tot.at("changed").get<std::uint64_t>();
+      m.dense_bytes = tot.at("dense_bytes").get<std::uint64_t>();
+      m.payload_bytes = tot.at("payload_bytes").get<std::uint64_t>();
+    } catch (const nlohmann::json::exception& e) {
+      fail("manifest", std::string("malformed manifest JSON: ") + e.what());
+    }
+    return m;
+  }
+};
+
+struct delta_bundle {
+  bundle_manifest manifest;
+  std::vector<std::vector<std::byte>> frames;
+};
+
+namespace detail {
+
+inline void check_same_tensor_set(const model_manifest& expected, std::span<const tensor_view> got, std::string_view what) {
+  std::vector<tensor_info> infos;
+  for (auto& t : got) infos.push_back({t.name(), t.type(), t.shape()});
+  model_manifest g(std::move(infos));
+  if (g == expected) return;
+  for (auto& t : expected.tensors()) {
+    const tensor_info* o = g.find(t.name);
+    if (!o) throw error(errc::mismatch, std::string(what) + " lacks this tensor", {.file = {}, .tensor = t.name, .field = {}});
+    if (o->type != t.type) throw error(errc::mismatch, std::string(what) + " has dtype " + std::string(dtype_name(o->type)) + ", expected " + std::string(dtype_name(t.type)), {.file = {}, .tensor = t.name, .field = "dtype"});
+    if (o->shape != t.shape) throw error(errc::mismatch, std::string(what) + " has another shape", {.file = {}, .tensor = t.name, .field = "shape"});
+  }
+  for (auto& t : g.tensors())
+    if (!expected.find(t.name)) throw error(errc::mismatch, std::string(what) + " has a tensor the other side lacks", {.file = {}, .tensor = t.name, .field = {}});
+}
+
+inline const tensor_view& find_view(std::span<const tensor_view> ts, std::string_view name) {
+  for (auto& t : ts)
+    if (t.name() == name) return t;
+  throw error(errc::mismatch, "tensor missing", {.file = {}, .tensor = std::string(name), .field = {}});
+}
+
+}  // namespace detail
+
+/// Builds the bundle turning `base` into `target` (same tensor set, else errc::mismatch naming
+/// the tensor). Frames carry payload ids (attempt 0.0, owner 0, seq = chunk index). `threads`
+/// encoders work on disjoint chunks; the result does not depend on the thread count.
+template <execution_backend Backend = host_backend>
+delta_bundle make_delta_bundle(std::span<const tensor_view> base, std::span<const tensor_view> target,
+                               version_t base_version, version_t target_version, encode_options options = {},
+                               unsigned threads = 1, encode_stats* stats_out = nullptr) {
+  std::vector<tensor_info> infos;
+  for (auto& t : target) infos.push_back({t.name(), t.type(), t.shape()});
+  delta_bundle b;
+  auto& m = b.manifest;
+  m.tensors = model_manifest(std::move(infos));
+  detail::check_same_tensor_set(m.tensors, base, "base model");
+  m.base_version = base_version;
+  m.target_version = target_version;
+  m.policy = options.policy;
+  m.zstd_level = options.zstd_level;
+  m.max_frame_input_bytes = options.max_frame_input_bytes;
+  m.base_digest = attestation_digest(base);
+  m.target_digest = attestation_digest(target);
+
+  // index by name once: name order == manifest order
+  std::vector<const tensor_view*> bv, tv;
+  for (auto& t : m.tensors.tensors()) {
+    bv.push_back(&detail::find_view(base, t.name));
+    tv.push_back(&detail::find_view(target, t.name));
+  }
+  const auto plan = plan_chunks(m.tensors, options.max_frame_input_bytes);
+  b.frames.resize(plan.size());
+  std::vector<encode_stats> stats(std::max(1u, threads));
+  auto work = [&](unsigned w) {
+    chunk_encoder<Backend> enc(options);
+    byte_buffer out;
+    for (std::size_t s = w; s < plan.size(); s += stats.size()) {
+      std::vector<chunk_piece> pieces;
+      for (auto& r : plan[s]) {
+        const std::size_t ti = *m.tensors.index_of(r.tensor);
+        const std::size_t E = element_size(tv[ti]->type());
+        pieces.push_back({tv[ti]->name(), tv[ti]->type(), tv[ti]->elements(), r.begin, r.end,
+                          bv[ti]->bytes().subspan(r.begin * E, (r.end - r.begin) * E),
+                          tv[ti]->bytes().subspan(r.begin * E, (r.end - r.begin) * E)});
+      }
+      frame_header h{frame_kind::delta, payload_id{attempt_id{0, 0}, 0, static_cast<std::uint32_t>(s)}, base_version, target_version};
+      enc.encode(h, pieces, out, &stats[w]);
+      b.frames[s].assign(out.data(), out.data() + out.size());
+    }
+  };
+  if (stats.size() == 1) work(0);
+  else {
+    std::vector<std::thread> ts;
+    for (unsigned w = 0; w < stats.size(); ++w) ts.emplace_back(work, w);
+    for (auto& t : ts) t.join();
+  }
+  encode_stats total;
+  for (auto& s : stats) total += s;
+  for (std::size_t s = 0; s < b.frames.size(); ++s)
+    m.frames.push_back({static_cast<std::uint32_t>(s), b.frames[s].size(), xxh3_128(b.frames[s])});
+  m.elements = m.tensors.total_elements();
+  m.changed = total.changed;
+  m.dense_bytes = m.tensors.total_bytes();
+  m.payload_bytes = total.frame_bytes;
+  if (stats_out) *stats_out += total;
+  return b;
+}
+
+/// Checks every frame against the manifest: count, size, XXH3-128. errc::integrity on mismatch.
+inline void verify_bundle_frames(const delta_bundle& b, std::string_view source = {}) {
+  if (b.frames.size() != b.manifest.frames.size())
+    throw error(errc::integrity, "bundle holds " + std::to_string(b.frames.size()) + " frames, manifest lists " + std::to_string(b.manifest.frames.size()), {.file = std::string(source), .tensor = {}, .field = "frames"});
+  for (std::size_t i = 0; i < b.frames.size(); ++i) {
+    const auto& e = b.manifest.frames[i];
+    const error_context where{.file = std::string(source), .tensor = {}, .field = "frames[" + std::to_string(i) + "]"};
+    if (b.frames[i].size() != e.size)
+      throw error(errc::integrity, "frame " + std::to_string(i) + " is " + std::to_string(b.frames[i].size()) + " bytes, manifest says " + std::to_string(e.size) + " (truncated?)", where);
+    if (xxh3_128(b.frames[i]) != e.digest) throw error(errc::integrity, "frame " + std::to_string(i) + " digest differs from the manifest (corrupted)", where);
+  }
+}
+
+/// Applies `b` to `target` in place: verifies the target's tensor set and base attestation digest,
+/// every frame (manifest size and digest, frame digest and structure, full decode, target match),
+/// and only then writes. Afterwards the target's digest must equal the manifest's target digest.
+/// On any error before writing, the target is untouched.
+template <execution_backend Backend = host_backend>
+void apply_bundle(const delta_bundle& b, std::span<const mutable_tensor_view> target, std::string_view source = {}) {
+  std::vector<tensor_view> ro(target.begin(), target.end());
+  detail::check_same_tensor_set(b.manifest.tensors, ro, "target model");
+  verify_bundle_frames(b, source);
+  const digest128 have = attestation_digest(std::span<const tensor_view>(ro));
+  if (have != b.manifest.base_digest)
+    throw error(errc::mismatch, "target's attestation digest " + have.to_hex() + " is not the bundle's base digest " + b.manifest.base_digest.to_hex() + " (wrong base model)", {.file = std::string(source), .tensor = {}, .field = "base_digest"});
+  target_map tm(std::vector<mutable_tensor_view>(target.begin(), target.end()));
+  frame_applier<Backend> ap;
+  for (std::size_t i = 0; i < b.frames.size(); ++i) {
+    const frame_view f = ap.verify(b.frames[i], tm, source);
+    const auto& h = f.header();
+    if (h.id.seq != i || h.base_version != b.manifest.base_version || h.target_version != b.manifest.target_version)
+      throw error(errc::mismatch, "frame " + std::to_string(i) + " header does not match the manifest (seq or versions)", {.file = std::string(source), .tensor = {}, .field = "frames"});
+  }
+  for (std::size_t i = 0; i < b.frames.size(); ++i) ap.apply(b.frames[i], tm, source);
+  const digest128 now = attestation_digest(std::span<const tensor_view>(ro));
+  if (now != b.manifest.target_digest)
+    throw error(errc::integrity, "after apply the model's digest " + now.to_hex() + " differs from the bundle's target digest " + b.manifest.target_digest.to_hex(), {.file = std::string(source), .tensor = {}, .field = "target_digest"});
+}
+
+namespace detail {
+
+inline std::vector<std::byte> read_all(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw error(errc::io, "cannot open for reading", {.file = p.string(), .tensor = {}, .field = {}});
+  in.seekg(0, std::ios::end);
+  const auto n = static_cast<std::size_t>(in.tellg());
+  in.seekg(0);
+  std::vector<std::byte> v(n);
+  if (n && !in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n)))
+    throw error(errc::io, "read failed", {.file = p.string(), .tensor = {}, .field = {}});
+  return v;
+}
+
+inline void write_all_atomic(const std::filesystem::path& p, std::span<const std::span<const std::byte>> parts) {
+  auto tmp = p;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw error(errc::io, "cannot open for writing", {.file = tmp.string(), .tensor = {}, .field = {}});
+    for (auto s : parts) out.write(reinterpret_cast<const char*>(s.data()), static_cast<std::streamsize>(s.size()));
+    out.flush();
+    if (!out) throw error(errc::io, "write failed", {.file = tmp.string(), .tensor = {}, .field = {}});
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, p, ec);
+  if (ec) throw error(errc::io, "rename failed: " + ec.message(), {.file = p.string(), .tensor = {}, .field = {}});
+}
+
+inline std::string frame_file_name(std::uint32_t seq) {
+  std::string s = std::to_string(seq);
+  return "frames/" + std::string(s.size() < 8 ? 8 - s.size() : 0, '0') + s + ".frame";
+}
+
+}  // namespace detail
+
+/// Writes the single-file form (atomically: temp file, then rename).
+inline void write_bundle_file(const delta_bundle& b, const std::filesystem::path& path) {
+  const std::string json = b.manifest.to_json().dump(1);
+  std::vector<std::byte> head(bundle_file_header_size);
+  std::byte* p = head.data();
+  std::memcpy(p, bundle_magic, 4);
+  p += 4;
+  detail::put_u16(p, bundle_format_version);
+  detail::put_u16(p, 0);
+  detail::put_u32(p, 0);
+  detail::put_u64(p, json.size());
+  store_digest_le(xxh3_128(std::as_bytes(std::span(json.data(), json.size()))), p);
+  std::vector<std::span<const std::byte>> parts{head, std::as_bytes(std::span(json.data(), json.size()))};
+  for (auto& f : b.frames) parts.emplace_back(f);
+  detail::write_all_atomic(path, parts);
+}
+
+/// Writes the directory form: manifest.json (written last, atomically) and frames/NNNNNNNN.frame.
+inline void write_bundle_directory(const delta_bundle& b, const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir / "frames", ec);
+  if (ec) throw error(errc::io, "cannot create directory: " + ec.message(), {.file = dir.string(), .tensor = {}, .field = {}});
+  for (std::size_t i = 0; i < b.frames.size(); ++i) {
+    std::span<const std::byte> part{b.frames[i]};
+    detail::write_all_atomic(dir / detail::frame_file_name(static_cast<std::uint32_t>(i)), std::span(&part, 1));
+  }
+  const std::string json = b.manifest.to_json().dump(1);
+  std::span<const std::byte> part = std::as_bytes(std::span(json.data(), json.size()));
+  detail::write_all_atomic(dir / "manifest.json", std::span(&part, 1));
+}
+
+/// Reads either form and checks every frame against the manifest (verify_bundle_frames).
+inline delta_bundle read_bundle(const std::filesystem::path& path) {
+  const std::string src = path.string();
+  delta_bundle b;
+  if (std::filesystem::is_directory(path)) {
+    const auto jb = detail::read_all(path / "manifest.json");
+    nlohmann::json j = nlohmann::json::parse(reinterpret_cast<const char*>(jb.data()), reinterpret_cast<const char*>(jb.data()) + jb.size(), nullptr, false);
+    if (j.is_discarded()) throw error(errc::format, "manifest.json is not valid JSON", {.file = (path / "manifest.json").string(), .tensor = {}, .field = {}});
+    b.manifest = bundle_manifest::from_json(j, (path / "manifest.json").string());
+    for (auto& e : b.manifest.frames) {
+      const auto fp = path / detail::frame_file_name(e.seq);
+      if (!std::filesystem::exists(fp)) throw error(errc::integrity, "frame file missing", {.file = fp.string(), .tensor = {}, .field = {}});
+      b.frames.push_back(detail::read_all(fp));
+    }
+  } else {
+    const auto all = detail::read_all(path);
+    const error_context where{.file = src, .tensor = {}, .field = "header"};
+    if (all.size() < bundle_file_header_size) throw error(errc::integrity, "file too short for a bundle header (truncated?)", where);
+    if (std::memcmp(all.data(), bundle_magic, 4) != 0) throw error(errc::format, "bad magic (not a bitrefit delta bundle)", where);
+    const auto ver = detail::get_le<std::uint16_t>(all.data() + 4);
+    if (ver != bundle_format_version) throw error(errc::unsupported, "bundle format version " + std::to_string(ver), where);
+    const auto jlen = detail::get_le<std::uint64_t>(all.data() + 12);
+    if (jlen > all.size() - bundle_file_header_size) throw error(errc::integrity, "manifest runs past the end of the file (truncated?)", where);
+    const std::byte* jp = all.data() + bundle_file_header_size;
+    if (xxh3_128({jp, jlen}) != load_digest_le(all.data() + 20)) throw error(errc::integrity, "manifest digest mismatch (corrupted)", {.file = src, .tensor = {}, .field = "manifest"});
+    nlohmann::json j = nlohmann::json::parse(reinterpret_cast<const char*>(jp), reinterpret_cast<const char*>(jp) + jlen, nullptr, false);
+    if (j.is_discarded()) throw error(errc::format, "manifest is not valid JSON", {.file = src, .tensor = {}, .field = "manifest"});
+    b.manifest = bundle_manifest::from_json(j, src);
+    std::uint64_t off = bundle_file_header_size + jlen;
+    for (auto& e : b.manifest.frames) {
+      if (e.size > all.size() - off) throw error(errc::integrity, "frame " + std::to_string(e.seq) + " runs past the end of the file (truncated?)", {.file = src, .tensor = {}, .field = "frames"});
+      b.frames.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(off), all.begin() + static_cast<std::ptrdiff_t>(off + e.size));
+      off += e.size;
+    }
+    if (off != all.size()) throw error(errc::integrity, "trailing bytes after the last frame", {.file = src, .tensor = {}, .field = "frames"});
+  }
+  verify_bundle_frames(b, src);
+  return b;
+}
+
+}  // namespace bitrefit::codec

@@ -1,0 +1,68 @@
+// bitrefit/codec/concepts.hpp — the execution-backend seam of the codec.
+//
+// The codec splits into (a) backend-independent host code that owns the payload frame format,
+// location coding, byte planes, zstd, verification and the apply rules, and (b) an *execution
+// backend* that performs the only operations that touch the tensors' memory. A backend never
+// sees a frame and never decides anything about the format, so a new backend (the Thrust one:
+// CUDA, OMP, CPP systems) cannot change the bytes on the wire or the apply semantics.
+//
+// Memory spaces. "Tensor bytes" (`old`, `neu`, `target`, the bytes to hash) live in the backend's
+// memory space (host memory for host_backend, device memory for a CUDA backend). Every other span
+// (positions, values, digests) is ordinary host memory owned by the caller: compacted streams are
+// the only data that crosses between the spaces.
+//
+// The four primitives and their laws (E = element size in bytes, 1, 2, 4 or 8; m = old.size()/E):
+//
+//  1. collect_changes(old, neu, E, positions, xor_out, new_out) -> c
+//       @pre old.size() == neu.size(), old.size() % E == 0, m < 2^32,
+//            positions.size() >= m, xor_out.size() is 0 or >= m*E, new_out.size() is 0 or >= m*E.
+//       @post c = number of elements i with bytes(old,i) != bytes(neu,i) (stored bits: -0.0 vs +0.0
+//             and NaN payloads differ); positions[0..c) are exactly those i, strictly ascending;
+//             if xor_out is non-empty, xor_out[k*E..k*E+E) = bytes(old,p_k) ^ bytes(neu,p_k);
+//             if new_out is non-empty, new_out[k*E..k*E+E) = bytes(neu,p_k). Nothing else written.
+//       Law: deterministic (same inputs, same outputs) and identical on every backend.
+//
+//  2. apply_changes(target, E, mode, positions, values)
+//       @pre the frame these came from was fully verified: positions strictly ascending,
+//            every p < target.size()/E, values.size() == positions.size()*E.
+//       @post for each k: bytes(target,p_k) = values_k (overwrite) or bytes(target,p_k) ^= values_k
+//             (xor_mask); every other byte of target unchanged. The call is complete (device
+//             synchronised) when it returns.
+//       Laws: overwrite applied twice == once; xor applied to bytes(old) with values from
+//             collect_changes(old, neu) yields neu.
+//
+//  3. hash_slices(bytes, slice_bytes, out)
+//       @pre slice_bytes > 0, out.size() == ceil(bytes.size() / slice_bytes).
+//       @post out[j] = XXH3-128 (seed 0) of bytes[j*slice_bytes, min((j+1)*slice_bytes, size)).
+//       Law: bit-identical to the host's XXH3_128bits on every backend.
+//
+//  4. name() -> a short stable name ("host", "thrust-cpp", ...), used by benches and reports.
+//
+// Everything else — location coding (runs, gaps, bitmaps) from positions, byte-plane splitting
+// and merging of the compacted values, zstd, the frame layout and digest, verification before
+// any write, chunk planning — is shared host code in encoder.hpp / apply.hpp / frame.hpp.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "bitrefit/codec/types.hpp"
+#include "bitrefit/core/digest.hpp"
+
+namespace bitrefit::codec {
+
+template <class B>
+concept execution_backend = requires(B& b, std::span<const std::byte> cbytes, std::span<std::byte> mbytes,
+                                     std::size_t n, std::span<std::uint32_t> pos_out,
+                                     std::span<const std::uint32_t> pos, value_mode mode,
+                                     std::span<digest128> digests) {
+  { B::name() } -> std::convertible_to<std::string_view>;
+  { b.collect_changes(cbytes, cbytes, n, pos_out, mbytes, mbytes) } -> std::same_as<std::size_t>;
+  { b.apply_changes(mbytes, n, mode, pos, cbytes) } -> std::same_as<void>;
+  { b.hash_slices(cbytes, n, digests) } -> std::same_as<void>;
+};
+
+}  // namespace bitrefit::codec

@@ -1,0 +1,79 @@
+// bitrefit/codec/types.hpp — the small vocabulary of the codec: modes, codings, options.
+//
+// Every enum here is written into payload frames as one byte, so its numeric values are part of
+// the frame format (version 1) and must never be renumbered; add new values at the end.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace bitrefit::codec {
+
+/// How the values of one frame item are meant to be applied.
+/// - xor_mask:  target[i] ^= value   (only on a receiver exactly at the base version, placed
+///              bit-preservingly; applying it twice or on another base yields garbage).
+/// - overwrite: target[i]  = value   (idempotent; correct whatever the receiver holds).
+enum class value_mode : std::uint8_t { xor_mask = 0, overwrite = 1 };
+
+/// What an attempt allows the encoder to do (bound at prepare): `xor_allowed` lets the encoder
+/// choose per item between XOR and overwrite (whichever is smaller); `overwrite_only` forbids XOR.
+enum class mode_policy : std::uint8_t { xor_allowed = 0, overwrite_only = 1, xor_only = 2 };
+
+/// Location coding of the changed positions of one item (positions are relative to the item's
+/// range begin and strictly ascending).
+enum class location_coding : std::uint8_t {
+  all = 0,     // every element of the range: no location section (dense items)
+  runs = 1,    // LEB128 pairs (gap since the end of the previous run, run length - 1)
+  gaps8 = 2,   // gap = pos - prev - 1 (prev = -1 at start) as u8; 0xFF escapes: add 255 and continue
+  gaps16 = 3,  // same with u16 little-endian, escape 0xFFFF
+  gaps32 = 4,  // same with u32 little-endian, escape 0xFFFFFFFF
+  bitmap = 5,  // ceil(m/8) bytes, bit i (LSB first) set iff position i changed; padding bits zero
+};
+inline constexpr std::uint8_t location_coding_count = 6;
+
+/// Value coding: values (XOR masks or absolute new bits, `element_size` bytes each, little-endian
+/// as stored) either interleaved or split into byte planes (plane k = byte k of every value).
+enum class value_coding : std::uint8_t { interleaved = 0, byte_planes = 1 };
+inline constexpr std::uint8_t value_coding_count = 2;
+
+/// How one section is stored in the frame.
+enum class section_compression : std::uint8_t { raw = 0, zstd = 1 };
+inline constexpr std::uint8_t section_compression_count = 2;
+
+/// Frame kind: a delta against a base version, or a dense frame (every element, overwrite) that
+/// restores a receiver without a usable base.
+enum class frame_kind : std::uint8_t { delta = 0, dense = 1 };
+
+constexpr std::string_view to_string(value_mode m) noexcept {
+  return m == value_mode::xor_mask ? "xor" : "overwrite";
+}
+constexpr std::string_view to_string(location_coding c) noexcept {
+  switch (c) {
+    case location_coding::all: return "all";
+    case location_coding::runs: return "runs";
+    case location_coding::gaps8: return "gaps8";
+    case location_coding::gaps16: return "gaps16";
+    case location_coding::gaps32: return "gaps32";
+    case location_coding::bitmap: return "bitmap";
+  }
+  return "?";
+}
+constexpr std::string_view to_string(value_coding c) noexcept {
+  return c == value_coding::interleaved ? "interleaved" : "byte_planes";
+}
+constexpr std::string_view to_string(frame_kind k) noexcept { return k == frame_kind::delta ? "delta" : "dense"; }
+
+/// Default bound of canonical input bytes (old range bytes) that one frame covers. Receivers need
+/// scratch proportional to this bound only, never to the model.
+inline constexpr std::uint64_t default_max_frame_input_bytes = 64ull << 20;
+inline constexpr int default_zstd_level = 3;
+
+struct encode_options {
+  mode_policy policy = mode_policy::xor_allowed;
+  int zstd_level = default_zstd_level;
+  /// Canonical input bytes per frame (chunk). Must be >= 8 and its element count below 2^32.
+  std::uint64_t max_frame_input_bytes = default_max_frame_input_bytes;
+};
+
+}  // namespace bitrefit::codec
