@@ -6,3 +6,4 @@
 #include "bitrefit/io/checkpoint_error.hpp"
 #include "bitrefit/io/mapped_file.hpp"
 #include "bitrefit/io/safetensors.hpp"
+#include "bitrefit/io/tensor_store.hpp"

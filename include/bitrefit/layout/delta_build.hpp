@@ -1,0 +1,190 @@
+// bitrefit/layout/delta_build.hpp — building a refit's change set from trainer shards.
+//
+// Direct projection (what owners do): for every owned run of every shard tensor, compare the
+// shard's local bytes with the canonical baseline's bytes at the run's canonical position, and
+// emit the changed canonical indices. The canonical tensor is never materialised: each byte of
+// the shard and of the baseline is read once.
+//
+// Materialising (the reference it is measured against, and what NeMo RL's path amounts to):
+// gather each canonical tensor from the shards' owned runs into a scratch buffer, then diff the
+// buffer against the baseline. Same change set, one extra write and read of every byte.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <numeric>
+#include <span>
+#include <vector>
+
+#include "bitrefit/core/error.hpp"
+#include "bitrefit/layout/canonical_store.hpp"
+#include "bitrefit/layout/change_set.hpp"
+#include "bitrefit/layout/concepts.hpp"
+
+namespace bitrefit::layout {
+
+namespace detail {
+template <Projection P>
+void check_shard_bytes(const P& proj, std::span<const std::span<const std::byte>> local) {
+  const auto& ts = proj.tensors();
+  if (local.size() != ts.size())
+    throw error(errc::mismatch, "shard has " + std::to_string(local.size()) + " tensors, its projection " + std::to_string(ts.size()),
+                {.file = {}, .tensor = {}, .field = "shard"});
+  for (std::size_t k = 0; k < ts.size(); ++k)
+    if (local[k].size() != ts[k].elements() * element_size(ts[k].type))
+      throw error(errc::mismatch, "shard tensor holds " + std::to_string(local[k].size()) + " bytes, its shape needs " +
+                                      std::to_string(ts[k].elements() * element_size(ts[k].type)),
+                  {.file = {}, .tensor = ts[k].name, .field = "data"});
+}
+
+/// Sorts an item's positions (and values with them) when runs were not emitted in canonical order.
+inline void sort_item(change_item& it, std::size_t es) {
+  if (std::is_sorted(it.positions.begin(), it.positions.end())) return;
+  std::vector<std::size_t> order(it.positions.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return it.positions[a] < it.positions[b]; });
+  change_item out{it.tensor, it.mode, {}, {}};
+  out.positions.reserve(order.size());
+  out.values.resize(it.values.size());
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    out.positions.push_back(it.positions[order[k]]);
+    std::memcpy(&out.values[k * es], &it.values[order[k] * es], es);
+  }
+  it = std::move(out);
+}
+}  // namespace detail
+
+/// The owned part of one shard's delta against `baseline`, by direct projection: one item per
+/// canonical tensor this shard owns elements of (in manifest order), positions ascending.
+/// `local[k]` holds the bytes of proj.tensors()[k]. `mode` chooses XOR masks or absolute values.
+template <Projection P>
+std::vector<change_item> direct_delta(const P& proj, std::span<const std::span<const std::byte>> local, const canonical_store& baseline,
+                                      write_mode mode) {
+  detail::check_shard_bytes(proj, local);
+  const auto& canon = proj.canonical().tensors();
+  std::vector<std::int64_t> slot(canon.size(), -1);  // canonical tensor -> item index
+  std::vector<change_item> items;
+  std::vector<change_cursor> cursors;
+  const bool x = mode == write_mode::xor_mask;
+  for (std::size_t k = 0; k < proj.tensors().size(); ++k) {
+    const shard_tensor& st = proj.tensors()[k];
+    const std::size_t es = element_size(st.type);
+    for (const run_block& b : st.runs) {
+      if (!b.owned) continue;
+      if (slot[b.tensor] < 0) {
+        slot[b.tensor] = static_cast<std::int64_t>(items.size());
+        items.push_back({canon[b.tensor].name, mode, {}, {}});
+        cursors.emplace_back();
+      }
+      change_item& it = items[static_cast<std::size_t>(slot[b.tensor])];
+      change_cursor& c = cursors[static_cast<std::size_t>(slot[b.tensor])];
+      const std::byte* base = baseline.bytes(canon[b.tensor].name).data();
+      for_each_run(b, [&](std::uint64_t lb, std::uint64_t cb, std::uint64_t len) {
+        collect_changed(base + cb * es, local[k].data() + lb * es, len, es, cb, x, it, c);
+      });
+    }
+  }
+  for (std::size_t i = 0; i < items.size(); ++i) cursors[i].finish(items[i]);
+  std::vector<change_item> out;
+  for (std::size_t t = 0; t < canon.size(); ++t)  // manifest order, empty items dropped
+    if (slot[t] >= 0 && !items[static_cast<std::size_t>(slot[t])].positions.empty()) {
+      out.push_back(std::move(items[static_cast<std::size_t>(slot[t])]));
+      detail::sort_item(out.back(), element_size(canon[t].type));
+    }
+  return out;
+}
+
+/// The reference path: gathers canonical tensors from the owned runs of every added shard, then
+/// diffs them with the baseline.
+///   whole_model:  gather the whole canonical model first (a gathered state dict, as an export to
+///                 the Hugging Face layout does), then diff every tensor;
+///   per_tensor:   gather one tensor into a reused scratch buffer, diff it, next tensor (the
+///                 streamed variant: less memory, and small tensors stay in cache).
+/// Scratch is allocated (and touched) once and reused by later builds.
+class materialising_delta {
+ public:
+  enum class scope { whole_model, per_tensor };
+
+  explicit materialising_delta(const model_manifest& canonical, scope s = scope::whole_model)
+      : canonical_(&canonical), scope_(s), sources_(canonical.size()) {}
+
+  /// Registers a shard; `local` must outlive build().
+  template <Projection P>
+  void add_shard(const P& proj, std::span<const std::span<const std::byte>> local) {
+    detail::check_shard_bytes(proj, local);
+    if (!(proj.canonical() == *canonical_))
+      throw error(errc::mismatch, "shard projects to another canonical manifest", {.file = {}, .tensor = {}, .field = "canonical"});
+    for (std::size_t k = 0; k < proj.tensors().size(); ++k)
+      for (const run_block& b : proj.tensors()[k].runs)
+        if (b.owned) sources_[b.tensor].push_back({local[k].data(), b});
+  }
+
+  /// One item per canonical tensor with changes, in manifest order.
+  /// @throws errc::mismatch when the registered shards' owned runs do not cover a tensor (a gap
+  ///         would diff stale scratch bytes).
+  std::vector<change_item> build(const canonical_store& baseline, write_mode mode) {
+    const auto& canon = canonical_->tensors();
+    std::vector<std::uint64_t> offset(canon.size(), 0);
+    std::uint64_t need = 0;
+    for (std::size_t t = 0; t < canon.size(); ++t) {
+      if (scope_ == scope::whole_model) offset[t] = need, need += canon[t].bytes();
+      else need = std::max(need, canon[t].bytes());
+    }
+    if (scratch_.size() < need) scratch_.resize(need);
+    auto gather = [&](std::size_t t) {
+      const std::size_t es = element_size(canon[t].type);
+      std::byte* dst = scratch_.data() + offset[t];
+      std::uint64_t covered = 0;
+      for (const source& s : sources_[t])
+        for_each_run(s.run, [&](std::uint64_t lb, std::uint64_t cb, std::uint64_t len) {
+          std::memcpy(dst + cb * es, s.bytes + lb * es, len * es);
+          covered += len;
+        });
+      if (covered != canon[t].elements())
+        throw error(errc::mismatch, "owned runs cover " + std::to_string(covered) + " of " + std::to_string(canon[t].elements()) + " elements",
+                    {.file = {}, .tensor = canon[t].name, .field = "shards"});
+    };
+    std::vector<change_item> out;
+    auto diff = [&](std::size_t t) {
+      change_item it{canon[t].name, mode, {}, {}};
+      collect_changed(baseline.bytes(canon[t].name).data(), scratch_.data() + offset[t], canon[t].elements(), element_size(canon[t].type), 0,
+                      mode == write_mode::xor_mask, it);
+      if (!it.positions.empty()) out.push_back(std::move(it));
+    };
+    if (scope_ == scope::whole_model) {
+      for (std::size_t t = 0; t < canon.size(); ++t) gather(t);
+      for (std::size_t t = 0; t < canon.size(); ++t) diff(t);
+    } else {
+      for (std::size_t t = 0; t < canon.size(); ++t) gather(t), diff(t);
+    }
+    return out;
+  }
+
+ private:
+  struct source {
+    const std::byte* bytes;
+    run_block run;
+  };
+  const model_manifest* canonical_;
+  scope scope_;
+  std::vector<std::vector<source>> sources_;
+  std::vector<std::byte> scratch_;
+};
+
+/// Merges per-shard items of the same tensor (disjoint positions) into one sorted item per tensor.
+inline std::vector<change_item> merge_items(std::vector<change_item> items, const model_manifest& canonical) {
+  std::sort(items.begin(), items.end(), [](const change_item& a, const change_item& b) { return a.tensor < b.tensor; });
+  std::vector<change_item> out;
+  for (auto& it : items) {
+    if (!out.empty() && out.back().tensor == it.tensor) {
+      out.back().positions.insert(out.back().positions.end(), it.positions.begin(), it.positions.end());
+      out.back().values.insert(out.back().values.end(), it.values.begin(), it.values.end());
+    } else {
+      out.push_back(std::move(it));
+    }
+  }
+  for (auto& it : out) detail::sort_item(it, element_size(canonical.at(it.tensor).type));
+  return out;
+}
+
+}  // namespace bitrefit::layout

@@ -1,0 +1,138 @@
+// bitrefit/layout/frame_apply.hpp — applying codec payload frames through any Loader.
+//
+// The bridge between codec/ (frames, decoded items) and layout/ (where a receiver keeps its
+// values). A receiver whose tensors are not canonical tensors — a tensor-parallel serving rank
+// with merged qkv_proj, stacked experts, padded vocabularies — applies frames here instead of
+// through codec::frame_applier's canonical target_map. Same rule: everything is verified (frame
+// digest and structure, every section decoded, every item matched to the loader's canonical
+// manifest by dtype and element count, XOR only where placement is bit-preserving) before the
+// first byte is written; a rejected frame leaves the engine bit-identical to before.
+// Positions outside the loader's held ranges are skipped (a TP rank takes its part).
+// Also here: the attestation digest of what a Loader holds (codec's definition over its declared
+// held ranges), read in place where a range is one contiguous segment.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "bitrefit/codec/apply.hpp"
+#include "bitrefit/codec/attestation.hpp"
+#include "bitrefit/codec/frame.hpp"
+#include "bitrefit/core/error.hpp"
+#include "bitrefit/layout/apply.hpp"
+#include "bitrefit/layout/concepts.hpp"
+
+namespace bitrefit::layout {
+
+static_assert(static_cast<std::uint8_t>(codec::value_mode::xor_mask) == static_cast<std::uint8_t>(write_mode::xor_mask));
+static_assert(static_cast<std::uint8_t>(codec::value_mode::overwrite) == static_cast<std::uint8_t>(write_mode::overwrite));
+
+struct frame_apply_result {
+  codec::frame_header header;
+  std::uint64_t items = 0;
+  std::uint64_t applied = 0;   // elements written into this loader
+  std::uint64_t not_held = 0;  // elements of the frame this loader does not hold
+};
+
+/// Verifies and applies frames to a Loader. Holds the decoder's scratch (bounded by one frame's
+/// canonical input), so keep one per receiver thread.
+class loader_frame_applier {
+ public:
+  /// Full verification without writing. Throws bitrefit::error naming the tensor and field.
+  template <Loader L>
+  codec::frame_view verify(const L& l, std::span<const std::byte> bytes, std::string_view source = {}) {
+    codec::frame_view f = codec::frame_view::parse(bytes, source);
+    check(l, decoder_.decode(f, source), source);
+    return f;
+  }
+
+  /// Verify everything, then write. On any error the loader's tensors are untouched.
+  template <Loader L>
+  frame_apply_result apply(L& l, std::span<const std::byte> bytes, std::string_view source = {}) {
+    codec::frame_view f = codec::frame_view::parse(bytes, source);
+    const auto decoded = decoder_.decode(f, source);
+    check(l, decoded, source);
+    frame_apply_result r{f.header(), 0, 0, 0};
+    for (const codec::decoded_item& d : decoded) {
+      const apply_stats st = apply_positions(l, d.item->tensor, static_cast<write_mode>(d.item->mode), d.positions, d.values, d.item->begin);
+      r.items += 1;
+      r.applied += st.applied;
+      r.not_held += st.not_held;
+    }
+    return r;
+  }
+
+  std::size_t scratch_bytes() const noexcept { return decoder_.scratch_bytes(); }
+
+ private:
+  template <Loader L>
+  static void check(const L& l, std::span<const codec::decoded_item> decoded, std::string_view source) {
+    for (const codec::decoded_item& d : decoded) {
+      const codec::frame_item& it = *d.item;
+      error_context where{.file = std::string(source), .tensor = it.tensor, .field = {}};
+      const tensor_info* t = l.canonical().find(it.tensor);
+      if (!t) throw error(errc::mismatch, "frame names a tensor this engine does not serve", where);
+      if (t->type != it.type) {
+        where.field = "dtype";
+        throw error(errc::mismatch, "frame item is " + std::string(dtype_name(it.type)) + " but the engine's canonical tensor is " + std::string(dtype_name(t->type)), where);
+      }
+      if (t->elements() != it.tensor_elements || it.begin > it.end || it.end > it.tensor_elements) {
+        where.field = "tensor_elements";
+        throw error(errc::mismatch, "frame item's range does not fit the engine's tensor of " + std::to_string(t->elements()) + " elements", where);
+      }
+      if (it.mode == codec::value_mode::xor_mask && !l.bit_preserving(it.tensor)) {
+        where.field = "mode";
+        throw error(errc::mismatch, "XOR item for a tensor this engine does not place bit-preservingly (the attempt must send it as overwrite)", where);
+      }
+      const std::size_t es = element_size(it.type);
+      if (d.values.size() != d.positions.size() * es) {
+        where.field = "values";
+        throw error(errc::format, "decoded values do not match the positions", where);
+      }
+      for (std::size_t k = 0; k < d.positions.size(); ++k)
+        if (d.positions[k] >= it.range_elements() || (k > 0 && d.positions[k] <= d.positions[k - 1])) {
+          where.field = "locations";
+          throw error(errc::format, "decoded positions are not strictly ascending inside the item's range", where);
+        }
+    }
+  }
+
+  codec::frame_decoder decoder_;
+};
+
+/// The attestation digest (codec/attestation.hpp, version 1) over every range the loader holds:
+/// what the receiver acks with, equal to what owners compute from canonical bits over the same
+/// declared ranges. A held range that is one bit-preserving segment is hashed in place; any other
+/// (upcast placement, or canonically adjacent segments apart in memory) is read back first.
+template <Loader L, codec::execution_backend Backend = codec::host_backend>
+digest128 loader_attestation_digest(const L& l, Backend backend = {}) {
+  std::vector<codec::attested_range> ranges;
+  std::vector<std::vector<std::byte>> copies;  // owned bytes of ranges that are not one segment
+  std::size_t copy_count = 0;
+  for (const tensor_info& t : l.canonical().tensors())
+    for (const index_range& r : l.held(t.name)) {
+      const auto segs = l.segments(t.name);
+      const std::size_t es = element_size(t.type);
+      auto it = std::find_if(segs.begin(), segs.end(), [&](const placement_segment& s) { return s.begin == r.begin && s.end == r.end; });
+      if (l.bit_preserving(t.name) && it != segs.end()) {
+        ranges.push_back({t.name, t.type, &t.shape, r.begin, r.end, std::span<const std::byte>(it->data, r.size() * es)});
+      } else {
+        ++copy_count;
+        ranges.push_back({t.name, t.type, &t.shape, r.begin, r.end, {}});
+      }
+    }
+  copies.reserve(copy_count);  // spans into copies stay valid: no reallocation below
+  for (auto& r : ranges)
+    if (r.bytes.empty() && r.end > r.begin) {
+      auto& buf = copies.emplace_back((r.end - r.begin) * element_size(r.type));
+      read_canonical(l, r.tensor, index_range{r.begin, r.end}, buf);
+      r.bytes = buf;
+    }
+  return codec::attestation_digest(std::span<const codec::attested_range>(ranges), backend);
+}
+
+}  // namespace bitrefit::layout

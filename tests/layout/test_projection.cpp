@@ -1,0 +1,327 @@
+// Projection laws over every coordinate, for every TP/PP/EP (and expert-TP) combination up to 4,
+// on small dense, tied and MoE shapes. Shards are built by an independent reference that applies
+// Megatron's sharding rules element by element ((row, col) arithmetic per local tensor name), not
+// by the run blocks under test.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bitrefit/layout/canonical_store.hpp"
+#include "bitrefit/layout/delta_build.hpp"
+#include "bitrefit/layout/megatron.hpp"
+#include "bitrefit/layout/serving_report.hpp"
+
+using namespace bitrefit;
+using namespace bitrefit::layout;
+
+namespace {
+
+model_spec small_dense(bool tied) {
+  return {.name = tied ? "tiny-llama-tied" : "tiny-llama", .hidden = 8, .heads = 24, .kv_heads = 12, .head_dim = 2,
+          .layers = 4, .intermediate = 12, .vocab = 37, .tied_embeddings = tied};
+}
+model_spec small_gqa() {  // 4 query heads per group, groups divisible by 1, 2, 4
+  return {.name = "tiny-gqa", .hidden = 6, .heads = 16, .kv_heads = 4, .head_dim = 3, .layers = 3,
+          .intermediate = 8, .vocab = 29, .tied_embeddings = true};
+}
+model_spec small_moe() {
+  return {.name = "tiny-qwen3-moe", .hidden = 8, .heads = 24, .kv_heads = 12, .head_dim = 2, .layers = 4,
+          .experts = 12, .moe_intermediate = 12, .vocab = 37, .qk_norm = true};
+}
+
+using source = std::optional<std::pair<std::string, std::uint64_t>>;
+
+bool starts(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
+
+/// Where Megatron's sharding puts canonical data: the canonical (name, index) of local element i
+/// of local tensor `name` on rank r, by (row, col) arithmetic; nullopt for padding.
+source reference_source(const model_spec& m, const trainer_parallel& p, const trainer_rank& r, const megatron_projection& proj,
+                        const std::string& name, std::uint64_t i) {
+  const std::uint64_t H = m.hidden, hd = m.head_dim;
+  const auto first_layer = p.stage_layers(m.layers, r.pp).begin;
+  if (name == "embedding.word_embeddings.weight" || name == "output_layer.weight") {
+    const std::uint64_t per = p.padded_vocab(m.vocab) / p.tp, row = r.tp * per + i / H;
+    if (row >= m.vocab) return std::nullopt;
+    const bool lm = name == "output_layer.weight" && !m.tied_embeddings;
+    return std::pair{lm ? hf_lm_head : hf_embed, row * H + i % H};
+  }
+  if (name == "decoder.final_layernorm.weight") return std::pair{hf_final_norm, i};
+  EXPECT_TRUE(starts(name, "decoder.layers.")) << name;
+  const std::size_t dot = name.find('.', 15);
+  const std::uint64_t g = first_layer + std::stoull(name.substr(15, dot - 15));
+  const std::string rest = name.substr(dot + 1), hp = hf_layer(g);
+  if (rest == "input_layernorm.weight") return std::pair{hp + rest, i};
+  if (rest == "pre_mlp_layernorm.weight") return std::pair{hp + "post_attention_layernorm.weight", i};
+  if (rest == "self_attention.q_layernorm.weight") return std::pair{hp + "self_attn.q_norm.weight", i};
+  if (rest == "self_attention.k_layernorm.weight") return std::pair{hp + "self_attn.k_norm.weight", i};
+  if (rest == "mlp.router.weight") return std::pair{hp + "mlp.gate.weight", i};
+  if (rest == "self_attention.linear_qkv.weight") {
+    const std::uint64_t qpg = m.heads / m.kv_heads, row = i / H, col = i % H, per_group = (qpg + 2) * hd;
+    const std::uint64_t G = r.tp * (m.kv_heads / p.tp) + row / per_group, w = row % per_group;
+    if (w < qpg * hd) return std::pair{hp + "self_attn.q_proj.weight", (G * qpg * hd + w) * H + col};
+    if (w < (qpg + 1) * hd) return std::pair{hp + "self_attn.k_proj.weight", (G * hd + w - qpg * hd) * H + col};
+    return std::pair{hp + "self_attn.v_proj.weight", (G * hd + w - (qpg + 1) * hd) * H + col};
+  }
+  if (rest == "self_attention.linear_proj.weight") {
+    const std::uint64_t q = m.heads * hd, ql = q / p.tp, row = i / ql, col = r.tp * ql + i % ql;
+    return std::pair{hp + "self_attn.o_proj.weight", row * q + col};
+  }
+  if (rest == "mlp.linear_fc1.weight") {
+    const std::uint64_t Il = m.intermediate / p.tp, row = i / H, col = i % H;
+    const bool up = row >= Il;
+    return std::pair{hp + (up ? "mlp.up_proj.weight" : "mlp.gate_proj.weight"), (r.tp * Il + row % Il) * H + col};
+  }
+  if (rest == "mlp.linear_fc2.weight") {
+    const std::uint64_t Il = m.intermediate / p.tp, row = i / Il, col = r.tp * Il + i % Il;
+    return std::pair{hp + "mlp.down_proj.weight", row * m.intermediate + col};
+  }
+  const std::uint64_t El = m.experts / p.ep, Iml = m.moe_intermediate / p.etp;
+  if (rest == "mlp.experts.linear_fc1.weight") {
+    const std::uint64_t j = i / (2 * Iml * H), w = i % (2 * Iml * H), row = w / H, col = w % H;
+    const std::string x = hf_expert(g, proj.ep_rank() * El + j);
+    return std::pair{x + (row >= Iml ? "up_proj.weight" : "gate_proj.weight"), (proj.etp_rank() * Iml + row % Iml) * H + col};
+  }
+  if (rest == "mlp.experts.linear_fc2.weight") {
+    const std::uint64_t j = i / (H * Iml), w = i % (H * Iml), row = w / Iml, col = proj.etp_rank() * Iml + w % Iml;
+    return std::pair{hf_expert(g, proj.ep_rank() * El + j) + "down_proj.weight", row * m.moe_intermediate + col};
+  }
+  ADD_FAILURE() << "unexpected local tensor " << name;
+  return std::nullopt;
+}
+
+void fill_random(canonical_store& s, std::uint64_t seed) {
+  std::mt19937_64 g(seed);
+  for (auto& t : s.canonical().tensors())
+    for (auto& b : s.bytes(t.name)) b = std::byte(g() & 0xFF);
+}
+
+/// Checks every law for one model and one parallel configuration.
+void check_config(const model_spec& m, const trainer_parallel& p) {
+  SCOPED_TRACE(m.name + " tp=" + std::to_string(p.tp) + " pp=" + std::to_string(p.pp) + " dp=" + std::to_string(p.dp) +
+               " ep=" + std::to_string(p.ep) + " etp=" + std::to_string(p.etp));
+  auto manifest = std::make_shared<const model_manifest>(canonical_manifest(m));
+  canonical_store reference(*manifest);
+  fill_random(reference, p.tp * 1000 + p.pp * 100 + p.ep * 10 + p.etp);
+  canonical_store rebuilt(*manifest);
+  const auto& ts = manifest->tensors();
+  std::vector<std::vector<std::uint8_t>> owners(ts.size());
+  for (std::size_t k = 0; k < ts.size(); ++k) owners[k].assign(ts[k].elements(), 0);
+  std::uint64_t padding = 0;
+
+  for (const trainer_rank& r : all_ranks(p)) {
+    megatron_projection proj(manifest, m, p, r);
+    std::vector<std::vector<std::uint8_t>> seen(ts.size());  // law 2 within this shard
+    for (std::size_t k = 0; k < ts.size(); ++k) seen[k].assign(ts[k].elements(), 0);
+    for (const shard_tensor& st : proj.tensors()) {
+      const std::uint64_t n = st.elements();
+      const std::size_t es = element_size(st.type);
+      // The shard's bytes, built by the reference rule; padding gets a recognisable pattern.
+      std::vector<std::byte> local(n * es, std::byte{0xA5});
+      std::vector<source> src(n);
+      for (std::uint64_t i = 0; i < n; ++i) {
+        src[i] = reference_source(m, p, r, proj, st.name, i);
+        if (src[i]) std::memcpy(&local[i * es], reference.bytes(src[i]->first).data() + src[i]->second * es, es);
+      }
+      // Law 1 + 2 + 5: run bounds, disjointness, project == reference, inverse.
+      std::vector<std::uint8_t> covered(n, 0);
+      for (const run_block& b : st.runs) {
+        ASSERT_LT(b.tensor, ts.size());
+        ASSERT_EQ(ts[b.tensor].type, st.type);
+        ASSERT_LE(b.local_end(), n) << st.name;
+        ASSERT_LE(b.canonical_begin(b.count - 1) + b.length, ts[b.tensor].elements()) << st.name;
+        for_each_run(b, [&](std::uint64_t lb, std::uint64_t cb, std::uint64_t len) {
+          for (std::uint64_t o = 0; o < len; ++o) {
+            ASSERT_EQ(covered[lb + o]++, 0) << st.name << " local " << lb + o << " reached twice";
+            ASSERT_EQ(seen[b.tensor][cb + o]++, 0) << ts[b.tensor].name << " reached twice in one shard";
+            if (b.owned) ++owners[b.tensor][cb + o];
+          }
+          // Copies (owned or not) carry the canonical bits; owned runs rebuild the model.
+          ASSERT_EQ(0, std::memcmp(&local[lb * es], reference.bytes(ts[b.tensor].name).data() + cb * es, len * es)) << st.name;
+          if (b.owned) std::memcpy(rebuilt.bytes(ts[b.tensor].name).data() + cb * es, &local[lb * es], len * es);
+        });
+      }
+      // Range projection: random local ranges project, run by run, to what elements project to.
+      std::mt19937_64 rg(n);
+      for (int trial = 0; trial < 4 && n > 0; ++trial) {
+        std::uint64_t a = rg() % n, b = rg() % (n + 1);
+        if (a > b) std::swap(a, b);
+        std::uint64_t next = a, reached = 0;
+        for (const projected_run& pr : st.project_range({a, b})) {
+          ASSERT_GE(pr.local, next);
+          for (std::uint64_t o = 0; o < pr.length; ++o) {
+            const auto pj = st.project(pr.local + o);
+            ASSERT_TRUE(pj && pj->first == pr.tensor && pj->second == pr.canonical + o);
+          }
+          next = pr.local + pr.length;
+          reached += pr.length;
+        }
+        std::uint64_t expect = 0;
+        for (std::uint64_t i = a; i < b; ++i) expect += st.project(i).has_value();
+        ASSERT_EQ(reached, expect) << st.name;
+      }
+      for (std::uint64_t i = 0; i < n; ++i) {
+        const auto pj = st.project(i);
+        ASSERT_EQ(pj.has_value(), src[i].has_value()) << st.name << " local " << i;
+        if (!pj) {
+          ++padding;
+          continue;
+        }
+        ASSERT_EQ(ts[pj->first].name, src[i]->first) << st.name << " local " << i;
+        ASSERT_EQ(pj->second, src[i]->second) << st.name << " local " << i;
+        ASSERT_EQ(st.locate(pj->first, pj->second), std::optional<std::uint64_t>(i));
+      }
+    }
+  }
+  // Law 3: exactly one owner per canonical element.
+  for (std::size_t k = 0; k < ts.size(); ++k)
+    for (std::uint64_t j = 0; j < ts[k].elements(); ++j) ASSERT_EQ(owners[k][j], 1) << ts[k].name << " element " << j;
+  // Law 4: reconstruction is bit-exact.
+  EXPECT_TRUE(bit_equal(reference, rebuilt));
+  const std::uint64_t pad_rows = p.padded_vocab(m.vocab) - m.vocab;
+  const std::uint64_t vocab_tensors = 1 + (!m.tied_embeddings || p.pp > 1 ? 1 : 0);
+  EXPECT_EQ(padding, pad_rows * m.hidden * p.dp * vocab_tensors);
+}
+
+}  // namespace
+
+TEST(MegatronProjection, DenseEveryTpPpDpUpTo4) {
+  for (bool tied : {false, true})
+    for (std::uint32_t tp = 1; tp <= 4; ++tp)
+      for (std::uint32_t pp = 1; pp <= 4; ++pp)
+        for (std::uint32_t dp : {1u, 2u}) check_config(small_dense(tied), {.tp = tp, .pp = pp, .dp = dp, .vocab_multiple = 4});
+}
+
+TEST(MegatronProjection, GroupedQueryInterleave) {
+  for (std::uint32_t tp : {1u, 2u, 4u})
+    for (std::uint32_t pp = 1; pp <= 3; ++pp) check_config(small_gqa(), {.tp = tp, .pp = pp, .dp = 1, .vocab_multiple = 3});
+}
+
+TEST(MegatronProjection, MoeEveryTpPpEpUpTo4) {
+  for (std::uint32_t tp = 1; tp <= 4; ++tp)
+    for (std::uint32_t pp = 1; pp <= 4; ++pp)
+      for (std::uint32_t ep = 1; ep <= 4; ++ep)
+        for (std::uint32_t etp : {1u, 2u}) {
+          std::uint32_t dp = 1;
+          while ((tp * dp) % (ep * etp)) ++dp;  // smallest data-parallel size that folds ep x etp
+          check_config(small_moe(), {.tp = tp, .pp = pp, .dp = dp, .ep = ep, .etp = etp, .vocab_multiple = 4});
+        }
+}
+
+TEST(MegatronProjection, RejectsConfigsThatDoNotFit) {
+  EXPECT_THROW(megatron_projection(small_moe(), {.tp = 1, .dp = 1, .ep = 5}, {}), error);  // 12 experts % 5
+  EXPECT_THROW(megatron_projection(small_moe(), {.tp = 1, .dp = 1, .ep = 2}, {}), error);  // ep does not fold
+  EXPECT_THROW(megatron_projection(small_gqa(), {.tp = 3}, {}), error);                    // 4 groups % 3
+  EXPECT_THROW(megatron_projection(small_dense(false), {.tp = 2}, {.tp = 2}), error);      // rank outside
+  try {
+    megatron_projection(small_dense(false), {.pp = 5}, {});
+    FAIL();
+  } catch (const error& e) {
+    EXPECT_EQ(e.where().field, "pp");
+  }
+}
+
+TEST(StableOwner, IsStableAndSpreads) {
+  // Pinned values: the owner must never change between builds (ownership is fixed across attempts).
+  EXPECT_EQ(stable_hash("model.norm.weight"), 0xcd02223323398dd1ull);
+  EXPECT_EQ(stable_owner("model.embed_tokens.weight", 8), 5u);
+  std::vector<int> hits(4, 0);
+  for (int l = 0; l < 64; ++l) ++hits[stable_owner(hf_layer(l) + "input_layernorm.weight", 4)];
+  for (int h : hits) EXPECT_GT(h, 4);
+}
+
+// Delta build: direct projection of shards and materialise-then-diff give the same change set,
+// equal to diffing the canonical checkpoints, and it turns the old checkpoint into the new one.
+TEST(DeltaBuild, DirectEqualsMaterialisedEqualsCanonicalDiff) {
+  for (auto [m, p] : {std::pair{small_moe(), trainer_parallel{.tp = 2, .pp = 2, .dp = 1, .ep = 2, .vocab_multiple = 4}},
+                      std::pair{small_dense(true), trainer_parallel{.tp = 3, .pp = 2, .dp = 2, .vocab_multiple = 4}}}) {
+    SCOPED_TRACE(m.name);
+    auto manifest = std::make_shared<const model_manifest>(canonical_manifest(m));
+    canonical_store old_c(*manifest), new_c(*manifest);
+    fill_random(old_c, 11);
+    std::mt19937_64 g(12);
+    for (auto& t : manifest->tensors()) {
+      std::memcpy(new_c.bytes(t.name).data(), old_c.bytes(t.name).data(), t.bytes());
+      for (std::uint64_t i = 0; i < t.elements(); ++i)
+        if (g() % 25 == 0) new_c.bytes(t.name)[i * 2 + g() % 2] ^= std::byte(1 + g() % 255);
+    }
+    for (write_mode mode : {write_mode::xor_mask, write_mode::overwrite}) {
+      std::vector<megatron_projection> projs;
+      std::vector<std::vector<std::vector<std::byte>>> data;
+      for (const trainer_rank& r : all_ranks(p)) {
+        projs.emplace_back(manifest, m, p, r);
+        auto& d = data.emplace_back();
+        for (const shard_tensor& st : projs.back().tensors()) {
+          auto& buf = d.emplace_back(st.elements() * 2, std::byte{0x5A});
+          for (std::uint64_t i = 0; i < st.elements(); ++i)
+            if (auto s = reference_source(m, p, r, projs.back(), st.name, i))
+              std::memcpy(&buf[i * 2], new_c.bytes(s->first).data() + s->second * 2, 2);
+        }
+      }
+      std::vector<std::vector<std::span<const std::byte>>> spans(data.size());
+      for (std::size_t k = 0; k < data.size(); ++k)
+        for (auto& b : data[k]) spans[k].emplace_back(b);
+      std::vector<change_item> direct;
+      materialising_delta mat(*manifest);
+      for (std::size_t k = 0; k < projs.size(); ++k) {
+        for (auto& it : direct_delta(projs[k], spans[k], old_c, mode)) direct.push_back(std::move(it));
+        mat.add_shard(projs[k], spans[k]);
+      }
+      const auto merged = merge_items(std::move(direct), *manifest);
+      const auto materialised = mat.build(old_c, mode);
+      EXPECT_EQ(merged, materialised);
+      std::vector<change_item> expect;
+      for (auto& t : manifest->tensors()) {
+        change_item it{t.name, mode, {}, {}};
+        collect_changed(old_c.bytes(t.name).data(), new_c.bytes(t.name).data(), t.elements(), 2, 0, mode == write_mode::xor_mask, it);
+        if (!it.positions.empty()) expect.push_back(std::move(it));
+      }
+      EXPECT_EQ(merged, expect);
+      canonical_store receiver(*manifest);
+      for (auto& t : manifest->tensors()) std::memcpy(receiver.bytes(t.name).data(), old_c.bytes(t.name).data(), t.bytes());
+      for (auto& it : merged) (void)apply_positions(receiver, it.tensor, it.mode, it.positions, it.values);
+      EXPECT_TRUE(bit_equal(receiver, new_c));
+    }
+  }
+}
+
+// Serving bytes: direct projection vs FP8 conversion, and which converted blocks straddle shards.
+TEST(ServingReport, BF16ServingIsAllDirect) {
+  const model_spec m = model_spec::llama3_2_1b();
+  const auto r = serving_report(m, {.tp = 2, .pp = 2}, false);
+  EXPECT_EQ(r.direct_bytes, canonical_manifest(m).total_bytes());
+  EXPECT_EQ(r.converted_bytes, 0u);
+  EXPECT_EQ(r.direct_fraction(), 1.0);
+}
+
+TEST(ServingReport, Qwen3MoeFp8ExpertWidthSplitFourWaysStraddlesBlocks) {
+  model_spec m = model_spec::qwen3_30b_a3b();
+  m.layers = 2;  // per-layer fractions are those of the full model
+  const model_manifest man = canonical_manifest(m);
+  std::uint64_t direct = 0, converted = 0, expert_converted = 0;
+  for (const auto& t : man.tensors()) {
+    if (!fp8_serves(t)) {
+      direct += t.bytes();
+      continue;
+    }
+    const std::uint64_t blocks = ((t.shape[0] + 127) / 128) * ((t.shape[1] + 127) / 128);
+    converted += t.elements() + 4 * blocks;
+    if (t.name.find(".experts.") != std::string::npos) expert_converted += t.elements() + 4 * blocks;
+  }
+  // TP=2, EP=2 (whole experts per rank, 128-aligned head splits): every block converts locally.
+  const auto a = serving_report(m, {.tp = 2, .pp = 2, .dp = 1, .ep = 2}, true);
+  EXPECT_EQ(a.direct_bytes, direct);
+  EXPECT_EQ(a.converted_bytes, converted);
+  EXPECT_EQ(a.converted_gathered_bytes, 0u);
+  EXPECT_NEAR(a.direct_fraction() + a.conversion_fraction(), 1.0, 1e-12);
+  // Expert TP=4: 768 rows / 4 = 192, so 2 of the 6 block rows (gate/up) or block columns (down)
+  // straddle two shards: exactly a third of the experts' converted bytes need a gather.
+  const auto b = serving_report(m, {.tp = 4, .pp = 1, .dp = 1, .ep = 1, .etp = 4}, true);
+  EXPECT_EQ(b.converted_bytes, converted);
+  EXPECT_EQ(b.converted_gathered_bytes * 3, expert_converted);
+}
