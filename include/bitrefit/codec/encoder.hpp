@@ -372,8 +372,14 @@ class chunk_encoder {
   // the stream's order-0 estimate, so memoryless streams cost one fast pass. Deterministic.
   void compress_best(std::span<const std::byte> raw) {
     const std::size_t start = sections_.size();
-    std::size_t best = zstd_.compress_literals_append(raw, options_.zstd_level, sections_);
     const double est = detail::estimate_stream_bytes(raw);
+    if (est * 16.0 < static_cast<double>(raw.size())) {
+      // under half a bit per byte: an order-0 Huffman coder spends at least one bit per byte, so
+      // only matching can get near the estimate (a mostly-zero byte plane); skip the literals try
+      zstd_.compress_append(raw, options_.zstd_level, sections_);
+      return;
+    }
+    std::size_t best = zstd_.compress_literals_append(raw, options_.zstd_level, sections_);
     if (static_cast<double>(best) > 1.10 * est + 64.0) {
       const std::size_t alt_start = sections_.size();
       const std::size_t n = zstd_.compress_append(raw, options_.zstd_level, sections_);
