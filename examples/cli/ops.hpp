@@ -28,6 +28,7 @@
 #include "bitrefit/core/error.hpp"
 #include "bitrefit/core/manifest.hpp"
 #include "bitrefit/io/checkpoint.hpp"
+#include "bitrefit/io/tensor_store.hpp"
 #include "progress.hpp"
 
 namespace bitrefit::cli {
@@ -218,29 +219,20 @@ inline std::uint64_t page_in(std::span<const tensor_view> tensors, progress_bar&
 
 inline volatile std::uint64_t page_in_sink = 0;
 
-/// Copies of a checkpoint's tensors in memory, writable: what apply decodes into.
-struct tensor_copies {
-  std::vector<std::vector<std::byte>> storage;
-  std::vector<mutable_tensor_view> views;
-
-  tensor_copies(const io::checkpoint& c, progress_bar& bar) {
-    std::uint64_t done = 0;
-    for (const tensor_view& t : c.tensors()) {
-      auto src = t.bytes();
-      storage.emplace_back(src.size());
-      constexpr std::size_t step = std::size_t{16} << 20;
-      for (std::size_t at = 0; at < src.size(); at += step) {
-        const std::size_t n = std::min(step, src.size() - at);
-        std::memcpy(storage.back().data() + at, src.data() + at, n);
-        done += n;
-        bar.update(done);
-      }
-      views.emplace_back(t.name(), t.type(), t.shape(), std::span<std::byte>(storage.back()));
-    }
-    bar.finish();
+/// A writable in-memory copy of a checkpoint (io::tensor_store), filled tensor by tensor with a
+/// progress bar: what apply decodes into.
+inline io::tensor_store copy_into_memory(const io::checkpoint& c, progress_bar& bar) {
+  io::tensor_store store;
+  store.metadata = c.metadata();
+  std::uint64_t done = 0;
+  for (const tensor_view& t : c.tensors()) {
+    (void)store.add(t);
+    done += t.bytes().size();
+    bar.update(done);
   }
-  std::vector<tensor_view> readonly() const { return {views.begin(), views.end()}; }
-};
+  bar.finish();
+  return store;
+}
 
 inline bool ends_with_separator(const std::string& p) { return !p.empty() && (p.back() == '/'); }
 
@@ -515,11 +507,13 @@ inline apply_result apply_delta(const std::filesystem::path& base_path, const st
     // In place on a directory holding one model.safetensors: replace that file.
     if (out == base_path && !base->is_sharded()) out = base->shards().front().path();
   }
-  std::optional<detail::tensor_copies> work;
+  io::tensor_store work;
+  std::vector<mutable_tensor_view> targets;
   {
     auto p = timer.phase("read");
     progress_bar bar("read", total_bytes(*base), pm);
-    work.emplace(*base, bar);
+    work = detail::copy_into_memory(*base, bar);
+    targets = work.mutable_views();
   }
   {
     auto p = timer.phase("apply");
@@ -527,7 +521,7 @@ inline apply_result apply_delta(const std::filesystem::path& base_path, const st
     // Verifies tensor set, base digest and every frame before writing into the copies, and the
     // target digest after.
     try {
-      codec::apply_bundle(bundle, std::span<const mutable_tensor_view>(work->views), delta_path.string());
+      codec::apply_bundle(bundle, std::span<const mutable_tensor_view>(targets), delta_path.string());
     } catch (const error& e) {
       // The codec speaks of "the target model" (what a delta is applied to); here that is BASE.
       if (e.code() != errc::mismatch) throw;
@@ -538,7 +532,7 @@ inline apply_result apply_delta(const std::filesystem::path& base_path, const st
   }
   {
     auto p = timer.phase("write");
-    const auto views = work->readonly();
+    const auto views = work.views();
     progress_bar bar("write", base->manifest().total_bytes(), pm);
     io::write_options wo;
     wo.progress = [&](std::uint64_t done, std::uint64_t) { bar.update(done); };
