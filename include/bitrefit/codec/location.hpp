@@ -10,6 +10,7 @@
 //  - bitmaps for dense changes, runs for clustered ones, `all` for fully dense ranges.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
