@@ -1,0 +1,550 @@
+// examples/cli/ops.hpp — the subcommands' work, composed from the library.
+//
+// Reading checkpoints is io/ (one .safetensors file or a sharded directory), change detection,
+// encoding, bundles and attestation digests are codec/. This file only composes them, reports
+// progress and per-phase timings, and decides what the CLI promises: nothing is written unless
+// everything checked out.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bitrefit/codec/attestation.hpp"
+#include "bitrefit/codec/bundle.hpp"
+#include "bitrefit/codec/entropy.hpp"
+#include "bitrefit/codec/host_backend.hpp"
+#include "bitrefit/core/digest.hpp"
+#include "bitrefit/core/error.hpp"
+#include "bitrefit/core/manifest.hpp"
+#include "bitrefit/io/checkpoint.hpp"
+#include "progress.hpp"
+
+namespace bitrefit::cli {
+
+inline const char* version_string() { return "0.1.0"; }
+
+struct phase_time {
+  std::string name;
+  double seconds = 0;
+};
+
+/// Measures named phases: `auto p = t.phase("read");` ... the phase ends when p is destroyed.
+class phase_timer {
+ public:
+  class scope {
+   public:
+    scope(std::vector<phase_time>& out, std::string name)
+        : out_(out), name_(std::move(name)), start_(std::chrono::steady_clock::now()) {}
+    scope(const scope&) = delete;
+    scope& operator=(const scope&) = delete;
+    ~scope() {
+      out_.push_back({name_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()});
+    }
+
+   private:
+    std::vector<phase_time>& out_;
+    std::string name_;
+    std::chrono::steady_clock::time_point start_;
+  };
+  scope phase(std::string name) { return scope(phases, std::move(name)); }
+  std::vector<phase_time> phases;
+};
+
+struct codec_settings {
+  int zstd_level = codec::default_zstd_level;
+  std::uint64_t frame_bytes = codec::default_max_frame_input_bytes;  // canonical input bytes per frame
+  unsigned threads = 0;                                               // 0: hardware concurrency
+
+  unsigned thread_count() const { return threads ? threads : std::max(1u, std::thread::hardware_concurrency()); }
+  codec::encode_options options(codec::mode_policy policy) const {
+    codec::encode_options o;
+    o.policy = policy;
+    o.zstd_level = zstd_level;
+    o.max_frame_input_bytes = frame_bytes;
+    return o;
+  }
+};
+
+// ---- results --------------------------------------------------------------------------------------
+
+struct stat_row {
+  std::string name;
+  dtype type = dtype::U8;
+  shape_t shape;
+  std::uint64_t elements = 0, changed = 0;
+  std::uint64_t dense_bytes = 0, overwrite_only_bytes = 0, xor_bytes = 0, chosen_bytes = 0;
+  double entropy_bytes = 0;
+  double change_rate() const { return elements ? static_cast<double>(changed) / static_cast<double>(elements) : 0.0; }
+};
+
+struct stat_result {
+  std::vector<stat_row> tensors;  // byte-wise name order
+  stat_row total;
+  bool equal = false;
+  codec_settings settings;
+  std::uint64_t frames = 0, frame_bytes = 0, bundle_bytes = 0;  // of the chosen coding, as diff writes it
+  std::vector<phase_time> phases;
+};
+
+struct diff_result {
+  std::string delta_path;
+  digest128 base_digest, target_digest;
+  std::uint64_t tensors = 0, elements = 0, changed = 0, dense_bytes = 0;
+  std::uint64_t frames = 0, frame_bytes = 0, bundle_bytes = 0;
+  std::vector<phase_time> phases;
+};
+
+struct apply_result {
+  digest128 base_digest, target_digest;
+  std::uint64_t frames = 0, changed = 0;
+  std::vector<phase_time> phases;
+};
+
+struct verify_difference {
+  std::string tensor;
+  std::string reason;  // "only in A", "only in B", "dtype", "shape", "bits"
+  std::uint64_t differing_elements = 0;
+  std::vector<std::uint64_t> first_indices;  // flat row-major element indices
+};
+
+struct verify_result {
+  bool equal = false;
+  digest128 a_digest, b_digest;
+  std::uint64_t differing_tensors = 0;
+  std::vector<verify_difference> differences;  // at most `limit`, in name order
+};
+
+struct digest_result {
+  digest128 digest;
+  std::uint64_t tensors = 0, elements = 0, bytes = 0;
+};
+
+// ---- helpers ----------------------------------------------------------------------------------------
+
+inline std::uint64_t total_bytes(const io::checkpoint& c) { return c.manifest().total_bytes(); }
+
+}  // namespace bitrefit::cli
+
+namespace bitrefit::cli {
+
+/// Compares two checkpoints by canonical tensor: names, dtypes, shapes and every stored bit.
+/// Reports at most `limit` differing tensors (name order) with at most `limit` first indices each.
+inline void compare_checkpoints(const io::checkpoint& a, const io::checkpoint& b, std::uint64_t limit,
+                                verify_result& r, progress_bar& bar) {
+  const auto& ta = a.manifest().tensors();
+  const auto& tb = b.manifest().tensors();
+  std::uint64_t done = 0;
+  auto note = [&](verify_difference d) {
+    ++r.differing_tensors;
+    if (r.differences.size() < limit) r.differences.push_back(std::move(d));
+  };
+  std::size_t i = 0, j = 0;
+  while (i < ta.size() || j < tb.size()) {
+    if (j == tb.size() || (i < ta.size() && ta[i].name < tb[j].name)) {
+      note({ta[i++].name, "only in A", 0, {}});
+      continue;
+    }
+    if (i == ta.size() || tb[j].name < ta[i].name) {
+      note({tb[j++].name, "only in B", 0, {}});
+      continue;
+    }
+    const tensor_info& x = ta[i++];
+    const tensor_info& y = tb[j++];
+    if (x.type != y.type) {
+      note({x.name, "dtype", 0, {}});
+      continue;
+    }
+    if (x.shape != y.shape) {
+      note({x.name, "shape", 0, {}});
+      continue;
+    }
+    const auto xb = a.tensor(x.name).bytes();
+    const auto yb = b.tensor(y.name).bytes();
+    const std::size_t E = element_size(x.type);
+    verify_difference d{x.name, "bits", 0, {}};
+    // Block-wise memcmp first (fast path for equal data), element-wise only inside differing blocks.
+    constexpr std::size_t block = std::size_t{1} << 20;
+    for (std::size_t at = 0; at < xb.size(); at += block) {
+      const std::size_t n = std::min(block, xb.size() - at);
+      if (std::memcmp(xb.data() + at, yb.data() + at, n) != 0) {
+        for (std::size_t k = at; k < at + n; k += E)
+          if (std::memcmp(xb.data() + k, yb.data() + k, E) != 0) {
+            ++d.differing_elements;
+            if (d.first_indices.size() < limit) d.first_indices.push_back(k / E);
+          }
+      }
+      done += n;
+      bar.update(done);
+    }
+    if (d.differing_elements) note(std::move(d));
+  }
+  r.equal = r.differing_tensors == 0;
+}
+
+}  // namespace bitrefit::cli
+
+namespace bitrefit::cli {
+
+namespace detail {
+
+/// Reads every byte of `tensors` once (pages mmapped data in), with a progress bar: the I/O-bound
+/// part of every subcommand, so the bar shows disk bytes and rate. Returns a checksum nobody uses
+/// except to keep the reads from being optimised away.
+inline std::uint64_t page_in(std::span<const tensor_view> tensors, progress_bar& bar) {
+  std::uint64_t sum = 0, done = 0;
+  constexpr std::size_t page = 4096, step = std::size_t{16} << 20;
+  for (auto& t : tensors) {
+    auto b = t.bytes();
+    for (std::size_t at = 0; at < b.size(); at += step) {
+      const std::size_t n = std::min(step, b.size() - at);
+      for (std::size_t k = 0; k < n; k += page) sum += static_cast<std::uint8_t>(b[at + k]);
+      done += n;
+      bar.update(done);
+    }
+  }
+  bar.finish();
+  return sum;
+}
+
+inline volatile std::uint64_t page_in_sink = 0;
+
+/// Copies of a checkpoint's tensors in memory, writable: what apply decodes into.
+struct tensor_copies {
+  std::vector<std::vector<std::byte>> storage;
+  std::vector<mutable_tensor_view> views;
+
+  tensor_copies(const io::checkpoint& c, progress_bar& bar) {
+    std::uint64_t done = 0;
+    for (const tensor_view& t : c.tensors()) {
+      auto src = t.bytes();
+      storage.emplace_back(src.size());
+      constexpr std::size_t step = std::size_t{16} << 20;
+      for (std::size_t at = 0; at < src.size(); at += step) {
+        const std::size_t n = std::min(step, src.size() - at);
+        std::memcpy(storage.back().data() + at, src.data() + at, n);
+        done += n;
+        bar.update(done);
+      }
+      views.emplace_back(t.name(), t.type(), t.shape(), std::span<std::byte>(storage.back()));
+    }
+    bar.finish();
+  }
+  std::vector<tensor_view> readonly() const { return {views.begin(), views.end()}; }
+};
+
+inline bool ends_with_separator(const std::string& p) { return !p.empty() && (p.back() == '/'); }
+
+/// Writes a bundle atomically in the requested form: nothing appears under `path` on failure.
+inline std::uint64_t write_bundle_atomically(const codec::delta_bundle& b, const std::filesystem::path& path, bool as_dir) {
+  namespace fs = std::filesystem;
+  if (!as_dir) {
+    codec::write_bundle_file(b, path);
+    return fs::file_size(path);
+  }
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(path, ec))) {
+    // Replace only an earlier bundle directory (or an empty one), never unrelated files.
+    const bool replaceable = fs::is_directory(path) && (fs::is_empty(path, ec) || fs::exists(path / "manifest.json"));
+    if (!replaceable)
+      throw error(errc::invalid_argument, "refusing to replace something that is not a delta bundle directory",
+                  {.file = path.string(), .tensor = {}, .field = {}});
+  }
+  io::atomic_directory out(path);
+  codec::write_bundle_directory(b, out.temp_path());
+  out.commit(/*replace_existing=*/true);
+  std::uint64_t n = 0;
+  for (auto& e : fs::recursive_directory_iterator(path))
+    if (e.is_regular_file()) n += e.file_size();
+  return n;
+}
+
+/// Bytes a bundle occupies on disk in the single-file form (header + manifest JSON + frames),
+/// computed exactly as write_bundle_file lays it out, without writing.
+inline std::uint64_t bundle_file_bytes(const codec::delta_bundle& b) {
+  std::uint64_t n = codec::bundle_file_header_size + b.manifest.to_json().dump(1).size();
+  for (auto& f : b.frames) n += f.size();
+  return n;
+}
+
+/// Runs fn(i) for i in [0, n) on `threads` workers (dynamic assignment). fn must not throw across
+/// threads: the first exception is captured and rethrown here.
+template <class Fn>
+void parallel_for(std::size_t n, unsigned threads, Fn fn) {
+  std::atomic<std::size_t> next{0};
+  std::exception_ptr failure;
+  std::mutex m;
+  auto work = [&] {
+    for (std::size_t i; (i = next.fetch_add(1)) < n;) {
+      try {
+        fn(i);
+      } catch (...) {
+        std::lock_guard g(m);
+        if (!failure) failure = std::current_exception();
+        next = n;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned w = 1; w < std::min<std::size_t>(threads, n); ++w) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+}  // namespace detail
+
+// ---- stat -------------------------------------------------------------------------------------------
+
+/// Per tensor: the tensor encoded alone (its own frames) in each coding; total: the whole model as
+/// `diff` encodes it (tensors packed into frames of settings.frame_bytes), so totals equal what diff
+/// writes and the per-tensor payloads add up to slightly more (per-frame headers and digests).
+inline stat_result compute_stat(const std::filesystem::path& old_path, const std::filesystem::path& new_path,
+                                codec_settings settings, progress_mode pm) {
+  stat_result r;
+  r.settings = settings;
+  phase_timer timer;
+  std::optional<io::checkpoint> a, b;
+  {
+    auto p = timer.phase("open");
+    a.emplace(old_path);
+    b.emplace(new_path);
+  }
+  const auto ta = a->tensors(), tb = b->tensors();
+  {
+    auto p = timer.phase("read");
+    progress_bar bar("read", total_bytes(*a) + total_bytes(*b), pm);
+    detail::page_in_sink = detail::page_in(ta, bar) + detail::page_in(tb, bar);
+  }
+  const unsigned threads = settings.thread_count();
+  struct mode_pass {
+    codec::mode_policy policy;
+    std::uint64_t stat_row::*field;
+  };
+  const mode_pass passes[] = {{codec::mode_policy::overwrite_only, &stat_row::overwrite_only_bytes},
+                              {codec::mode_policy::xor_only, &stat_row::xor_bytes},
+                              {codec::mode_policy::xor_allowed, &stat_row::chosen_bytes}};
+  // Whole model, three codings (this also checks the tensor sets agree, naming the tensor if not).
+  codec::entropy_accumulator total_entropy;
+  std::mutex entropy_lock;
+  {
+    auto p = timer.phase("encode");
+    for (const auto& pass : passes) {
+      codec::encode_stats st;
+      auto bundle = codec::make_delta_bundle(ta, tb, 0, 1, settings.options(pass.policy), threads, &st);
+      r.total.*pass.field = st.frame_bytes;
+      if (pass.policy == codec::mode_policy::xor_allowed) {
+        r.frames = st.frames;
+        r.frame_bytes = st.frame_bytes;
+        r.bundle_bytes = detail::bundle_file_bytes(bundle);
+        r.total.changed = st.changed;
+      }
+    }
+  }
+  {
+    auto p = timer.phase("per-tensor");
+    const auto& infos = a->manifest().tensors();
+    r.tensors.resize(infos.size());
+    detail::parallel_for(infos.size(), threads, [&](std::size_t i) {
+      stat_row& row = r.tensors[i];
+      row.name = infos[i].name;
+      row.type = infos[i].type;
+      row.shape = infos[i].shape;
+      row.elements = infos[i].elements();
+      row.dense_bytes = infos[i].bytes();
+      const tensor_view one_a[] = {a->tensor(row.name)};
+      const tensor_view one_b[] = {b->tensor(row.name)};
+      // Order-0 entropy bound from the codec's change detection (XOR words of changed elements),
+      // per tensor and, under a lock (a histogram: order does not matter), for the whole model.
+      if (one_a[0].type() == one_b[0].type() && one_a[0].bytes().size() == one_b[0].bytes().size()) {
+        codec::entropy_accumulator ent;
+        codec::host_backend be;
+        const std::size_t E = element_size(row.type);
+        const std::uint64_t chunk = std::max<std::uint64_t>(1, settings.frame_bytes / E);
+        std::vector<std::uint32_t> pos;
+        std::vector<std::byte> xr;
+        for (std::uint64_t at = 0; at < row.elements; at += chunk) {
+          const std::uint64_t m = std::min(chunk, row.elements - at);
+          pos.resize(m);
+          xr.resize(m * E);
+          const std::size_t c = be.collect_changes(one_a[0].bytes().subspan(at * E, m * E),
+                                                   one_b[0].bytes().subspan(at * E, m * E), E, pos, xr, {});
+          ent.add(E, m, std::span<const std::byte>(xr.data(), c * E));
+          std::lock_guard g(entropy_lock);
+          total_entropy.add(E, m, std::span<const std::byte>(xr.data(), c * E));
+        }
+        row.entropy_bytes = ent.bytes();
+      }
+      for (const auto& pass : passes) {
+        codec::encode_stats st;
+        (void)codec::make_delta_bundle(one_a, one_b, 0, 1, settings.options(pass.policy), 1, &st);
+        row.*pass.field = st.frame_bytes;
+        if (pass.policy == codec::mode_policy::xor_allowed) row.changed = st.changed;
+      }
+    });
+  }
+  r.total.name = "TOTAL";
+  r.total.elements = a->manifest().total_elements();
+  r.total.dense_bytes = a->manifest().total_bytes();
+  r.total.entropy_bytes = total_entropy.bytes();
+  r.equal = r.total.changed == 0;
+  r.phases = std::move(timer.phases);
+  return r;
+}
+
+// ---- diff -------------------------------------------------------------------------------------------
+
+inline diff_result write_diff(const std::filesystem::path& old_path, const std::filesystem::path& new_path,
+                              const std::string& delta, bool as_dir, bool overwrite_only, codec_settings settings,
+                              progress_mode pm) {
+  diff_result r;
+  phase_timer timer;
+  std::optional<io::checkpoint> a, b;
+  {
+    auto p = timer.phase("open");
+    a.emplace(old_path);
+    b.emplace(new_path);
+  }
+  const auto ta = a->tensors(), tb = b->tensors();
+  {
+    auto p = timer.phase("read");
+    progress_bar bar("read", total_bytes(*a) + total_bytes(*b), pm);
+    detail::page_in_sink = detail::page_in(ta, bar) + detail::page_in(tb, bar);
+  }
+  codec::delta_bundle bundle;
+  codec::encode_stats st;
+  {
+    auto p = timer.phase("encode");
+    bundle = codec::make_delta_bundle(
+        ta, tb, 0, 1, settings.options(overwrite_only ? codec::mode_policy::overwrite_only : codec::mode_policy::xor_allowed),
+        settings.thread_count(), &st);
+  }
+  std::string path = delta;
+  while (path.size() > 1 && detail::ends_with_separator(path)) path.pop_back();
+  {
+    auto p = timer.phase("write");
+    r.bundle_bytes = detail::write_bundle_atomically(bundle, path, as_dir);
+  }
+  const auto& m = bundle.manifest;
+  r.delta_path = path;
+  r.base_digest = m.base_digest;
+  r.target_digest = m.target_digest;
+  r.tensors = m.tensors.size();
+  r.elements = m.elements;
+  r.changed = m.changed;
+  r.dense_bytes = m.dense_bytes;
+  r.frames = m.frames.size();
+  r.frame_bytes = m.payload_bytes;
+  r.phases = std::move(timer.phases);
+  return r;
+}
+
+// ---- apply ------------------------------------------------------------------------------------------
+
+/// Rebuilds the target into memory from BASE and the bundle (every check passes first), then writes
+/// it to `out` in BASE's form (a file when `out` ends in .safetensors or BASE is a file, else a
+/// sharded directory), atomically. `out` may be BASE itself (--in-place).
+inline apply_result apply_delta(const std::filesystem::path& base_path, const std::filesystem::path& delta_path,
+                                const std::filesystem::path& out_path, progress_mode pm) {
+  apply_result r;
+  phase_timer timer;
+  std::optional<io::checkpoint> base;
+  codec::delta_bundle bundle;
+  std::filesystem::path out = out_path;
+  {
+    auto p = timer.phase("open");
+    base.emplace(base_path);
+    bundle = codec::read_bundle(delta_path);  // structure + every frame's size and digest
+    // In place on a directory holding one model.safetensors: replace that file.
+    if (out == base_path && !base->is_sharded()) out = base->shards().front().path();
+  }
+  std::optional<detail::tensor_copies> work;
+  {
+    auto p = timer.phase("read");
+    progress_bar bar("read", total_bytes(*base), pm);
+    work.emplace(*base, bar);
+  }
+  {
+    auto p = timer.phase("apply");
+    // Verifies tensor set, base digest and every frame before writing into the copies, and the
+    // target digest after.
+    try {
+      codec::apply_bundle(bundle, std::span<const mutable_tensor_view>(work->views), delta_path.string());
+    } catch (const error& e) {
+      // The codec speaks of "the target model" (what a delta is applied to); here that is BASE.
+      if (e.code() != errc::mismatch) throw;
+      error_context w = e.where();
+      w.file = base_path.string();
+      throw error(errc::mismatch, "BASE does not fit the delta " + delta_path.string() + ": " + e.message(), w);
+    }
+  }
+  {
+    auto p = timer.phase("write");
+    const auto views = work->readonly();
+    progress_bar bar("write", base->manifest().total_bytes(), pm);
+    io::write_options wo;
+    wo.progress = [&](std::uint64_t done, std::uint64_t) { bar.update(done); };
+    const bool as_file = out.extension() == ".safetensors" || (!base->is_sharded() && !std::filesystem::is_directory(out));
+    if (as_file) {
+      io::write_safetensors(out, views, base->metadata(), wo.progress);
+    } else {
+      // Keep BASE's shard size so OUT looks like BASE.
+      std::uint64_t largest = 0;
+      for (auto& s : base->shards()) largest = std::max<std::uint64_t>(largest, s.view().data().size());
+      if (base->is_sharded()) wo.max_shard_bytes = std::max<std::uint64_t>(largest, 1);
+      io::write_sharded_checkpoint(out, views, base->metadata(), wo);
+    }
+    bar.finish();
+  }
+  r.base_digest = bundle.manifest.base_digest;
+  r.target_digest = bundle.manifest.target_digest;
+  r.frames = bundle.frames.size();
+  r.changed = bundle.manifest.changed;
+  r.phases = std::move(timer.phases);
+  return r;
+}
+
+// ---- verify / digest --------------------------------------------------------------------------------
+
+inline verify_result verify_checkpoints(const std::filesystem::path& a_path, const std::filesystem::path& b_path,
+                                        std::uint64_t limit, progress_mode pm) {
+  verify_result r;
+  io::checkpoint a(a_path), b(b_path);
+  const auto ta = a.tensors(), tb = b.tensors();
+  {
+    progress_bar bar("compare", total_bytes(a), pm);
+    compare_checkpoints(a, b, limit, r, bar);
+  }
+  r.a_digest = codec::attestation_digest(std::span<const tensor_view>(ta));
+  r.b_digest = codec::attestation_digest(std::span<const tensor_view>(tb));
+  if (r.equal && r.a_digest != r.b_digest)  // cannot happen unless the digest code disagrees with memcmp
+    throw error(errc::integrity, "equal checkpoints with different attestation digests (bug)", {});
+  return r;
+}
+
+inline digest_result digest_checkpoint(const std::filesystem::path& path, progress_mode pm) {
+  digest_result r;
+  io::checkpoint c(path);
+  const auto ts = c.tensors();
+  {
+    progress_bar bar("read", total_bytes(c), pm);
+    detail::page_in_sink = detail::page_in(ts, bar);
+  }
+  r.digest = codec::attestation_digest(std::span<const tensor_view>(ts));
+  r.tensors = ts.size();
+  r.elements = c.manifest().total_elements();
+  r.bytes = c.manifest().total_bytes();
+  return r;
+}
+
+}  // namespace bitrefit::cli

@@ -1,0 +1,439 @@
+// bitrefit-demo — the main job: one trainer process and R rollout processes refit N times over the
+// directory object store, with rollout processes killed mid-refit, and every commit checked
+// bit for bit.
+//
+//   bitrefit-demo [--refits N] [--receivers R] [--kill-every K] [--params P] [--mode sync|async]
+//                 [--json] [--dir D] [--threads T] [--owners O] [--frame-mib F] [--deadline-ms MS]
+//
+// The trainer applies real AdamW steps (FP32 master weights, lr 1e-6, synthetic gradients,
+// round-to-nearest-even BF16 export; sim/adamw.hpp) to a Llama-shaped model of about P parameters
+// (default 100M) and runs the sender (coordinator + owners). Each rollout process is this binary
+// started again with --role receiver: it keeps its weights in a shared mapping under /dev/shm
+// (mapped_store.hpp), restores densely from the owners when it starts, and applies refits in place.
+// Every K refits, one rollout process is told to die (SIGKILL, by itself, after it applied some but
+// not all payloads of that refit); the trainer restarts it and the protocol retries in overwrite.
+// After every commit the trainer waits until every rollout process holds the committed version and
+// checks it two ways: the attestation digest it reports, and a full byte comparison of its mapped
+// weights with the trainer's own dense BF16 copy.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "bitrefit/durability/filesystem.hpp"
+#include "bitrefit/durability/memory.hpp"
+#include "bitrefit/refit/receiver.hpp"
+#include "bitrefit/refit/sender.hpp"
+#include "bitrefit/sim/adamw.hpp"
+#include "bitrefit/transport/object_store.hpp"
+#include "mapped_store.hpp"
+
+namespace fs = std::filesystem;
+using namespace bitrefit;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct options {
+  int refits = 20;
+  int receivers = 3;
+  int kill_every = 0;
+  std::uint64_t params = 100'000'000;
+  protocol::gate_policy mode = protocol::gate_policy::synchronous;
+  bool json = false;
+  std::string dir;
+  unsigned threads = 2;
+  std::uint32_t owners = 1;
+  std::uint64_t frame_mib = 8;
+  int deadline_ms = 5000;
+  std::uint64_t seed = 42;
+  bool keep = false;
+  // receiver role
+  std::string role = "trainer";
+  int index = 0;
+  std::string shm;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr,
+               "bitrefit-demo: %s\n"
+               "usage: bitrefit-demo [--refits N] [--receivers R] [--kill-every K] [--params P[K|M|G]]\n"
+               "                     [--mode sync|async] [--json] [--dir D] [--threads T] [--owners O]\n"
+               "                     [--frame-mib F] [--deadline-ms MS] [--seed S] [--keep]\n",
+               why.c_str());
+  std::exit(2);
+}
+
+std::uint64_t parse_count(const std::string& s) {
+  if (s.empty()) usage("empty number");
+  std::uint64_t mult = 1;
+  std::string digits = s;
+  switch (s.back()) {
+    case 'K': case 'k': mult = 1000; digits.pop_back(); break;
+    case 'M': case 'm': mult = 1000'000; digits.pop_back(); break;
+    case 'G': case 'g': mult = 1000'000'000; digits.pop_back(); break;
+  }
+  try {
+    std::size_t used = 0;
+    const double v = std::stod(digits, &used);
+    if (used != digits.size() || v < 0) usage("not a number: " + s);
+    return static_cast<std::uint64_t>(v * double(mult));
+  } catch (const std::exception&) {
+    usage("not a number: " + s);
+  }
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) usage("missing value after " + a);
+      return argv[++i];
+    };
+    if (a == "--refits") o.refits = static_cast<int>(parse_count(next()));
+    else if (a == "--receivers") o.receivers = static_cast<int>(parse_count(next()));
+    else if (a == "--kill-every") o.kill_every = static_cast<int>(parse_count(next()));
+    else if (a == "--params") o.params = parse_count(next());
+    else if (a == "--mode") {
+      const std::string m = next();
+      if (m == "sync") o.mode = protocol::gate_policy::synchronous;
+      else if (m == "async") o.mode = protocol::gate_policy::asynchronous;
+      else usage("--mode must be sync or async");
+    } else if (a == "--json") o.json = true;
+    else if (a == "--dir") o.dir = next();
+    else if (a == "--threads") o.threads = static_cast<unsigned>(parse_count(next()));
+    else if (a == "--owners") o.owners = static_cast<std::uint32_t>(parse_count(next()));
+    else if (a == "--frame-mib") o.frame_mib = parse_count(next());
+    else if (a == "--deadline-ms") o.deadline_ms = static_cast<int>(parse_count(next()));
+    else if (a == "--seed") o.seed = parse_count(next());
+    else if (a == "--keep") o.keep = true;
+    else if (a == "--role") o.role = next();
+    else if (a == "--index") o.index = static_cast<int>(parse_count(next()));
+    else if (a == "--shm") o.shm = next();
+    else if (a == "--help" || a == "-h") usage("help");
+    else usage("unknown option " + a);
+  }
+  if (o.receivers < 1) usage("--receivers must be at least 1");
+  if (o.owners < 1 || o.threads < 1 || o.frame_mib < 1) usage("--owners, --threads and --frame-mib must be at least 1");
+  if (o.params < 10'000) usage("--params must be at least 10K");
+  return o;
+}
+
+/// A Llama-shaped decoder of about `p` parameters: width by size class, then as many layers as fit.
+sim::llama_dims dims_for(std::uint64_t p) {
+  sim::llama_dims d;
+  if (p < 2'000'000) d = {1, 64, 172, 256, 4, 2, false};
+  else if (p < 30'000'000) d = {1, 256, 688, 4096, 8, 4, false};
+  else d = {1, 768, 2048, 32000, 12, 4, false};
+  const std::uint64_t head = d.hidden / d.heads, kv = d.kv_heads * head;
+  const std::uint64_t embed = 2 * d.vocab * d.hidden + d.hidden;
+  const std::uint64_t layer = 2 * d.hidden * d.hidden + 2 * kv * d.hidden + 3 * d.hidden * d.intermediate + 2 * d.hidden;
+  d.layers = p > embed ? std::max<std::uint64_t>(1, (p - embed + layer / 2) / layer) : 1;
+  return d;
+}
+
+model_manifest manifest_of(const std::vector<sim::tensor_spec>& specs) {
+  std::vector<tensor_info> ts;
+  for (const auto& s : specs) ts.push_back({s.name, dtype::BF16, s.shape});
+  return model_manifest(std::move(ts));
+}
+
+std::string mode_name(protocol::gate_policy g) { return g == protocol::gate_policy::synchronous ? "sync" : "async"; }
+
+std::uint64_t read_number(const fs::path& p) {
+  std::ifstream in(p);
+  std::uint64_t v = 0;
+  in >> v;
+  return v;
+}
+void write_number_durably(const fs::path& p, std::uint64_t v) {
+  const std::string s = std::to_string(v);
+  transport::detail::atomic_write(p, std::as_bytes(std::span(s.data(), s.size())), /*durable=*/true);
+}
+
+// ================================= rollout process =================================
+
+int run_receiver(const options& o) {
+  const fs::path dir = o.dir;
+  const auto specs = sim::llama_like(dims_for(o.params));
+  const model_manifest m = manifest_of(specs);
+  // A (re)started process: a new incarnation, recorded durably before anything is sent under it.
+  const fs::path inc_file = dir / "inc" / ("receiver-" + std::to_string(o.index));
+  const std::uint64_t incarnation = read_number(inc_file) + 1;
+  write_number_durably(inc_file, incarnation);
+  demo::mapped_store weights(o.shm, m, /*writable=*/true, /*create=*/true);  // volatile: starts zeroed
+
+  refit::fault_injector faults;
+  faults.crash = [](const std::string&) { ::kill(::getpid(), SIGKILL); };  // die like a killed process
+  transport::directory_transport net{transport::directory_store(dir / "store"), {std::chrono::milliseconds(5)}};
+  durability::filesystem_commit_log log(dir / "log");
+
+  using receiver_t = refit::receiver<demo::mapped_store, transport::directory_transport, durability::filesystem_commit_log>;
+  receiver_t* self = nullptr;
+  refit::receiver_options ro;
+  ro.index = static_cast<std::uint32_t>(o.index);
+  ro.incarnation = incarnation;
+  ro.gate = o.mode;
+  ro.poll = 5ms;
+  ro.deadline = std::chrono::milliseconds(o.deadline_ms);
+  ro.faults = &faults;
+  ro.persist_incarnation = [&](std::uint64_t n) { write_number_durably(inc_file, n); };
+  ro.on_commit = [&](const protocol::commit_record& k) {
+    weights.publish({k.version, k.baseline.value, self->state().incarnation, self->attest()});
+  };
+  receiver_t r(weights, net, log, ro);
+  self = &r;
+  r.start();
+  const fs::path kill_order = dir / "kill" / ("receiver-" + std::to_string(o.index));
+  const fs::path stop = dir / "stop";
+  const pid_t parent = ::getppid();
+  while (!fs::exists(stop) && ::getppid() == parent) {
+    r.step(5ms);
+    if (fs::exists(kill_order)) {  // the trainer wants this process dead after n applied payloads
+      const std::uint64_t n = read_number(kill_order);
+      fs::remove(kill_order);
+      faults.arm(refit::fault_point::receiver_applied, n);
+    }
+  }
+  return 0;
+}
+
+// ================================= trainer process =================================
+
+struct child {
+  pid_t pid = -1;
+  std::string shm;
+};
+
+struct trainer {
+  options o;
+  std::string self_exe;
+  std::vector<child> children;
+  std::uint64_t kills = 0;
+
+  void spawn(int i) {
+    const std::vector<std::string> args{
+        self_exe,        "--role",    "receiver",       "--index",       std::to_string(i),
+        "--dir",         o.dir,       "--params",       std::to_string(o.params),
+        "--mode",        mode_name(o.mode),              "--deadline-ms", std::to_string(o.deadline_ms),
+        "--shm",         children[i].shm};
+    const pid_t pid = ::fork();
+    if (pid < 0) throw error(errc::io, "fork failed");
+    if (pid == 0) {
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(self_exe.c_str(), argv.data());
+      std::perror("execv");
+      ::_exit(127);
+    }
+    children[i].pid = pid;
+  }
+
+  /// Reaps dead rollout processes and restarts them (a new incarnation restores and rejoins).
+  void reap() {
+    for (std::size_t i = 0; i < children.size(); ++i) {
+      int status = 0;
+      if (children[i].pid > 0 && ::waitpid(children[i].pid, &status, WNOHANG) == children[i].pid) {
+        if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) ++kills;
+        else
+          std::fprintf(stderr, "bitrefit-demo: rollout process %zu exited unexpectedly (status %d); restarting\n", i, status);
+        spawn(static_cast<int>(i));
+      }
+    }
+  }
+};
+
+int run_trainer(options o) {
+  const bool own_dir = o.dir.empty();
+  if (own_dir) o.dir = (fs::temp_directory_path() / ("bitrefit-demo-" + std::to_string(::getpid()))).string();
+  const fs::path dir = o.dir;
+  fs::remove_all(dir);
+  for (auto sub : {"store", "log", "inc", "kill"}) fs::create_directories(dir / sub);
+
+  const auto dims = dims_for(o.params);
+  const auto specs = sim::llama_like(dims);
+  const model_manifest m = manifest_of(specs);
+  std::map<std::string, std::size_t> sim_index;
+  for (std::size_t i = 0; i < specs.size(); ++i) sim_index[specs[i].name] = i;
+
+  if (!o.json)
+    std::printf("bitrefit-demo: %" PRIu64 " parameters (%" PRIu64 " layers, hidden %" PRIu64 ", vocab %" PRIu64
+                "), BF16 %.1f MiB; %d rollout processes, %d refits, mode %s, kill every %d\n",
+                m.total_elements(), dims.layers, dims.hidden, dims.vocab, double(m.total_bytes()) / 1048576.0,
+                o.receivers, o.refits, mode_name(o.mode).c_str(), o.kill_every);
+
+  sim::adamw_config cfg;
+  cfg.lr = 1e-6f;
+  cfg.threads = o.threads;
+  sim::adamw_sim trainer_sim(specs, o.seed, cfg);
+  std::map<std::string, std::vector<std::byte>> dense;  // the trainer's dense BF16 copy of the current version
+  auto export_all = [&] {
+    for (const auto& t : m.tensors()) {
+      auto& b = dense[t.name];
+      b.resize(t.bytes());
+      trainer_sim.export_bf16(sim_index.at(t.name), std::span<std::byte>(b));
+    }
+  };
+  export_all();
+  const refit::tensor_source source = [&](const tensor_info& t, std::span<std::byte> out) {
+    std::memcpy(out.data(), dense.at(t.name).data(), out.size());
+  };
+
+  trainer tr;
+  tr.o = o;
+  tr.self_exe = fs::read_symlink("/proc/self/exe").string();
+  for (int i = 0; i < o.receivers; ++i)
+    tr.children.push_back({-1, "/dev/shm/bitrefit-demo-" + std::to_string(::getpid()) + "-r" + std::to_string(i)});
+
+  refit::sender_options so;
+  so.gate = o.mode;
+  so.owners = o.owners;
+  so.receivers = static_cast<std::uint32_t>(o.receivers);
+  so.threads = o.threads;
+  so.max_frame_input_bytes = o.frame_mib << 20;
+  so.deadline = std::chrono::milliseconds(o.deadline_ms);
+  so.poll = 2ms;
+  so.idle = [&] { tr.reap(); };
+  using sender_t = refit::sender<transport::directory_transport, durability::filesystem_commit_log, durability::no_baseline_store>;
+  sender_t tx(m, transport::directory_transport{transport::directory_store(dir / "store"), {std::chrono::milliseconds(2)}},
+              durability::filesystem_commit_log(dir / "log"), std::vector<durability::no_baseline_store>(o.owners), so);
+  tx.start(source);
+  for (int i = 0; i < o.receivers; ++i) tr.spawn(i);
+  if (!tx.wait_for_members(std::chrono::minutes(5))) throw error(errc::protocol, "rollout processes did not join");
+
+  std::uint32_t chunks = 0;
+  for (std::uint32_t i = 0; i < o.owners; ++i) chunks += tx.shard(i).chunk_count();
+
+  std::uint64_t committed = 0, payload_total = 0, dense_total = 0, retries = 0;
+  bool all_exact = true;
+  for (int k = 1; k <= o.refits; ++k) {
+    const auto ts = std::chrono::steady_clock::now();
+    trainer_sim.step();
+    export_all();
+    const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
+    int victim = -1;
+    if (o.kill_every > 0 && k % o.kill_every == 0) {
+      victim = (k / o.kill_every - 1) % o.receivers;
+      // after some, but not all, of this refit's payloads are applied
+      write_number_durably(dir / "kill" / ("receiver-" + std::to_string(victim)), std::max<std::uint32_t>(1, chunks / 2));
+    }
+    const auto st = tx.refit(source);
+    // The check: every rollout process at the committed version, by attestation and by bytes.
+    const auto tc = std::chrono::steady_clock::now();
+    std::vector<tensor_view> views;
+    for (const auto& t : m.tensors()) views.emplace_back(t.name, t.type, t.shape, std::span<const std::byte>(dense.at(t.name)));
+    const digest128 expected = codec::attestation_digest(std::span<const tensor_view>(views));
+    bool exact = st.committed;
+    for (int i = 0; i < o.receivers && exact; ++i) {
+      demo::holding h;
+      const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(3);
+      for (;;) {
+        try {
+          demo::mapped_store view(tr.children[i].shm, m, /*writable=*/false, /*create=*/false);
+          h = view.read_holding();
+          if (h.version == st.version) {
+            bool bytes_equal = h.attestation == expected;
+            for (std::size_t t = 0; t < m.size() && bytes_equal; ++t) {
+              const auto& want = dense.at(m.tensors()[t].name);
+              bytes_equal = std::memcmp(view.bytes(t).data(), want.data(), want.size()) == 0;
+            }
+            // re-read the header: the process must not have restarted while we compared
+            if (view.read_holding() == h) {
+              exact = exact && bytes_equal;
+              break;
+            }
+          }
+        } catch (const error&) {
+          // the process is (re)creating its mapping
+        }
+        if (std::chrono::steady_clock::now() > until) {
+          exact = false;
+          break;
+        }
+        tx.pump(20ms);
+      }
+    }
+    const double check_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tc).count();
+    committed += st.committed;
+    payload_total += st.payload_bytes;
+    dense_total += st.dense_bytes;
+    retries += st.attempts > 0 ? st.attempts - 1 : 0;
+    all_exact = all_exact && exact;
+    if (o.json) {
+      auto j = st.to_json();
+      j["refit"] = k;
+      j["bit_exact"] = exact;
+      j["killed_receiver"] = victim;
+      j["train_s"] = train_s;
+      j["check_s"] = check_s;
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::printf("refit %2d %s%s bit-exact: %s\n", k, st.line().c_str(),
+                  victim >= 0 ? (" [killed rollout " + std::to_string(victim) + "]").c_str() : "", exact ? "yes" : "NO");
+    }
+    std::fflush(stdout);
+  }
+
+  // shut the rollout processes down
+  write_number_durably(dir / "stop", 1);
+  for (auto& c : tr.children) {
+    int status = 0;
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (::waitpid(c.pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > until) {
+        ::kill(c.pid, SIGKILL);
+        ::waitpid(c.pid, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    fs::remove(c.shm);
+  }
+  const double ratio = payload_total ? double(dense_total) / double(payload_total) : 0.0;
+  nlohmann::json summary{{"summary", true},
+                         {"refits", o.refits},
+                         {"refits_committed", committed},
+                         {"bit_exact_all", all_exact},
+                         {"kills", tr.kills},
+                         {"retries", retries},
+                         {"payload_bytes_total", payload_total},
+                         {"dense_bytes_total", dense_total},
+                         {"dense_to_payload_ratio", ratio},
+                         {"receivers", o.receivers},
+                         {"params", m.total_elements()},
+                         {"mode", mode_name(o.mode)}};
+  if (o.json) {
+    std::printf("%s\n", summary.dump().c_str());
+  } else {
+    std::printf("summary: %" PRIu64 "/%d refits committed, bit_exact_all=%s, kills=%" PRIu64 ", retries=%" PRIu64
+                ", payload %.2f MiB vs dense %.2f MiB (dense/payload = %.1fx)\n",
+                committed, o.refits, all_exact ? "true" : "false", tr.kills, retries, double(payload_total) / 1048576.0,
+                double(dense_total) / 1048576.0, ratio);
+  }
+  if (own_dir && !o.keep) fs::remove_all(dir);
+  return committed == static_cast<std::uint64_t>(o.refits) && all_exact ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const options o = parse(argc, argv);
+    if (o.role == "receiver") return run_receiver(o);
+    if (o.role != "trainer") usage("unknown role " + o.role);
+    return run_trainer(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bitrefit-demo: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,390 @@
+// bitrefit/codec/thrust/backend.hpp — the codec's execution backend written with Thrust.
+//
+// One source for the GPU (nvcc, thrust_systems::cuda) and for Thrust's CPU systems under g++
+// (thrust_systems::cpp, thrust_systems::omp), so CI without a GPU runs the very code the GPU runs.
+// It implements the seam of codec/concepts.hpp; the frame format, location coding, zstd and the
+// apply rules stay in the shared host code, so the bytes on the wire cannot depend on the backend.
+//
+// How each primitive maps onto Thrust (all functors are BITREFIT_HD, written once):
+//  - collect_changes: (1) count_if over element indices with a bitwise "differs" predicate gives
+//    the chunk's change count c (device systems size their scratch from it); (2) copy_if of the
+//    indices by the same predicate compacts the positions (stream compaction, ascending by
+//    construction); (3) for_each over the c positions gathers XOR words and/or absolute values,
+//    interleaved or split into byte planes. Only the compacted streams cross to host memory.
+//  - apply_changes: the (verified) positions and values cross to the system's memory, then one
+//    for_each scatters them into the target tensor in place; positions are distinct, so the
+//    writes never race. Synchronises before returning.
+//  - hash_slices: transform over slice indices, one XXH3-128 (xxh3_128_hd) per 64 KiB leaf.
+// Element size is a runtime value inside the functors (a uniform branch) rather than a template
+// parameter, so each Thrust algorithm is instantiated once: nvcc compile time stays small.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string_view>
+#include <vector>
+
+// systems.hpp first: it picks Thrust's device system for host compilers before any Thrust header.
+#include "bitrefit/codec/thrust/systems.hpp"
+
+#include <thrust/copy.h>
+#include <thrust/count.h>
+#include <thrust/for_each.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/scan.h>
+#include <thrust/functional.h>
+#include <thrust/transform.h>
+#include <thrust/transform_reduce.h>
+
+#include "bitrefit/codec/concepts.hpp"
+#include "bitrefit/codec/thrust/xxh3.hpp"
+#include "bitrefit/codec/types.hpp"
+#include "bitrefit/core/digest.hpp"
+#include "bitrefit/core/error.hpp"
+#include "bitrefit/core/hd.hpp"
+
+namespace bitrefit::codec {
+
+namespace thrust_detail {
+
+using u8 = std::uint8_t;
+using u32 = std::uint32_t;
+using u64 = std::uint64_t;
+
+template <class T>
+BITREFIT_HD inline T load(const u8* p) noexcept {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+/// True iff element i's stored bytes differ (so -0.0 vs +0.0 and NaN payloads count).
+/// `aligned`: both bases are aligned to E, so whole-element loads are legal on the device.
+struct element_differs {
+  const u8* a;
+  const u8* b;
+  u32 E;
+  bool aligned;
+  BITREFIT_HD bool operator()(u32 i) const noexcept {
+    const std::size_t o = std::size_t{i} * E;
+    if (aligned) {
+      switch (E) {
+        case 1: return a[o] != b[o];
+        case 2: return *reinterpret_cast<const std::uint16_t*>(a + o) != *reinterpret_cast<const std::uint16_t*>(b + o);
+        case 4: return *reinterpret_cast<const u32*>(a + o) != *reinterpret_cast<const u32*>(b + o);
+        default: return *reinterpret_cast<const u64*>(a + o) != *reinterpret_cast<const u64*>(b + o);
+      }
+    }
+    u8 x = 0;
+    for (u32 j = 0; j < E; ++j) x |= static_cast<u8>(a[o + j] ^ b[o + j]);
+    return x != 0;
+  }
+};
+
+/// For the k-th changed element: XOR word and/or new value, byte by byte. `plane_stride` 0 writes
+/// values interleaved (value k at k*E); otherwise byte j of value k goes to j*plane_stride + k
+/// (byte planes, plane_stride = c).
+struct gather_values {
+  const u8* a;
+  const u8* b;
+  const u32* pos;
+  u8* xor_out;  // may be null
+  u8* new_out;  // may be null
+  u32 E;
+  std::size_t plane_stride;
+  BITREFIT_HD void operator()(u32 k) const noexcept {
+    const std::size_t o = std::size_t{pos[k]} * E;
+    for (u32 j = 0; j < E; ++j) {
+      const std::size_t d = plane_stride ? std::size_t{j} * plane_stride + k : std::size_t{k} * E + j;
+      const u8 nb = b[o + j];
+      if (xor_out) xor_out[d] = static_cast<u8>(a[o + j] ^ nb);
+      if (new_out) new_out[d] = nb;
+    }
+  }
+};
+
+/// Scatter of value k into element pos[k] of the target: overwrite or XOR, byte by byte.
+struct scatter_values {
+  u8* t;
+  const u32* pos;
+  const u8* v;
+  u32 E;
+  bool is_xor;
+  BITREFIT_HD void operator()(u32 k) const noexcept {
+    u8* p = t + std::size_t{pos[k]} * E;
+    const u8* s = v + std::size_t{k} * E;
+    if (is_xor)
+      for (u32 j = 0; j < E; ++j) p[j] = static_cast<u8>(p[j] ^ s[j]);
+    else
+      for (u32 j = 0; j < E; ++j) p[j] = s[j];
+  }
+};
+
+/// Host-memory systems compact in blocks: count per block, exclusive scan of the counts, then
+/// each block writes its positions at its offset. Two parallel passes with no per-element
+/// temporaries (Thrust's generic copy_if on the CPU systems allocates flag and index arrays of
+/// the chunk's size and was measured 6x slower here); CUDA keeps CUB's single-pass copy_if.
+inline constexpr std::uint32_t compact_block = 1u << 16;
+
+/// Calls emit(i) for every changed element i in [i, e), ascending. Compares 8 bytes at a time and
+/// skips equal words with one branch (the common case of a sparse delta), like the host backend.
+template <class T, class Emit>
+BITREFIT_HD inline void scan_changes(const u8* a, const u8* b, u32 i, u32 e, Emit& emit) noexcept {
+  constexpr u32 per = 8 / sizeof(T);
+  for (; i + per <= e; i += per) {
+    const std::size_t o = std::size_t{i} * sizeof(T);
+    if (load<u64>(a + o) == load<u64>(b + o)) continue;
+    for (u32 j = 0; j < per; ++j)
+      if (load<T>(a + o + j * sizeof(T)) != load<T>(b + o + j * sizeof(T))) emit(i + j);
+  }
+  for (; i < e; ++i)
+    if (load<T>(a + std::size_t{i} * sizeof(T)) != load<T>(b + std::size_t{i} * sizeof(T))) emit(i);
+}
+
+template <class Emit>
+BITREFIT_HD inline void scan_changes(const element_differs& p, u32 i, u32 e, Emit& emit) noexcept {
+  switch (p.E) {
+    case 1: return scan_changes<u8>(p.a, p.b, i, e, emit);
+    case 2: return scan_changes<std::uint16_t>(p.a, p.b, i, e, emit);
+    case 4: return scan_changes<u32>(p.a, p.b, i, e, emit);
+    default: return scan_changes<u64>(p.a, p.b, i, e, emit);
+  }
+}
+
+struct count_emit {
+  u32 n;
+  BITREFIT_HD void operator()(u32) noexcept { ++n; }
+};
+struct store_emit {
+  u32* o;
+  BITREFIT_HD void operator()(u32 i) noexcept { *o++ = i; }
+};
+
+struct count_block {
+  element_differs pred;
+  u32 m;
+  BITREFIT_HD u32 operator()(u32 blk) const noexcept {
+    const u32 b = blk * compact_block, e = m - b < compact_block ? m : b + compact_block;
+    count_emit c{0};
+    scan_changes(pred, b, e, c);
+    return c.n;
+  }
+};
+
+struct compact_blocks {
+  element_differs pred;
+  u32 m;
+  const u32* offsets;
+  u32* out;
+  BITREFIT_HD void operator()(u32 blk) const noexcept {
+    const u32 b = blk * compact_block, e = m - b < compact_block ? m : b + compact_block;
+    store_emit s{out + offsets[blk]};
+    scan_changes(pred, b, e, s);
+  }
+};
+
+struct digest_words {
+  u64 low64, high64;
+};
+
+/// XXH3-128 of slice j of `bytes`.
+struct hash_slice {
+  const u8* bytes;
+  std::size_t size;
+  std::size_t slice;
+  BITREFIT_HD digest_words operator()(std::size_t j) const noexcept {
+    const std::size_t off = j * slice;
+    const std::size_t len = size - off < slice ? size - off : slice;
+    const digest128 d = xxh3_128_hd(bytes + off, len);
+    return {d.low64, d.high64};
+  }
+};
+
+inline void check_element_size(std::size_t E) {
+  if (E != 1 && E != 2 && E != 4 && E != 8)
+    throw error(errc::invalid_argument, "element size must be 1, 2, 4 or 8 bytes");
+}
+
+template <class T>
+const u8* bytes_of(std::span<T> s) noexcept {
+  return reinterpret_cast<const u8*>(s.data());
+}
+
+}  // namespace thrust_detail
+
+/// The Thrust execution backend on `System` (thrust_systems::cpp, ::omp or ::cuda). Tensor bytes
+/// live in the system's memory (device memory for cuda); positions, values and digests are host
+/// memory, as the seam requires. Holds scratch that grows to the largest chunk seen (bounded by
+/// the frame size, never by the model). Not thread-safe: one instance per thread or stream.
+template <class System = thrust_systems::default_system>
+class thrust_backend {
+ public:
+  using system = System;
+  static constexpr std::string_view name() noexcept { return System::name; }
+
+  /// See concepts.hpp, primitive 1.
+  std::size_t collect_changes(std::span<const std::byte> old, std::span<const std::byte> neu, std::size_t E,
+                              std::span<std::uint32_t> positions, std::span<std::byte> xor_out,
+                              std::span<std::byte> new_out) {
+    const std::size_t m = check_chunk(old, neu, E, positions, xor_out, new_out);
+    return collect(old, neu, E, m, positions.data(), xor_out.empty() ? nullptr : xor_out.data(),
+                   new_out.empty() ? nullptr : new_out.data(), /*planes=*/false);
+  }
+
+  /// Like collect_changes, but the values come out split into byte planes on the system itself:
+  /// byte j of the k-th value at [j*c + k] (c = returned count), i.e. exactly what the codec's
+  /// value_coding::byte_planes section holds before zstd. Saves the host-side transpose.
+  std::size_t collect_changes_planes(std::span<const std::byte> old, std::span<const std::byte> neu, std::size_t E,
+                                     std::span<std::uint32_t> positions, std::span<std::byte> xor_planes,
+                                     std::span<std::byte> new_planes) {
+    const std::size_t m = check_chunk(old, neu, E, positions, xor_planes, new_planes);
+    return collect(old, neu, E, m, positions.data(), xor_planes.empty() ? nullptr : xor_planes.data(),
+                   new_planes.empty() ? nullptr : new_planes.data(), /*planes=*/true);
+  }
+
+  /// Number of elements whose stored bits differ (the count pass alone; detection throughput).
+  std::size_t count_changes(std::span<const std::byte> old, std::span<const std::byte> neu, std::size_t E) {
+    thrust_detail::check_element_size(E);
+    const auto pred = differs(old, neu, E);
+    if constexpr (System::host_memory) {
+      const auto m = static_cast<std::uint32_t>(old.size() / E);
+      const auto nb = static_cast<std::uint32_t>((old.size() / E + thrust_detail::compact_block - 1) / thrust_detail::compact_block);
+      return thrust::transform_reduce(System::policy(), thrust::counting_iterator<std::uint32_t>(0),
+                                      thrust::counting_iterator<std::uint32_t>(nb), thrust_detail::count_block{pred, m},
+                                      std::size_t{0}, thrust::plus<std::size_t>());
+    }
+    return static_cast<std::size_t>(thrust::count_if(System::policy(), thrust::counting_iterator<std::uint32_t>(0),
+                                                     thrust::counting_iterator<std::uint32_t>(
+                                                         static_cast<std::uint32_t>(old.size() / E)),
+                                                     pred));
+  }
+
+  /// See concepts.hpp, primitive 2.
+  void apply_changes(std::span<std::byte> target, std::size_t E, value_mode mode,
+                     std::span<const std::uint32_t> positions, std::span<const std::byte> values) {
+    using namespace thrust_detail;
+    check_element_size(E);
+    if (values.size() != positions.size() * E)
+      throw error(errc::invalid_argument, "apply_changes: values must hold one element per position");
+    const std::size_t c = positions.size();
+    if (c == 0) return;
+    const u32* pos = positions.data();
+    const u8* val = bytes_of(values);
+    if constexpr (!System::host_memory) {
+      pos_.resize(c);
+      System::from_host(thrust::raw_pointer_cast(pos_.data()), positions.data(), c * sizeof(u32));
+      val_.resize((c * E + 7) / 8);
+      System::from_host(thrust::raw_pointer_cast(val_.data()), values.data(), c * E);
+      pos = thrust::raw_pointer_cast(pos_.data());
+      val = reinterpret_cast<const u8*>(thrust::raw_pointer_cast(val_.data()));
+    }
+    thrust::for_each(System::policy(), thrust::counting_iterator<u32>(0),
+                     thrust::counting_iterator<u32>(static_cast<u32>(c)),
+                     scatter_values{reinterpret_cast<u8*>(target.data()), pos, val, static_cast<u32>(E),
+                                    mode == value_mode::xor_mask});
+    System::synchronize();
+  }
+
+  /// See concepts.hpp, primitive 3.
+  void hash_slices(std::span<const std::byte> bytes, std::size_t slice_bytes, std::span<digest128> out) {
+    using namespace thrust_detail;
+    if (slice_bytes == 0) throw error(errc::invalid_argument, "hash_slices: slice size must be positive");
+    const std::size_t n = (bytes.size() + slice_bytes - 1) / slice_bytes;
+    if (out.size() != n) throw error(errc::invalid_argument, "hash_slices: one output digest per slice");
+    if (n == 0) return;
+    digests_.resize(n);
+    thrust::transform(System::policy(), thrust::counting_iterator<std::size_t>(0),
+                      thrust::counting_iterator<std::size_t>(n), digests_.begin(),
+                      hash_slice{bytes_of(bytes), bytes.size(), slice_bytes});
+    static_assert(sizeof(digest_words) == 16);
+    // digest128 and digest_words are both {low64, high64}; copy field-wise on the host.
+    host_digests_.resize(n);
+    System::to_host(host_digests_.data(), thrust::raw_pointer_cast(digests_.data()), n * sizeof(digest_words));
+    for (std::size_t j = 0; j < n; ++j) out[j] = digest128{host_digests_[j].low64, host_digests_[j].high64};
+  }
+
+ private:
+  std::size_t check_chunk(std::span<const std::byte> old, std::span<const std::byte> neu, std::size_t E,
+                          std::span<std::uint32_t> positions, std::span<std::byte> xo, std::span<std::byte> no) {
+    thrust_detail::check_element_size(E);
+    if (old.size() != neu.size() || old.size() % E != 0)
+      throw error(errc::invalid_argument, "collect_changes: old and new must be equal whole-element spans");
+    const std::size_t m = old.size() / E;
+    if (m >= (std::size_t{1} << 32))
+      throw error(errc::invalid_argument, "collect_changes: chunk must hold < 2^32 elements");
+    if (positions.size() < m || (!xo.empty() && xo.size() < m * E) || (!no.empty() && no.size() < m * E))
+      throw error(errc::invalid_argument, "collect_changes: output spans smaller than the chunk");
+    return m;
+  }
+
+  static thrust_detail::element_differs differs(std::span<const std::byte> old, std::span<const std::byte> neu,
+                                                std::size_t E) {
+    const auto a = reinterpret_cast<std::uintptr_t>(old.data());
+    const auto b = reinterpret_cast<std::uintptr_t>(neu.data());
+    return {thrust_detail::bytes_of(old), thrust_detail::bytes_of(neu), static_cast<std::uint32_t>(E),
+            a % E == 0 && b % E == 0};
+  }
+
+  std::size_t collect(std::span<const std::byte> old, std::span<const std::byte> neu, std::size_t E, std::size_t m,
+                      std::uint32_t* positions, std::byte* xo, std::byte* no, bool planes) {
+    using namespace thrust_detail;
+    if (m == 0) return 0;
+    const auto pred = differs(old, neu, E);
+    const thrust::counting_iterator<u32> first(0), last(static_cast<u32>(m));
+    std::size_t c = 0;
+    u32* pos = positions;
+    if constexpr (System::host_memory) {
+      // Host memory: blocked count + scan + compaction straight into the caller's positions.
+      const u32 mm = static_cast<u32>(m), nb = static_cast<u32>((m + compact_block - 1) / compact_block);
+      blocks_.resize(nb + 1);
+      thrust::transform(System::policy(), thrust::counting_iterator<u32>(0), thrust::counting_iterator<u32>(nb),
+                        blocks_.begin(), count_block{pred, mm});
+      blocks_[nb] = 0;
+      thrust::exclusive_scan(System::policy(), blocks_.begin(), blocks_.end(), blocks_.begin());
+      c = blocks_[nb];
+      thrust::for_each(System::policy(), thrust::counting_iterator<u32>(0), thrust::counting_iterator<u32>(nb),
+                       compact_blocks{pred, mm, thrust::raw_pointer_cast(blocks_.data()), positions});
+    } else {
+      // Device memory: count, size the scratch to c, compact, then only c positions cross.
+      c = static_cast<std::size_t>(thrust::count_if(System::policy(), first, last, pred));
+      pos_.resize(c);
+      thrust::copy_if(System::policy(), first, last, pos_.begin(), pred);
+      pos = thrust::raw_pointer_cast(pos_.data());
+    }
+    if (c == 0 || (!xo && !no)) {
+      if constexpr (!System::host_memory) System::to_host(positions, pos, c * sizeof(u32));
+      return c;
+    }
+    u8* xdst = reinterpret_cast<u8*>(xo);
+    u8* ndst = reinterpret_cast<u8*>(no);
+    if constexpr (!System::host_memory) {
+      const std::size_t words = (c * E + 7) / 8;
+      if (xo) xor_.resize(words);
+      if (no) val_.resize(words);
+      xdst = xo ? reinterpret_cast<u8*>(thrust::raw_pointer_cast(xor_.data())) : nullptr;
+      ndst = no ? reinterpret_cast<u8*>(thrust::raw_pointer_cast(val_.data())) : nullptr;
+    }
+    thrust::for_each(System::policy(), thrust::counting_iterator<u32>(0), thrust::counting_iterator<u32>(static_cast<u32>(c)),
+                     gather_values{bytes_of(old), bytes_of(neu), pos, xdst, ndst, static_cast<u32>(E),
+                                   planes ? c : std::size_t{0}});
+    if constexpr (!System::host_memory) {
+      System::to_host(positions, pos, c * sizeof(u32));
+      if (xo) System::to_host(xo, xdst, c * E);
+      if (no) System::to_host(no, ndst, c * E);
+    }
+    return c;
+  }
+
+  typename System::template vector<std::uint32_t> pos_;
+  typename System::template vector<std::uint32_t> blocks_;  // per-block counts, then offsets
+  typename System::template vector<std::uint64_t> xor_;  // u64 words: 8-byte aligned byte scratch
+  typename System::template vector<std::uint64_t> val_;
+  typename System::template vector<thrust_detail::digest_words> digests_;
+  std::vector<thrust_detail::digest_words> host_digests_;
+};
+
+static_assert(execution_backend<thrust_backend<thrust_systems::cpp>>);
+
+}  // namespace bitrefit::codec

@@ -1,0 +1,61 @@
+// bitrefit/durability/concepts.hpp — the durable commit log and the owners' baseline store.
+//
+// The commit log holds the coordinator epoch (fence), K = (v, g) — the version every member shares
+// and the id of that baseline — and the latest prepare record. K is durable BEFORE anyone is told
+// of a commit. Its semantics are not restated here: a durable log must behave exactly like the pure
+// `protocol::commit_log::apply` (protocol/commit_log.hpp), request for request, and the shipped
+// models run that very function on the state they read under their lock. What durability adds:
+//
+// CommitLog laws:
+//  1. apply(req) is linearizable and atomic across threads and processes: a crash at any point
+//     leaves either the state before or the state after the request, never a mix.
+//  2. Outcomes ok / fenced / conflict carry the snapshot after the request (as the pure log).
+//     `failed` means the request certainly did not take effect (e.g. the lock was not acquired
+//     before the deadline, the temp file could not be written); `unknown` means it may have (the
+//     rename happened but the directory fsync failed): resolve with a read_request.
+//  3. After a crash and restart, a read returns the last state whose request reported ok.
+//
+// BaselineStore laws (the owners' B^v, kept consistent with the commit log across crashes). Images
+// are keyed by VERSION: every attempt that commits v+1 commits the same frozen bits, whatever its g'.
+//  1. save(v, image) is atomic and durable before it returns; load(v) then returns the same image.
+//  2. An owner saves the frozen target image of v+1 BEFORE it encodes anything of the transition
+//     (so before any commit record can name v+1), and keeps K.v's image until it has read
+//     K = (v+1, g'); so after any crash, load(K.v) returns K.v's baseline — or nullopt, which the
+//     owner reports as a lost state.
+//  3. retain_only(v) removes every other image; it is idempotent.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bitrefit/core/ids.hpp"
+#include "bitrefit/protocol/commit_log.hpp"
+
+namespace bitrefit::durability {
+
+template <class L>
+concept CommitLog = requires(L& l, const protocol::log_request& req) {
+  { l.apply(req) } -> std::same_as<protocol::log_reply>;
+};
+
+/// An owner's baseline image: tensor name -> stored bytes of the canonical elements it owns.
+using baseline_image = std::map<std::string, std::vector<std::byte>>;
+
+template <class S>
+concept BaselineStore = requires(S& s, version_t v, const baseline_image& img) {
+  { s.save(v, img) } -> std::same_as<void>;
+  { s.load(v) } -> std::same_as<std::optional<baseline_image>>;
+  { s.retain_only(v) } -> std::same_as<void>;
+};
+
+/// Convenience for callers outside the protocol driver (tools, tests): the current contents.
+template <CommitLog L>
+protocol::log_reply read_log(L& l) {
+  return l.apply(protocol::read_request{});
+}
+
+}  // namespace bitrefit::durability

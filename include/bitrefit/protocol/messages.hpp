@@ -1,0 +1,227 @@
+// bitrefit/protocol/messages.hpp — the closed set of protocol messages and their addressing.
+//
+// A message is what one role sends another over the control plane (payloads travel on the data
+// plane, but the protocol sees them as messages too: their bytes are represented by a digest of
+// the verified frame). Every message may be lost, duplicated, delayed or reordered; every handler
+// is idempotent under duplication. Messages of another attempt are ignored by id, never trusted.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "bitrefit/protocol/types.hpp"
+
+namespace bitrefit::protocol {
+
+enum class role : std::uint8_t { coordinator, owner, receiver };
+
+/// One node: the (single active) coordinator, owner i or receiver i.
+struct endpoint {
+  protocol::role role = role::coordinator;
+  std::uint32_t index = 0;
+  friend constexpr auto operator<=>(const endpoint&, const endpoint&) = default;
+  static constexpr endpoint coord() noexcept { return {role::coordinator, 0}; }
+  static constexpr endpoint owner_(std::uint32_t i) noexcept { return {role::owner, i}; }
+  static constexpr endpoint receiver_(std::uint32_t i) noexcept { return {role::receiver, i}; }
+};
+
+// ----- coordinator -> owners and receivers ----------------------------------------------------
+
+/// Admits the members to attempt τ of the transition K.v -> target (DESIGN op. 1). Sent only after
+/// the prepare record is durable. Owners freeze the change set and encode; receivers that find
+/// themselves in `members` (same incarnation) join the attempt.
+struct prepare_msg {
+  prepare_record record;
+  friend auto operator<=>(const prepare_msg&, const prepare_msg&) = default;
+};
+
+/// mark_obsolete(τ) (DESIGN op. 6): nothing of τ (or earlier) may be written any more. Receivers
+/// answer with `stopped_msg` once no write of τ can still take effect on their device.
+struct obsolete_msg {
+  attempt_id attempt{};
+  friend auto operator<=>(const obsolete_msg&, const obsolete_msg&) = default;
+};
+
+/// The owners' manifests of τ, relayed to the members: chunks[o] payloads from owner o. A receiver
+/// applies in (owner, seq) order and acks only when every listed payload is applied.
+struct open_msg {
+  attempt_id attempt{};
+  std::vector<std::uint32_t> chunks;
+  friend auto operator<=>(const open_msg&, const open_msg&) = default;
+};
+
+/// Asynchronous mode: every member reported arrival; close the gate, drain, apply, ack.
+struct flush_msg {
+  attempt_id attempt{};
+  friend auto operator<=>(const flush_msg&, const flush_msg&) = default;
+};
+
+/// The commit record, after it is durable (announcement; also the reply to a join). Idempotent.
+struct announce_msg {
+  commit_record record{};
+  friend auto operator<=>(const announce_msg&, const announce_msg&) = default;
+};
+
+/// Sent by a coordinator that took over (and at start): every receiver answers with a join_msg
+/// naming its incarnation and the commit record it holds, so the roster can be rebuilt.
+struct roll_call_msg {
+  std::uint64_t epoch = 0;
+  friend auto operator<=>(const roll_call_msg&, const roll_call_msg&) = default;
+};
+
+/// Operator abort of the transition: receivers keep their gate closed until a dense refit.
+struct abort_msg {
+  attempt_id attempt{};
+  friend auto operator<=>(const abort_msg&, const abort_msg&) = default;
+};
+
+// ----- owners -> receivers (data plane) -------------------------------------------------------
+
+/// One chunk of owner `id.owner` for attempt `id.attempt`. `content` stands for the frame's bytes
+/// (its digest); re-encoding the same chunk yields the same id and the same content.
+struct payload_msg {
+  payload_id id{};
+  version_t base = 0;    // the version the delta was computed against (XOR needs exactly this)
+  version_t target = 0;
+  protocol::mode mode = mode::overwrite;
+  digest128 content{};
+  friend auto operator<=>(const payload_msg&, const payload_msg&) = default;
+};
+
+// ----- owners -> coordinator ------------------------------------------------------------------
+
+/// Owner o finished encoding τ into `chunks` payloads (all handed to the transport).
+struct manifest_msg {
+  attempt_id attempt{};
+  std::uint32_t owner = 0;
+  std::uint32_t chunks = 0;
+  friend auto operator<=>(const manifest_msg&, const manifest_msg&) = default;
+};
+
+// ----- receivers -> coordinator ---------------------------------------------------------------
+
+/// Asynchronous mode: every payload of the manifest is staged (arrival check passed).
+struct arrived_msg {
+  attempt_id attempt{};
+  member from{};
+  friend auto operator<=>(const arrived_msg&, const arrived_msg&) = default;
+};
+
+/// Every payload of τ is applied, queues drained, device synchronised; `attestation` is the digest
+/// over the receiver's held ranges (absent when attestation is off).
+struct ack_msg {
+  attempt_id attempt{};
+  member from{};
+  std::optional<digest128> attestation;
+  friend auto operator<=>(const ack_msg&, const ack_msg&) = default;
+};
+
+/// Reply to obsolete_msg: no write of τ can still take effect on this receiver.
+struct stopped_msg {
+  attempt_id attempt{};
+  member from{};
+  friend auto operator<=>(const stopped_msg&, const stopped_msg&) = default;
+};
+
+enum class failure_reason : std::uint8_t {
+  conflicting_payload,  // same payload id, different verified bytes
+  wrong_base,           // an XOR payload whose base is not the version this receiver holds
+  not_at_base,          // admitted to an attempt whose base K this receiver does not hold
+};
+constexpr std::string_view to_string(failure_reason r) noexcept {
+  switch (r) {
+    case failure_reason::conflicting_payload: return "conflicting_payload";
+    case failure_reason::wrong_base: return "wrong_base";
+    case failure_reason::not_at_base: return "not_at_base";
+  }
+  return "?";
+}
+
+/// The attempt cannot succeed on this receiver.
+struct failed_msg {
+  attempt_id attempt{};
+  member from{};
+  failure_reason reason = failure_reason::conflicting_payload;
+  friend auto operator<=>(const failed_msg&, const failed_msg&) = default;
+};
+
+/// A (re)started or restored receiver holds exactly `at` and asks to be admitted at the next prepare.
+struct join_msg {
+  member from{};
+  commit_record at{};
+  friend auto operator<=>(const join_msg&, const join_msg&) = default;
+};
+
+/// The closed message set. The order of alternatives is also the priority a fair scheduler uses
+/// (control before data), see sim/cluster.hpp.
+using message = std::variant<prepare_msg, obsolete_msg, open_msg, flush_msg, announce_msg, roll_call_msg, abort_msg,
+                             manifest_msg, arrived_msg, ack_msg, stopped_msg, failed_msg, join_msg,
+                             payload_msg>;
+
+struct envelope {
+  endpoint from{};
+  endpoint to{};
+  protocol::message msg;
+  friend auto operator<=>(const envelope&, const envelope&) = default;
+};
+
+// ----- actions every role uses ----------------------------------------------------------------
+
+/// Hand `env` to the transport. Sends are performed in the order the actions list them, and only
+/// after every earlier action of the same step (e.g. "persist BEFORE send").
+struct send_action {
+  envelope env;
+  friend auto operator<=>(const send_action&, const send_action&) = default;
+};
+/// Start (or restart) this node's single timer; when it expires feed `deadline_event`.
+struct arm_deadline_action {
+  friend auto operator<=>(const arm_deadline_action&, const arm_deadline_action&) = default;
+};
+/// Cancel the timer: a `deadline_event` that still arrives is ignored anyway.
+struct disarm_deadline_action {
+  friend auto operator<=>(const disarm_deadline_action&, const disarm_deadline_action&) = default;
+};
+
+// ----- events every role uses -----------------------------------------------------------------
+
+/// A message arrived from the transport (for payloads: only after the frame's digest and structure
+/// verified; a copy that does not verify is simply not delivered, see receiver.hpp).
+struct message_event {
+  envelope env;
+  friend auto operator<=>(const message_event&, const message_event&) = default;
+};
+/// The timer armed by the last arm_deadline_action expired.
+struct deadline_event {
+  friend auto operator<=>(const deadline_event&, const deadline_event&) = default;
+};
+
+// ----- hashing ---------------------------------------------------------------------------------
+namespace detail {
+inline void hash_append(hasher& h, const endpoint& e) noexcept { h.mix(static_cast<std::uint64_t>(e.role)); h.mix(e.index); }
+inline void hash_append(hasher& h, const prepare_msg& m) { hash_append(h, m.record); }
+inline void hash_append(hasher& h, const obsolete_msg& m) { hash_append(h, m.attempt); }
+inline void hash_append(hasher& h, const open_msg& m) { hash_append(h, m.attempt); hash_append(h, m.chunks); }
+inline void hash_append(hasher& h, const flush_msg& m) { hash_append(h, m.attempt); }
+inline void hash_append(hasher& h, const announce_msg& m) { hash_append(h, m.record); }
+inline void hash_append(hasher& h, const roll_call_msg& m) { h.mix(m.epoch); }
+inline void hash_append(hasher& h, const abort_msg& m) { hash_append(h, m.attempt); }
+inline void hash_append(hasher& h, const payload_msg& m) {
+  hash_append(h, m.id); h.mix(m.base); h.mix(m.target); hash_append(h, m.mode); hash_append(h, m.content);
+}
+inline void hash_append(hasher& h, const manifest_msg& m) { hash_append(h, m.attempt); h.mix(m.owner); h.mix(m.chunks); }
+inline void hash_append(hasher& h, const arrived_msg& m) { hash_append(h, m.attempt); hash_append(h, m.from); }
+inline void hash_append(hasher& h, const ack_msg& m) { hash_append(h, m.attempt); hash_append(h, m.from); hash_append(h, m.attestation); }
+inline void hash_append(hasher& h, const stopped_msg& m) { hash_append(h, m.attempt); hash_append(h, m.from); }
+inline void hash_append(hasher& h, const failed_msg& m) { hash_append(h, m.attempt); hash_append(h, m.from); hash_append(h, m.reason); }
+inline void hash_append(hasher& h, const join_msg& m) { hash_append(h, m.from); hash_append(h, m.at); }
+inline void hash_append(hasher& h, const envelope& e) { hash_append(h, e.from); hash_append(h, e.to); hash_append(h, e.msg); }
+inline void hash_append(hasher& h, const send_action& a) { hash_append(h, a.env); }
+inline void hash_append(hasher& h, const arm_deadline_action&) { h.mix(0xa1); }
+inline void hash_append(hasher& h, const disarm_deadline_action&) { h.mix(0xa2); }
+inline void hash_append(hasher& h, const message_event& e) { hash_append(h, e.env); }
+inline void hash_append(hasher& h, const deadline_event&) { h.mix(0xd1); }
+}  // namespace detail
+
+}  // namespace bitrefit::protocol

@@ -1,0 +1,167 @@
+// bitrefit/protocol/owner.hpp — the owner state machine (one trainer rank's share of the elements).
+//
+// An owner freezes the transition's change set (positions and absolute new values against its
+// baseline B^v = K.v) at the first prepare of a transition and keeps it until the transition ends;
+// every attempt encodes from it (XOR masks against B^v, or absolute values for overwrite). It
+// advances B only when it reads the new commit record (announcement, or the next prepare's base),
+// idempotently, after a coordinator failover too.
+//
+// Events (owner_event):  message_event (prepare / obsolete / announce), chunk_encoded_event,
+//                        encode_finished_event
+// Actions (owner_action), in list order:
+//   advance_baseline_action   make B = the frozen target bits, durably recorded as K, BEFORE using it
+//                             as a delta base (and release the frozen change set)
+//   freeze_change_set_action  compute and keep positions + absolute values of target vs B, BEFORE
+//                             encoding anything of the transition
+//   encode_action             encode the frozen set for τ in `mode`; report each chunk, in seq order,
+//                             as chunk_encoded_event, then encode_finished_event
+//   cancel_encoding_action    τ is obsolete: stop encoding and sending its chunks
+//   send_action               payloads to the members, the manifest to the coordinator
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <variant>
+#include <vector>
+
+#include "bitrefit/protocol/messages.hpp"
+
+namespace bitrefit::protocol {
+
+struct chunk_encoded_event {
+  attempt_id attempt{};
+  std::uint32_t seq = 0;
+  digest128 content{};  // digest of the encoded frame
+  friend auto operator<=>(const chunk_encoded_event&, const chunk_encoded_event&) = default;
+};
+struct encode_finished_event {
+  attempt_id attempt{};
+  std::uint32_t chunks = 0;
+  friend auto operator<=>(const encode_finished_event&, const encode_finished_event&) = default;
+};
+using owner_event = std::variant<message_event, chunk_encoded_event, encode_finished_event>;
+
+struct advance_baseline_action {
+  commit_record record{};
+  friend auto operator<=>(const advance_baseline_action&, const advance_baseline_action&) = default;
+};
+struct freeze_change_set_action {
+  version_t base = 0;
+  version_t target = 0;
+  friend auto operator<=>(const freeze_change_set_action&, const freeze_change_set_action&) = default;
+};
+struct encode_action {
+  attempt_id attempt{};
+  protocol::mode mode = mode::overwrite;
+  version_t base = 0;
+  version_t target = 0;
+  friend auto operator<=>(const encode_action&, const encode_action&) = default;
+};
+struct cancel_encoding_action {
+  attempt_id attempt{};
+  friend auto operator<=>(const cancel_encoding_action&, const cancel_encoding_action&) = default;
+};
+using owner_action =
+    std::variant<send_action, advance_baseline_action, freeze_change_set_action, encode_action, cancel_encoding_action>;
+
+struct owner {
+  std::uint32_t id = 0;
+  protocol_mutation mutation = protocol_mutation::none;
+  commit_record baseline{};                // B^v with its commit record
+  std::optional<version_t> frozen_target;  // the transition's frozen change set, if any
+  attempt_id highest_seen{};
+  // The attempt being encoded/sent.
+  std::optional<prepare_record> active;
+  bool finished = false;  // encode_finished reported for `active`
+
+  owner() = default;
+  owner(std::uint32_t id_, commit_record baseline_, protocol_mutation m = protocol_mutation::none)
+      : id(id_), mutation(m), baseline(baseline_) {}
+  friend auto operator<=>(const owner&, const owner&) = default;
+
+  std::vector<owner_action> step(const owner_event& ev) {
+    std::vector<owner_action> out;
+    std::visit([&](const auto& e) { on(e, out); }, ev);
+    return out;
+  }
+
+ private:
+  using out_t = std::vector<owner_action>;
+
+  void advance_to(const commit_record& k, out_t& out) {
+    // Idempotent: only the frozen target's commit moves B, and only forward.
+    if (frozen_target && k.version == *frozen_target) {
+      baseline = k;
+      frozen_target.reset();
+      out.push_back(advance_baseline_action{k});
+    } else if (k.version == baseline.version && k.baseline != baseline.baseline && !frozen_target) {
+      baseline = k;  // same bits, the committed id (after the broken early advance)
+    }
+  }
+
+  void on(const message_event& e, out_t& out) {
+    std::visit([&](const auto& m) { on_msg(m, out); }, e.env.msg);
+  }
+  template <class M>
+  void on_msg(const M&, out_t&) {}
+
+  void on_msg(const announce_msg& m, out_t& out) { advance_to(m.record, out); }
+
+  void on_msg(const prepare_msg& m, out_t& out) {
+    const prepare_record& p = m.record;
+    if (p.attempt <= highest_seen) return;  // stale or duplicate
+    highest_seen = p.attempt;
+    advance_to(p.base, out);  // a prepare's base is a commit record too (missed announcement)
+    if (active) out.push_back(cancel_encoding_action{active->attempt});
+    if (!frozen_target) {
+      frozen_target = p.target;
+      out.push_back(freeze_change_set_action{baseline.version, p.target});
+    }
+    active = p;
+    finished = false;
+    out.push_back(encode_action{p.attempt, p.mode, baseline.version, p.target});
+  }
+
+  void on_msg(const obsolete_msg& m, out_t& out) {
+    highest_seen = std::max(highest_seen, m.attempt);
+    if (active && active->attempt <= m.attempt) {
+      if (!finished) out.push_back(cancel_encoding_action{active->attempt});
+      active.reset();
+    }
+  }
+
+  void on(const chunk_encoded_event& e, out_t& out) {
+    if (!active || active->attempt != e.attempt || finished) return;
+    payload_msg p{payload_id{e.attempt, id, e.seq}, baseline.version, active->target, active->mode, e.content};
+    for (const auto& m : active->members)
+      out.push_back(send_action{envelope{endpoint::owner_(id), endpoint::receiver_(m.receiver), p}});
+  }
+
+  void on(const encode_finished_event& e, out_t& out) {
+    if (!active || active->attempt != e.attempt || finished) return;
+    finished = true;
+    out.push_back(send_action{envelope{endpoint::owner_(id), endpoint::coord(), manifest_msg{e.attempt, id, e.chunks}}});
+    if (mutation == protocol_mutation::delta_against_uncommitted_base && frozen_target) {
+      // Broken on purpose: treats what it sent as committed.
+      commit_record k{active->target, active->next};
+      baseline = k;
+      frozen_target.reset();
+      out.push_back(advance_baseline_action{k});
+    }
+  }
+};
+
+namespace detail {
+inline void hash_append(hasher& h, const owner& o) {
+  h.mix(o.id); hash_append(h, o.mutation); hash_append(h, o.baseline); hash_append(h, o.frozen_target);
+  hash_append(h, o.highest_seen); hash_append(h, o.active); h.mix(o.finished);
+}
+}  // namespace detail
+
+}  // namespace bitrefit::protocol
+
+template <>
+struct std::hash<bitrefit::protocol::owner> {
+  std::size_t operator()(const bitrefit::protocol::owner& o) const { return bitrefit::protocol::hash_of(o); }
+};

@@ -1,0 +1,522 @@
+// bitrefit/protocol/receiver.hpp — the receiver state machine (one rollout engine incarnation).
+//
+// Events (receiver_event):
+//   boot_event            a fresh process (new incarnation, already persisted by the caller) starts
+//   message_event         prepare / payload / open / flush / obsolete / announce / roll_call / abort.
+//                         A payload is delivered ONLY after its frame verified (digest, structure);
+//                         a copy that does not verify counts as undelivered and is not stepped.
+//   drained_event         in-flight requests of v finished after drain_requests_action
+//   device_synced_event   every apply issued so far took effect; carries the attestation when asked
+//   commit_read_event     the commit record, answering read_commit_action
+//   restored_event        dense_restore_action finished: parameters are exactly K.v
+//   deadline_event        the armed timer expired
+// Actions (receiver_action), performed in list order:
+//   persist_incarnation_action  record the new incarnation durably BEFORE sending anything under it
+//   close_gate_action           stop admitting requests BEFORE any apply of the attempt
+//   drain_requests_action       asynchronous mode: wait for in-flight requests of v, then drained_event
+//   stage_payload_action        keep the verified frame (compressed) for τ
+//   apply_payload_action        decode + apply the staged frame in place, in the order emitted; it may
+//                               complete asynchronously and out of order with other applies of the
+//                               same attempt (positions are disjoint); only sync_device waits for it
+//   discard_staged_action       drop every staged frame of τ (cleanup)
+//   sync_device_action          wait for every issued apply, then device_synced_event (with the
+//                               attestation digest over the held ranges if `attest`)
+//   open_gate_action            reopen with KV caches invalidated: the weights are the committed K
+//   read_commit_action          read the commit log, then commit_read_event
+//   dense_restore_action        wait for every issued apply, then write every parameter from K.v
+//                               (dense refit or checkpoint), then restored_event
+//   send_action / arm_deadline_action / disarm_deadline_action
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <variant>
+#include <vector>
+
+#include "bitrefit/protocol/messages.hpp"
+
+namespace bitrefit::protocol {
+
+struct boot_event {
+  friend auto operator<=>(const boot_event&, const boot_event&) = default;
+};
+struct drained_event {
+  friend auto operator<=>(const drained_event&, const drained_event&) = default;
+};
+struct device_synced_event {
+  std::optional<digest128> attestation;
+  friend auto operator<=>(const device_synced_event&, const device_synced_event&) = default;
+};
+struct commit_read_event {
+  commit_record record{};
+  friend auto operator<=>(const commit_read_event&, const commit_read_event&) = default;
+};
+struct restored_event {
+  commit_record record{};
+  friend auto operator<=>(const restored_event&, const restored_event&) = default;
+};
+using receiver_event = std::variant<boot_event, message_event, drained_event, device_synced_event, commit_read_event,
+                                    restored_event, deadline_event>;
+
+struct persist_incarnation_action {
+  std::uint64_t incarnation = 0;
+  friend auto operator<=>(const persist_incarnation_action&, const persist_incarnation_action&) = default;
+};
+struct close_gate_action {
+  friend auto operator<=>(const close_gate_action&, const close_gate_action&) = default;
+};
+struct drain_requests_action {
+  friend auto operator<=>(const drain_requests_action&, const drain_requests_action&) = default;
+};
+struct stage_payload_action {
+  payload_id id{};
+  friend auto operator<=>(const stage_payload_action&, const stage_payload_action&) = default;
+};
+struct apply_payload_action {
+  payload_id id{};
+  protocol::mode mode = mode::overwrite;
+  version_t base = 0;
+  version_t target = 0;
+  friend auto operator<=>(const apply_payload_action&, const apply_payload_action&) = default;
+};
+struct discard_staged_action {
+  attempt_id attempt{};
+  friend auto operator<=>(const discard_staged_action&, const discard_staged_action&) = default;
+};
+struct sync_device_action {
+  bool attest = true;
+  friend auto operator<=>(const sync_device_action&, const sync_device_action&) = default;
+};
+struct open_gate_action {
+  bool invalidate_kv_cache = true;
+  friend auto operator<=>(const open_gate_action&, const open_gate_action&) = default;
+};
+struct read_commit_action {
+  friend auto operator<=>(const read_commit_action&, const read_commit_action&) = default;
+};
+struct dense_restore_action {
+  commit_record record{};
+  friend auto operator<=>(const dense_restore_action&, const dense_restore_action&) = default;
+};
+using receiver_action =
+    std::variant<send_action, persist_incarnation_action, close_gate_action, drain_requests_action,
+                 stage_payload_action, apply_payload_action, discard_staged_action, sync_device_action, open_gate_action,
+                 read_commit_action, dense_restore_action, arm_deadline_action, disarm_deadline_action>;
+
+enum class receiver_phase : std::uint8_t {
+  booting,    // constructed after a (re)start; waiting for boot_event
+  restoring,  // reading K / dense restore in progress
+  joining,    // restored, join sent, not yet confirmed
+  serving,    // at K, not in an attempt
+  member,     // admitted to the active attempt
+  stopping,   // obsolete received: waiting for the device before answering stopped
+  between,    // an attempt stopped; waiting for the next prepare or for commit news
+  aborted,    // operator abort: gate closed until a dense refit
+};
+constexpr std::string_view to_string(receiver_phase p) noexcept {
+  constexpr std::string_view n[] = {"booting", "restoring", "joining", "serving",
+                                    "member",  "stopping",  "between", "aborted"};
+  return n[static_cast<int>(p)];
+}
+
+/// One payload of the active attempt that this receiver holds (staged, maybe applied).
+struct chunk_state {
+  std::uint32_t owner = 0;
+  std::uint32_t seq = 0;
+  digest128 content{};
+  bool applied = false;
+  friend auto operator<=>(const chunk_state&, const chunk_state&) = default;
+};
+
+struct receiver_attempt {
+  attempt_id attempt{};
+  protocol::mode mode = mode::overwrite;
+  commit_record base{};
+  version_t target = 0;
+  baseline_id next{};
+  bool open = false;                   // manifest known
+  std::vector<std::uint32_t> manifest; // chunks per owner
+  std::vector<chunk_state> chunks;     // sorted by (owner, seq)
+  bool arrived_sent = false;           // async: arrival reported
+  bool flushing = false;               // async: gate closing / closed for apply
+  bool drained = false;                // async: requests of v drained
+  bool syncing = false;                // sync_device issued for the ack
+  bool acked = false;
+  bool failed = false;                 // reported failed_msg; waits for obsolete
+  friend auto operator<=>(const receiver_attempt&, const receiver_attempt&) = default;
+};
+
+struct receiver {
+  std::uint32_t id = 0;
+  std::uint64_t incarnation = 0;
+  gate_policy gate = gate_policy::synchronous;
+  bool attest = true;
+  protocol_mutation mutation = protocol_mutation::none;
+  receiver_phase phase = receiver_phase::serving;
+  commit_record committed{};              // the K its parameters hold outside attempts
+  bool gate_open = true;
+  attempt_id highest_seen{};              // attempts at or below this that are not active are dead
+  std::optional<receiver_attempt> attempt;
+  std::optional<commit_record> completed; // parameters are exactly this (acked attempt's target, g')
+  bool unsynced = false;                  // applies issued since the last device sync
+  bool sync_pending = false;              // a sync_device_action is outstanding
+  std::optional<attempt_id> stopping_for; // answer stopped_msg for this once the device is synced
+  std::optional<prepare_record> deferred; // a newer prepare waiting for the device sync
+
+  receiver() = default;
+  /// A receiver already serving `at` (initial deployment). Restarted processes use `restarted`.
+  receiver(std::uint32_t id_, std::uint64_t inc, const protocol_config& cfg, commit_record at = {})
+      : id(id_), incarnation(inc), gate(cfg.gate), attest(cfg.attest), mutation(cfg.mutation), committed(at) {}
+  /// A fresh process with a new incarnation (persisted by the caller); feed boot_event next.
+  static receiver restarted(std::uint32_t id_, std::uint64_t inc, const protocol_config& cfg) {
+    receiver r(id_, inc, cfg);
+    r.phase = receiver_phase::booting;
+    r.gate_open = false;
+    return r;
+  }
+  friend auto operator<=>(const receiver&, const receiver&) = default;
+
+  member self() const noexcept { return member{id, incarnation}; }
+
+  std::vector<receiver_action> step(const receiver_event& ev) {
+    std::vector<receiver_action> out;
+    std::visit([&](const auto& e) { on(e, out); }, ev);
+    return out;
+  }
+
+ private:
+  using out_t = std::vector<receiver_action>;
+  bool mutated(protocol_mutation m) const noexcept { return mutation == m; }
+  void send(out_t& out, endpoint to, message m) const {
+    out.push_back(send_action{envelope{endpoint::receiver_(id), to, std::move(m)}});
+  }
+  void to_coord(out_t& out, message m) const { send(out, endpoint::coord(), std::move(m)); }
+
+  void on(const boot_event&, out_t& out) {
+    if (phase != receiver_phase::booting) return;
+    phase = receiver_phase::restoring;
+    out.push_back(read_commit_action{});
+  }
+
+  void on(const commit_read_event& e, out_t& out) {
+    if (phase == receiver_phase::restoring) {
+      out.push_back(dense_restore_action{e.record});
+      return;
+    }
+    commit_news(e.record, out);
+    if (phase == receiver_phase::member && attempt && attempt->acked) out.push_back(arm_deadline_action{});
+  }
+
+  void on(const restored_event& e, out_t& out) {
+    if (phase != receiver_phase::restoring) return;
+    committed = e.record;
+    completed.reset();
+    attempt.reset();
+    unsynced = false;
+    phase = receiver_phase::joining;
+    if (!gate_open) {
+      gate_open = true;
+      out.push_back(open_gate_action{});
+    }
+    to_coord(out, join_msg{self(), committed});
+    out.push_back(arm_deadline_action{});
+  }
+
+  void on(const deadline_event&, out_t& out) {
+    if (phase == receiver_phase::joining) {
+      to_coord(out, join_msg{self(), committed});
+      out.push_back(arm_deadline_action{});
+    } else if ((phase == receiver_phase::member && attempt && attempt->acked) || phase == receiver_phase::between) {
+      out.push_back(read_commit_action{});  // the announcement may have been lost
+    }
+  }
+
+  void on(const drained_event&, out_t& out) {
+    if (phase != receiver_phase::member || !attempt || !attempt->flushing || attempt->drained) return;
+    attempt->drained = true;
+    progress(out);
+  }
+
+  void on(const device_synced_event& e, out_t& out) {
+    if (!sync_pending) return;
+    sync_pending = false;
+    unsynced = false;
+    if (phase == receiver_phase::stopping) {
+      if (stopping_for) to_coord(out, stopped_msg{*stopping_for, self()});
+      stopping_for.reset();
+      phase = receiver_phase::between;
+      if (deferred) {
+        prepare_record p = *deferred;
+        deferred.reset();
+        admit(p, out);
+      }
+      return;
+    }
+    if (phase == receiver_phase::member && attempt && attempt->syncing) {
+      attempt->syncing = false;
+      attempt->acked = true;
+      completed = commit_record{attempt->target, attempt->next};
+      to_coord(out, ack_msg{attempt->attempt, self(), attest ? e.attestation : std::nullopt});
+      out.push_back(arm_deadline_action{});
+    }
+  }
+
+  void on(const message_event& e, out_t& out) {
+    if (phase == receiver_phase::booting || phase == receiver_phase::restoring) return;
+    std::visit([&](const auto& m) { on_msg(m, out); }, e.env.msg);
+  }
+  template <class M>
+  void on_msg(const M&, out_t&) {}
+
+  /// The commit record is K (announcement, read, or a prepare's base): adopt, or restore if stale.
+  /// Returns false if this receiver went to restore.
+  bool commit_news(const commit_record& k, out_t& out) {
+    if (k == committed) {
+      if (phase == receiver_phase::joining) {
+        phase = receiver_phase::serving;
+        out.push_back(disarm_deadline_action{});
+      }
+      return true;
+    }
+    if (completed && *completed == k) {
+      // The attempt this receiver completed committed: its parameters are exactly K.
+      committed = k;
+      completed.reset();
+      if (attempt) out.push_back(discard_staged_action{attempt->attempt});
+      attempt.reset();
+      if (phase != receiver_phase::stopping) phase = receiver_phase::serving;
+      if (!gate_open) {
+        gate_open = true;
+        out.push_back(open_gate_action{});
+      }
+      out.push_back(disarm_deadline_action{});
+      return true;
+    }
+    if (k.version > committed.version) {
+      // K moved on without this receiver's parameters reaching it: rejoin as a new incarnation.
+      if (attempt) out.push_back(discard_staged_action{attempt->attempt});
+      attempt.reset();
+      completed.reset();
+      deferred.reset();
+      stopping_for.reset();
+      ++incarnation;
+      out.push_back(persist_incarnation_action{incarnation});
+      if (gate_open) {
+        gate_open = false;
+        out.push_back(close_gate_action{});
+      }
+      phase = receiver_phase::restoring;
+      sync_pending = false;
+      unsynced = false;
+      out.push_back(disarm_deadline_action{});
+      out.push_back(dense_restore_action{k});
+      return false;
+    }
+    return true;  // older news
+  }
+
+  void on_msg(const announce_msg& m, out_t& out) { commit_news(m.record, out); }
+
+  void on_msg(const roll_call_msg&, out_t& out) { to_coord(out, join_msg{self(), committed}); }
+
+  void on_msg(const prepare_msg& m, out_t& out) {
+    const prepare_record& p = m.record;
+    if (attempt && attempt->attempt == p.attempt) return;  // duplicate
+    if (p.attempt <= highest_seen) return;                 // stale
+    if (phase == receiver_phase::aborted) return;          // only a dense refit brings it back
+    if (!commit_news(p.base, out)) return;                 // the base is a commit record too
+    if (std::find(p.members.begin(), p.members.end(), self()) == p.members.end()) return;
+    highest_seen = p.attempt;
+    if (phase == receiver_phase::stopping) {  // still waiting for the device: admit afterwards
+      deferred = p;
+      return;
+    }
+    if (attempt) {
+      // Superseded without an obsolete_msg: the older attempt must not write after this one starts.
+      out.push_back(discard_staged_action{attempt->attempt});
+      attempt.reset();
+      if (unsynced && !mutated(protocol_mutation::retry_without_stop_and_wait)) {
+        phase = receiver_phase::stopping;
+        deferred = p;
+        request_sync(out, false);
+        return;
+      }
+    }
+    admit(p, out);
+  }
+
+  void admit(const prepare_record& p, out_t& out) {
+    if (committed != p.base) {
+      to_coord(out, failed_msg{p.attempt, self(), failure_reason::not_at_base});
+      phase = receiver_phase::between;
+      return;
+    }
+    receiver_attempt a;
+    a.attempt = p.attempt;
+    a.mode = p.mode;
+    a.base = p.base;
+    a.target = p.target;
+    a.next = p.next;
+    attempt = a;
+    phase = receiver_phase::member;
+    if (gate == gate_policy::synchronous && gate_open) {
+      gate_open = false;
+      out.push_back(close_gate_action{});
+    }
+  }
+
+  void request_sync(out_t& out, bool with_attestation) {
+    sync_pending = true;
+    out.push_back(sync_device_action{with_attestation && attest});
+  }
+
+  void fail(failure_reason why, out_t& out) {
+    if (attempt->failed) return;
+    attempt->failed = true;
+    to_coord(out, failed_msg{attempt->attempt, self(), why});
+  }
+
+  void on_msg(const payload_msg& m, out_t& out) {
+    if (phase != receiver_phase::member || !attempt || m.id.attempt != attempt->attempt) return;  // dropped
+    auto& cs = attempt->chunks;
+    auto it = std::find_if(cs.begin(), cs.end(),
+                           [&](const chunk_state& c) { return c.owner == m.id.owner && c.seq == m.id.seq; });
+    if (it != cs.end()) {
+      if (it->content != m.content) {
+        fail(failure_reason::conflicting_payload, out);  // same id, different verified bytes
+      } else if (mutated(protocol_mutation::dedup_off) && it->applied) {
+        unsynced = true;  // broken on purpose: the duplicate is applied again
+        out.push_back(apply_payload_action{m.id, attempt->mode, attempt->base.version, attempt->target});
+      }
+      return;  // an identical duplicate is ignored
+    }
+    if (m.mode != attempt->mode || m.target != attempt->target ||
+        (m.mode == mode::xor_delta && m.base != attempt->base.version)) {
+      fail(failure_reason::wrong_base, out);
+      return;
+    }
+    chunk_state c{m.id.owner, m.id.seq, m.content, false};
+    cs.insert(std::upper_bound(cs.begin(), cs.end(), c), c);
+    out.push_back(stage_payload_action{m.id});
+    progress(out);
+  }
+
+  void on_msg(const open_msg& m, out_t& out) {
+    if (phase != receiver_phase::member || !attempt || m.attempt != attempt->attempt || attempt->open) return;
+    attempt->open = true;
+    attempt->manifest = m.chunks;
+    progress(out);
+  }
+
+  void on_msg(const flush_msg& m, out_t& out) {
+    if (phase != receiver_phase::member || !attempt || m.attempt != attempt->attempt || attempt->flushing) return;
+    if (gate != gate_policy::asynchronous) return;
+    attempt->flushing = true;
+    if (gate_open) {
+      gate_open = false;
+      out.push_back(close_gate_action{});
+    }
+    out.push_back(drain_requests_action{});
+  }
+
+  void on_msg(const obsolete_msg& m, out_t& out) {
+    highest_seen = std::max(highest_seen, m.attempt);
+    if (phase == receiver_phase::stopping) {
+      if (!stopping_for || *stopping_for < m.attempt) stopping_for = m.attempt;
+      if (deferred && deferred->attempt <= m.attempt) deferred.reset();
+      return;
+    }
+    if (attempt && attempt->attempt <= m.attempt) {
+      out.push_back(discard_staged_action{attempt->attempt});
+      attempt.reset();
+      if ((unsynced || sync_pending) && !mutated(protocol_mutation::retry_without_stop_and_wait)) {
+        phase = receiver_phase::stopping;
+        stopping_for = m.attempt;
+        if (!sync_pending) request_sync(out, false);
+        return;
+      }
+      phase = receiver_phase::between;
+    }
+    if (phase == receiver_phase::member || phase == receiver_phase::serving || phase == receiver_phase::joining ||
+        phase == receiver_phase::between || phase == receiver_phase::aborted)
+      to_coord(out, stopped_msg{m.attempt, self()});  // nothing of it can still take effect here
+  }
+
+  void on_msg(const abort_msg& m, out_t& out) {
+    if (phase == receiver_phase::stopping || (attempt && attempt->attempt > m.attempt)) return;
+    if (attempt) out.push_back(discard_staged_action{attempt->attempt});
+    attempt.reset();
+    if (phase == receiver_phase::between || phase == receiver_phase::member) {
+      phase = receiver_phase::aborted;
+      if (gate_open) {
+        gate_open = false;
+        out.push_back(close_gate_action{});
+      }
+    }
+  }
+
+  /// Apply what can be applied, in manifest order; report arrival / sync for the ack when complete.
+  void progress(out_t& out) {
+    auto& a = *attempt;
+    if (!a.open || a.failed) return;
+    const bool may_apply = gate == gate_policy::synchronous || (a.flushing && a.drained);
+    std::size_t total = 0;
+    for (auto n : a.manifest) total += n;
+    std::size_t present = 0;
+    for (const auto& c : a.chunks)
+      if (c.owner < a.manifest.size() && c.seq < a.manifest[c.owner]) ++present;
+    if (!may_apply) {
+      if (present == total && !a.arrived_sent) {
+        a.arrived_sent = true;
+        to_coord(out, arrived_msg{a.attempt, self()});
+      }
+      return;
+    }
+    std::size_t applied = 0;
+    for (std::uint32_t o = 0; o < a.manifest.size(); ++o) {
+      for (std::uint32_t s = 0; s < a.manifest[o]; ++s) {
+        auto it = std::find_if(a.chunks.begin(), a.chunks.end(),
+                               [&](const chunk_state& c) { return c.owner == o && c.seq == s; });
+        if (it == a.chunks.end()) goto done;  // in order: wait for the missing one
+        if (!it->applied) {
+          it->applied = true;
+          unsynced = true;
+          completed.reset();  // parameters diverge from any earlier completed attempt
+          out.push_back(apply_payload_action{payload_id{a.attempt, o, s}, a.mode, a.base.version, a.target});
+        }
+        ++applied;
+      }
+    }
+  done:
+    if (applied == total && !a.syncing && !a.acked) {
+      a.syncing = true;
+      completed.reset();
+      request_sync(out, true);
+    }
+  }
+};
+
+namespace detail {
+inline void hash_append(hasher& h, const chunk_state& c) {
+  h.mix(c.owner); h.mix(c.seq); hash_append(h, c.content); h.mix(c.applied);
+}
+inline void hash_append(hasher& h, const receiver_attempt& a) {
+  hash_append(h, a.attempt); hash_append(h, a.mode); hash_append(h, a.base); h.mix(a.target); hash_append(h, a.next);
+  h.mix(a.open); hash_append(h, a.manifest); hash_append(h, a.chunks);
+  h.mix(a.arrived_sent | a.flushing << 1 | a.drained << 2 | a.syncing << 3 | a.acked << 4 | a.failed << 5);
+}
+inline void hash_append(hasher& h, const receiver& r) {
+  h.mix(r.id); h.mix(r.incarnation); hash_append(h, r.gate); h.mix(r.attest); hash_append(h, r.mutation);
+  hash_append(h, r.phase); hash_append(h, r.committed); h.mix(r.gate_open); hash_append(h, r.highest_seen);
+  hash_append(h, r.attempt); hash_append(h, r.completed); h.mix(r.unsynced); h.mix(r.sync_pending);
+  hash_append(h, r.stopping_for); hash_append(h, r.deferred);
+}
+}  // namespace detail
+
+}  // namespace bitrefit::protocol
+
+template <>
+struct std::hash<bitrefit::protocol::receiver> {
+  std::size_t operator()(const bitrefit::protocol::receiver& r) const { return bitrefit::protocol::hash_of(r); }
+};

@@ -1,0 +1,727 @@
+// bitrefit/protocol/sim/cluster.hpp — a deterministic, pure "cluster world" that composes the REAL
+// coordinator, owners, receivers and commit log with an in-flight message multiset, per-receiver
+// device queues and abstract weight regions, under bounded fault budgets.
+//
+// The same value is driven by the RapidCheck properties (random moves) and by the exhaustive model
+// checker in proofs/ (every move): `enabled_moves()`, `apply(move)`, `check_invariants()`,
+// `transition_done()`, `==` and `hash_of()` for deduplication.
+//
+// Abstraction. Receiver r holds owners*chunks regions; payload (τ, o, s) writes region o*chunks+s
+// (positions of one attempt are disjoint). A region holds a version number or `garbage`: OVERWRITE
+// sets it to the target; XOR sets it to the target iff it holds exactly the base, else garbage.
+// Every version changes every region (the worst case for XOR). Owners encode zero chunks when their
+// delta base already equals the target (nothing changed from their point of view).
+//
+// What the world does by itself (no move): it performs the local actions of every machine at once
+// and feeds their completions back (encode -> chunk_encoded/encode_finished, drain -> drained,
+// read_commit -> commit_read, dense_restore -> restored after the device queue drained, sync_device ->
+// device_synced as soon as the device queue is empty), and starts the next transition when the
+// coordinator is idle and K.v < goal. Everything that can race is a move:
+//   deliver/drop/duplicate/corrupt/conflict <envelope>   network (drop, duplicate, corrupt and conflict
+//                                                        consume fault budget; reorder = choice of message)
+//   device r<i> <payload id> <mode>                      a pending apply takes effect (any order)
+//   crash r<i> / restart r<i>                            receiver process dies / comes back (new incarnation)
+//   deadline c / deadline r<i>                           an armed timer expires: always allowed once the
+//                                                        world is quiet (nothing in flight), earlier only
+//                                                        with the early-deadline budget
+//   failover                                             a new coordinator (epoch+1) replaces the active one;
+//                                                        the old one's pending log requests still land
+//   log ok|failed|unknown-applied|unknown-lost <request> a pending commit-log request completes
+//   abort                                                operator abort (budget)
+//   begin v<n>                                           the trainer starts the next transition (coordinator
+//                                                        idle, K.v < goal); may race with leftovers in flight
+// Invariants (check_invariants): see DESIGN.md "Invariants"; each violation names the receiver,
+// region, attempt and versions involved.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "bitrefit/protocol/commit_log.hpp"
+#include "bitrefit/protocol/coordinator.hpp"
+#include "bitrefit/protocol/format.hpp"
+#include "bitrefit/protocol/owner.hpp"
+#include "bitrefit/protocol/receiver.hpp"
+
+namespace bitrefit::protocol::sim {
+
+/// Region content: a version, or garbage (an XOR on the wrong base or applied twice).
+using region_t = std::int32_t;
+inline constexpr region_t garbage = -1;
+
+struct world_config {
+  protocol_config protocol{gate_policy::synchronous, 2, 2, true, 0, protocol_mutation::none};
+  std::uint32_t chunks_per_owner = 1;
+  std::uint32_t transitions = 1;  // goal: K.v == transitions (starting from v0)
+  bool xor_allowed = true;
+  bool ordered_device = false;    // device applies complete in issue order (smaller state space)
+  // Fault budgets (each use consumes one).
+  std::uint32_t drops = 0;
+  std::uint32_t duplicates = 0;
+  std::uint32_t corruptions = 0;     // a copy that fails verification (counts as undelivered)
+  std::uint32_t conflicts = 0;       // a copy with the same payload id and different bytes
+  std::uint32_t crashes = 0;         // receiver crashes
+  std::uint32_t failovers = 0;
+  std::uint32_t log_faults = 0;      // compare-and-set answered failed / unknown
+  std::uint32_t early_deadlines = 0; // deadlines while something is still in flight
+  std::uint32_t aborts = 0;
+  friend bool operator==(const world_config&, const world_config&) = default;
+};
+
+enum class move_kind : std::uint8_t {
+  deliver, drop, duplicate, corrupt, conflict, device, crash, restart, deadline, failover,
+  log_ok, log_failed, log_unknown_applied, log_unknown_lost, abort,
+  begin  // the trainer hands the idle coordinator version K.v+1 (while K.v < goal)
+};
+
+/// One nondeterministic step. `index`: in-flight message index (network moves), receiver (device,
+/// crash, restart; deadline: 0 = coordinator, r+1 = receiver r) or pending log request (log moves);
+/// `sub`: the device write index.
+struct move {
+  move_kind kind = move_kind::deliver;
+  std::uint32_t index = 0;
+  std::uint32_t sub = 0;
+  friend auto operator<=>(const move&, const move&) = default;
+};
+
+struct pending_write {
+  payload_id id{};
+  protocol::mode mode = mode::overwrite;
+  version_t base = 0;
+  version_t target = 0;
+  std::uint64_t incarnation = 0;
+  friend auto operator<=>(const pending_write&, const pending_write&) = default;
+};
+
+struct pending_log {
+  log_request request;
+  std::uint64_t epoch = 0;  // the coordinator that issued it (its reply goes nowhere if it was replaced)
+  friend auto operator<=>(const pending_log&, const pending_log&) = default;
+};
+
+struct fault_budget {
+  std::uint32_t drops = 0, duplicates = 0, corruptions = 0, conflicts = 0, crashes = 0, failovers = 0, log_faults = 0,
+                early_deadlines = 0, aborts = 0;
+  friend auto operator<=>(const fault_budget&, const fault_budget&) = default;
+};
+
+/// Monitor history (part of the state; bounded by the attempt bound).
+struct attempt_note {
+  attempt_id attempt{};
+  version_t target = 0;
+  std::vector<member> members;
+  friend auto operator<=>(const attempt_note&, const attempt_note&) = default;
+};
+
+struct cluster {
+  world_config config;
+  commit_log log;
+  coordinator coord;
+  std::vector<owner> owners;
+  std::vector<std::optional<receiver>> receivers;  // nullopt: crashed
+  std::vector<std::uint64_t> incarnations;         // durable incarnation counter per receiver
+  std::vector<region_t> regions;                   // receiver-major
+  std::vector<std::vector<pending_write>> device;  // per receiver, sorted (or issue order)
+  std::vector<std::uint8_t> sync_waiting;          // receiver awaits device_synced
+  std::vector<envelope> inflight;                  // sorted multiset
+  std::vector<pending_log> log_queue;              // sorted
+  bool coord_deadline = false;
+  std::vector<std::uint8_t> receiver_deadline;
+  fault_budget budget;
+  std::uint64_t max_epoch = 1;
+  // monitors
+  std::vector<attempt_note> attempts;               // every persisted prepare
+  std::vector<std::pair<attempt_id, member>> acks;  // acks sent (sorted)
+  std::vector<attempt_id> stopped;                  // attempts whose stop_and_wait completed
+  std::vector<member> fenced;                       // evicted incarnations
+  std::optional<std::string> violation;             // the first invariant violated
+  bool stuck = false;                               // coordinator needs an operator
+
+  cluster() = default;
+  explicit cluster(const world_config& cfg) : config(cfg) {
+    const auto& p = cfg.protocol;
+    log = commit_log(commit_record{0, baseline_id{0}}, p.mutation);
+    std::vector<member> roster;
+    for (std::uint32_t r = 0; r < p.receivers; ++r) roster.push_back(member{r, 0});
+    coord = coordinator(p, 1, roster, commit_record{});
+    for (std::uint32_t o = 0; o < p.owners; ++o) owners.emplace_back(o, commit_record{}, p.mutation);
+    for (std::uint32_t r = 0; r < p.receivers; ++r) receivers.emplace_back(receiver(r, 0, p, commit_record{}));
+    incarnations.assign(p.receivers, 0);
+    regions.assign(std::size_t(p.receivers) * regions_per_receiver(), 0);
+    device.assign(p.receivers, {});
+    sync_waiting.assign(p.receivers, 0);
+    receiver_deadline.assign(p.receivers, 0);
+    budget = fault_budget{cfg.drops, cfg.duplicates, cfg.corruptions, cfg.conflicts, cfg.crashes, cfg.failovers,
+                          cfg.log_faults, cfg.early_deadlines, cfg.aborts};
+    std::vector<std::string>* none = nullptr;
+    run({{node_ref::coord(), coordinator_event{start_event{}}}}, none);
+  }
+
+  std::uint32_t regions_per_receiver() const noexcept {
+    return config.protocol.owners * config.chunks_per_owner;
+  }
+  region_t region(std::uint32_t r, std::uint32_t i) const { return regions[std::size_t(r) * regions_per_receiver() + i]; }
+
+  /// Equality for deduplication ignores nothing but the (constant) configuration.
+  friend bool operator==(const cluster& a, const cluster& b) {
+    return a.log == b.log && a.coord == b.coord && a.owners == b.owners && a.receivers == b.receivers &&
+           a.incarnations == b.incarnations && a.regions == b.regions && a.device == b.device &&
+           a.sync_waiting == b.sync_waiting && a.inflight == b.inflight && a.log_queue == b.log_queue &&
+           a.coord_deadline == b.coord_deadline && a.receiver_deadline == b.receiver_deadline &&
+           a.budget == b.budget && a.max_epoch == b.max_epoch && a.attempts == b.attempts && a.acks == b.acks &&
+           a.stopped == b.stopped && a.fenced == b.fenced && a.violation == b.violation && a.stuck == b.stuck;
+  }
+
+  /// The trainer may start the next transition: the coordinator is idle and K.v < goal.
+  bool can_begin() const {
+    return coord.phase == coordinator_phase::idle && !coord.target && coord.committed == log.state.record &&
+           coord.committed.version < config.transitions;
+  }
+
+  /// Nothing in flight: no message, no pending apply, no log request.
+  bool quiet() const {
+    if (!inflight.empty() || !log_queue.empty()) return false;
+    for (const auto& d : device)
+      if (!d.empty()) return false;
+    return true;
+  }
+
+  /// The goal: K reached `transitions` versions and the coordinator finished (idle).
+  bool transition_done() const {
+    return log.state.record.version >= config.transitions && coord.phase == coordinator_phase::idle &&
+           coord.committed == log.state.record;
+  }
+  /// transition_done and every live receiver serves K with its gate open, nothing in flight.
+  bool settled() const {
+    if (!transition_done() || !quiet()) return false;
+    for (const auto& r : receivers)
+      if (!r || r->phase != receiver_phase::serving || !r->gate_open || r->committed != log.state.record) return false;
+    return true;
+  }
+
+  // ------------------------------------------------------------------------------------------
+  std::vector<move> enabled_moves() const {
+    std::vector<move> out;
+    if (violation) return out;
+    for (std::uint32_t i = 0; i < inflight.size(); ++i) {
+      if (i > 0 && inflight[i] == inflight[i - 1]) continue;  // identical copies: one choice
+      out.push_back({move_kind::deliver, i, 0});
+      if (budget.drops) out.push_back({move_kind::drop, i, 0});
+      if (budget.duplicates) out.push_back({move_kind::duplicate, i, 0});
+      if (std::holds_alternative<payload_msg>(inflight[i].msg)) {
+        if (budget.corruptions) out.push_back({move_kind::corrupt, i, 0});
+        if (budget.conflicts) out.push_back({move_kind::conflict, i, 0});
+      }
+    }
+    for (std::uint32_t r = 0; r < device.size(); ++r)
+      for (std::uint32_t j = 0; j < device[r].size(); ++j) {
+        if (config.ordered_device && j > 0) break;
+        if (j > 0 && device[r][j] == device[r][j - 1]) continue;
+        out.push_back({move_kind::device, r, j});
+      }
+    for (std::uint32_t i = 0; i < log_queue.size(); ++i) {
+      out.push_back({move_kind::log_ok, i, 0});
+      if (budget.log_faults && std::holds_alternative<compare_and_set_request>(log_queue[i].request)) {
+        out.push_back({move_kind::log_failed, i, 0});
+        out.push_back({move_kind::log_unknown_applied, i, 0});
+        out.push_back({move_kind::log_unknown_lost, i, 0});
+      }
+    }
+    const bool deadline_ok = quiet() || budget.early_deadlines;
+    if (coord_deadline && deadline_ok) out.push_back({move_kind::deadline, 0, 0});
+    for (std::uint32_t r = 0; r < receivers.size(); ++r) {
+      if (receivers[r] && receiver_deadline[r] && deadline_ok) out.push_back({move_kind::deadline, r + 1, 0});
+      if (receivers[r] && budget.crashes) out.push_back({move_kind::crash, r, 0});
+      if (!receivers[r]) out.push_back({move_kind::restart, r, 0});
+    }
+    if (budget.failovers) out.push_back({move_kind::failover, 0, 0});
+    if (budget.aborts && coord.phase == coordinator_phase::collecting) out.push_back({move_kind::abort, 0, 0});
+    if (can_begin()) out.push_back({move_kind::begin, 0, 0});
+    return out;
+  }
+
+  /// Apply one enabled move; `trace` (optional) receives one line per event/action.
+  void apply(const move& m, std::vector<std::string>* trace = nullptr) {
+    std::vector<work> q;
+    switch (m.kind) {
+      case move_kind::deliver:
+      case move_kind::drop:
+      case move_kind::duplicate:
+      case move_kind::corrupt:
+      case move_kind::conflict: {
+        envelope e = inflight.at(m.index);
+        if (m.kind == move_kind::duplicate) {
+          --budget.duplicates;
+          insert_inflight(e);
+          return;
+        }
+        inflight.erase(inflight.begin() + m.index);
+        if (m.kind == move_kind::drop) { --budget.drops; return; }
+        if (m.kind == move_kind::corrupt) { --budget.corruptions; if (trace) trace->push_back("(copy fails verification: not delivered)"); return; }
+        if (m.kind == move_kind::conflict) {
+          --budget.conflicts;
+          std::get<payload_msg>(e.msg).content.high64 ^= 0xC0FFEE;
+        }
+        q.push_back(deliver_to(e));
+        break;
+      }
+      case move_kind::device: complete_write(m.index, m.sub, q, trace); break;
+      case move_kind::crash: {
+        --budget.crashes;
+        receivers[m.index].reset();
+        device[m.index].clear();
+        sync_waiting[m.index] = 0;
+        receiver_deadline[m.index] = 0;
+        return;
+      }
+      case move_kind::restart: {
+        std::uint64_t inc = ++incarnations[m.index];
+        receivers[m.index] = receiver::restarted(m.index, inc, config.protocol);
+        q.push_back({node_ref::recv(m.index), receiver_event{boot_event{}}});
+        break;
+      }
+      case move_kind::deadline:
+        if (m.index == 0) { coord_deadline = false; q.push_back({node_ref::coord(), coordinator_event{deadline_event{}}}); }
+        else { receiver_deadline[m.index - 1] = 0; q.push_back({node_ref::recv(m.index - 1), receiver_event{deadline_event{}}}); }
+        if (!quiet()) --budget.early_deadlines;
+        break;
+      case move_kind::failover: {
+        --budget.failovers;
+        max_epoch = std::max(max_epoch, coord.epoch) + 1;
+        coord = coordinator(config.protocol, max_epoch, {}, commit_record{});
+        coord_deadline = false;
+        stuck = false;
+        q.push_back({node_ref::coord(), coordinator_event{start_event{}}});
+        break;
+      }
+      case move_kind::log_ok:
+      case move_kind::log_failed:
+      case move_kind::log_unknown_applied:
+      case move_kind::log_unknown_lost: {
+        pending_log p = log_queue.at(m.index);
+        log_queue.erase(log_queue.begin() + m.index);
+        log_reply rep{p.request, log_outcome::ok, {}};
+        if (m.kind == move_kind::log_ok || m.kind == move_kind::log_unknown_applied) rep = apply_log(p.request);
+        if (m.kind != move_kind::log_ok) {
+          --budget.log_faults;
+          rep.outcome = m.kind == move_kind::log_failed ? log_outcome::failed : log_outcome::unknown;
+          rep.snapshot = {};
+        }
+        if (p.epoch == coord.epoch) q.push_back({node_ref::coord(), coordinator_event{log_event{rep}}});
+        else if (trace) trace->push_back("log: " + fmt::str(rep) + " (the reply to replaced coordinator e" +
+                                         std::to_string(p.epoch) + " is lost)");
+        break;
+      }
+      case move_kind::abort:
+        --budget.aborts;
+        q.push_back({node_ref::coord(), coordinator_event{operator_abort_event{}}});
+        break;
+      case move_kind::begin: {
+        const version_t t = coord.committed.version + 1;
+        begin_transition_event b{t, config.xor_allowed,
+                                 config.protocol.attest ? expected_for(t) : std::vector<digest128>{}};
+        q.push_back({node_ref::coord(), coordinator_event{b}});
+        break;
+      }
+    }
+    run(std::move(q), trace);
+  }
+
+  /// The first violated invariant, with a message; nullopt if all hold.
+  std::optional<std::string> check_invariants() const {
+    if (violation) return violation;
+    const auto n = regions_per_receiver();
+    for (std::uint32_t r = 0; r < receivers.size(); ++r)
+      for (std::uint32_t i = 0; i < n; ++i)
+        if (receivers[r] && region(r, i) == garbage)
+          return "garbage: receiver r" + std::to_string(r) + " region " + std::to_string(i);
+    for (const auto& o : owners)
+      if (o.baseline.version > log.state.record.version)
+        return "owner o" + std::to_string(o.id) + " baseline v" + std::to_string(o.baseline.version) +
+               " is ahead of the commit record " + fmt::str(log.state.record);
+    return std::nullopt;
+  }
+
+  // ---- text form of moves (scenario files, counterexamples)
+  std::string describe(const move& m) const {
+    switch (m.kind) {
+      case move_kind::deliver: return "deliver " + fmt::str(inflight.at(m.index));
+      case move_kind::drop: return "drop " + fmt::str(inflight.at(m.index));
+      case move_kind::duplicate: return "duplicate " + fmt::str(inflight.at(m.index));
+      case move_kind::corrupt: return "corrupt " + fmt::str(inflight.at(m.index));
+      case move_kind::conflict: return "conflict " + fmt::str(inflight.at(m.index));
+      case move_kind::device: {
+        const auto& w = device.at(m.index).at(m.sub);
+        return "device r" + std::to_string(m.index) + " " + fmt::str(w.id) + " " + std::string(to_string(w.mode));
+      }
+      case move_kind::crash: return "crash r" + std::to_string(m.index);
+      case move_kind::restart: return "restart r" + std::to_string(m.index);
+      case move_kind::deadline: return m.index == 0 ? "deadline c" : "deadline r" + std::to_string(m.index - 1);
+      case move_kind::failover: return "failover";
+      case move_kind::log_ok: return "log ok " + fmt::str(log_queue.at(m.index).request);
+      case move_kind::log_failed: return "log failed " + fmt::str(log_queue.at(m.index).request);
+      case move_kind::log_unknown_applied: return "log unknown-applied " + fmt::str(log_queue.at(m.index).request);
+      case move_kind::log_unknown_lost: return "log unknown-lost " + fmt::str(log_queue.at(m.index).request);
+      case move_kind::abort: return "abort";
+      case move_kind::begin: return "begin v" + std::to_string(coord.committed.version + 1);
+    }
+    return "?";
+  }
+
+  /// The enabled move whose text starts with `text` (whole words), if any: so a scenario may write
+  /// `deliver c->r0 prepare` for the first such message in canonical order.
+  std::optional<move> find_move(const std::string& text) const {
+    const std::string want = squeeze(text);
+    for (const auto& m : enabled_moves()) {
+      const std::string d = describe(m);
+      if (d.compare(0, want.size(), want) == 0 && (d.size() == want.size() || d[want.size()] == ' ')) return m;
+    }
+    return std::nullopt;
+  }
+
+  /// Multi-line summary: log, coordinator, owners, receivers with regions, in flight.
+  std::string summary() const {
+    std::string s = "log " + fmt::str(log.state) + "\n" + fmt::str(coord) + "\n";
+    for (const auto& o : owners) s += fmt::str(o) + "\n";
+    for (std::uint32_t r = 0; r < receivers.size(); ++r) {
+      if (receivers[r]) s += fmt::str(*receivers[r]);
+      else s += std::string("r") + std::to_string(r) + " crashed";
+      s += " regions=[";
+      for (std::uint32_t i = 0; i < regions_per_receiver(); ++i) {
+        if (i) s += ",";
+        region_t v = region(r, i);
+        s += v == garbage ? std::string("garbage") : "v" + std::to_string(v);
+      }
+      s += "]";
+      if (!device[r].empty()) s += " pending=" + std::to_string(device[r].size());
+      s += "\n";
+    }
+    s += "inflight " + std::to_string(inflight.size()) + "\n";
+    return s;
+  }
+
+ private:
+  struct node_ref {
+    role kind = role::coordinator;
+    std::uint32_t index = 0;
+    static node_ref coord() { return {role::coordinator, 0}; }
+    static node_ref recv(std::uint32_t i) { return {role::receiver, i}; }
+    static node_ref own(std::uint32_t i) { return {role::owner, i}; }
+  };
+  using any_event = std::variant<coordinator_event, owner_event, receiver_event>;
+  struct work {
+    node_ref node;
+    any_event ev;
+  };
+
+  static std::string squeeze(const std::string& s) {
+    std::string out;
+    for (char c : s) {
+      if (c == ' ' || c == '\t') {
+        if (!out.empty() && out.back() != ' ') out += ' ';
+      } else {
+        out += c;
+      }
+    }
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    return out;
+  }
+
+  void fail(std::string what) {
+    if (!violation) violation = std::move(what);
+  }
+
+  void insert_inflight(const envelope& e) {
+    inflight.insert(std::upper_bound(inflight.begin(), inflight.end(), e), e);
+  }
+
+  work deliver_to(const envelope& e) const {
+    switch (e.to.role) {
+      case role::coordinator: return {node_ref::coord(), coordinator_event{message_event{e}}};
+      case role::owner: return {node_ref::own(e.to.index), owner_event{message_event{e}}};
+      case role::receiver: return {node_ref::recv(e.to.index), receiver_event{message_event{e}}};
+    }
+    return {};
+  }
+
+  static digest128 attestation_of(version_t v, std::uint32_t r) { return digest128{v, r + 1u}; }
+  digest128 attest(std::uint32_t r) const {
+    region_t v0 = region(r, 0);
+    for (std::uint32_t i = 1; i < regions_per_receiver(); ++i)
+      if (region(r, i) != v0) return digest128{0xbadu, r + 1u};
+    return v0 == garbage ? digest128{0xbadu, r + 1u} : attestation_of(static_cast<version_t>(v0), r);
+  }
+  std::vector<digest128> expected_for(version_t target) const {
+    std::vector<digest128> e;
+    for (std::uint32_t r = 0; r < config.protocol.receivers; ++r) e.push_back(attestation_of(target, r));
+    return e;
+  }
+
+  log_reply apply_log(const log_request& req) {
+    const log_snapshot before = log.state;
+    log_reply rep = log.apply(req);
+    if (const auto* p = std::get_if<persist_prepare_request>(&req); p && rep.outcome == log_outcome::ok) {
+      on_prepare_persisted(p->record);
+    }
+    if (log.state.record != before.record) {
+      const auto* cas = std::get_if<compare_and_set_request>(&req);
+      on_commit(before, *cas);
+    }
+    return rep;
+  }
+
+  /// Version alignment: when an attempt starts, every member holds exactly K.v (XOR), or K.v and
+  /// v+1 only in changed positions (overwrite retry).
+  void on_prepare_persisted(const prepare_record& p) {
+    attempt_note note{p.attempt, p.target, p.members};
+    attempts.insert(std::upper_bound(attempts.begin(), attempts.end(), note), note);
+    if (p.base != log.state.record)
+      fail("attempt " + fmt::str(p.attempt) + " prepared on base " + fmt::str(p.base) + " but K is " +
+           fmt::str(log.state.record));
+    for (const auto& mb : p.members) {
+      if (!live(mb)) continue;
+      for (std::uint32_t i = 0; i < regions_per_receiver(); ++i) {
+        region_t v = region(mb.receiver, i);
+        bool ok = p.mode == mode::xor_delta ? v == region_t(p.base.version)
+                                            : (v == region_t(p.base.version) || v == region_t(p.target));
+        if (!ok)
+          fail("version alignment: attempt " + fmt::str(p.attempt) + " (" + std::string(to_string(p.mode)) +
+               ") starts while member " + fmt::str(mb) + " region " + std::to_string(i) + " holds " + region_name(v) +
+               ", K.v is v" + std::to_string(p.base.version));
+      }
+    }
+  }
+
+  /// K changed: only by compare-and-set from the previous K, from the current epoch, by one version,
+  /// with every member's ack, and every live member holds the new version bit for bit.
+  void on_commit(const log_snapshot& before, const compare_and_set_request& cas) {
+    const commit_record now = log.state.record;
+    if (cas.expected != before.record)
+      fail("K written from " + fmt::str(before.record) + " by a request that expected " + fmt::str(cas.expected));
+    if (cas.epoch != before.epoch)
+      fail("K written by fenced epoch e" + std::to_string(cas.epoch) + " (log epoch e" + std::to_string(before.epoch) + ")");
+    if (now.version != before.record.version + 1)
+      fail("K version went from v" + std::to_string(before.record.version) + " to v" + std::to_string(now.version));
+    auto it = std::find_if(attempts.begin(), attempts.end(), [&](const attempt_note& a) { return a.attempt == cas.attempt; });
+    if (it == attempts.end()) {
+      fail("K written for attempt " + fmt::str(cas.attempt) + " that was never prepared");
+      return;
+    }
+    for (const auto& mb : it->members) {
+      if (!std::binary_search(acks.begin(), acks.end(), std::make_pair(cas.attempt, mb)))
+        fail("commit of " + fmt::str(cas.attempt) + " without the ack of member " + fmt::str(mb));
+      if (!live(mb)) continue;
+      for (std::uint32_t i = 0; i < regions_per_receiver(); ++i)
+        if (region(mb.receiver, i) != region_t(now.version))
+          fail("bit-exactness: K became " + fmt::str(now) + " while member " + fmt::str(mb) + " region " +
+               std::to_string(i) + " holds " + region_name(region(mb.receiver, i)));
+    }
+  }
+
+  static std::string region_name(region_t v) { return v == garbage ? "garbage" : "v" + std::to_string(v); }
+
+  bool live(const member& mb) const {
+    const auto& r = receivers.at(mb.receiver);
+    return r && r->incarnation == mb.incarnation &&
+           !std::binary_search(fenced.begin(), fenced.end(), mb);
+  }
+
+  void complete_write(std::uint32_t r, std::uint32_t j, std::vector<work>& q, std::vector<std::string>* trace) {
+    pending_write w = device[r].at(j);
+    device[r].erase(device[r].begin() + j);
+    const std::uint32_t idx = w.id.owner * config.chunks_per_owner + w.id.seq;
+    region_t& v = regions[std::size_t(r) * regions_per_receiver() + idx];
+    const region_t before = v;
+    if (w.mode == mode::overwrite) v = region_t(w.target);
+    else v = (v == region_t(w.base)) ? region_t(w.target) : garbage;
+    if (trace) trace->push_back("r" + std::to_string(r) + ": region " + std::to_string(idx) + " " + region_name(before) +
+                                " -> " + region_name(v));
+    if (v == garbage)
+      fail("XOR of payload " + fmt::str(w.id) + " (v" + std::to_string(w.base) + "->v" + std::to_string(w.target) +
+           ") applied on receiver r" + std::to_string(r) + " region " + std::to_string(idx) + " holding " +
+           region_name(before));
+    const member mb{r, w.incarnation};
+    if (std::binary_search(stopped.begin(), stopped.end(), w.id.attempt) &&
+        !std::binary_search(fenced.begin(), fenced.end(), mb))
+      fail("write of payload " + fmt::str(w.id) + " on " + fmt::str(mb) + " after stop_and_wait of its attempt");
+    maybe_synced(r, q);
+  }
+
+  void maybe_synced(std::uint32_t r, std::vector<work>& q) {
+    if (sync_waiting[r] && device[r].empty()) {
+      sync_waiting[r] = 0;
+      q.push_back({node_ref::recv(r), receiver_event{device_synced_event{attest(r)}}});
+    }
+  }
+
+  // ---- run the local work queue to completion
+  void run(std::vector<work> q, std::vector<std::string>* trace) {
+    for (std::size_t k = 0; k < q.size(); ++k) {
+      work w = q[k];  // copy: q may grow
+      if (w.node.kind == role::coordinator) {
+        const auto& ev = std::get<coordinator_event>(w.ev);
+        if (trace && !std::holds_alternative<message_event>(ev)) trace->push_back("c <- " + fmt::str(ev));
+        for (const auto& a : coord.step(ev)) on_coord_action(a, q, trace);
+      } else if (w.node.kind == role::owner) {
+        const auto& ev = std::get<owner_event>(w.ev);
+        auto& o = owners.at(w.node.index);
+        for (const auto& a : o.step(ev)) on_owner_action(w.node.index, a, q, trace);
+      } else {
+        auto& slot = receivers.at(w.node.index);
+        if (!slot) continue;  // delivered to a dead process: lost
+        const auto& ev = std::get<receiver_event>(w.ev);
+        if (trace && !std::holds_alternative<message_event>(ev))
+          trace->push_back("r" + std::to_string(w.node.index) + " <- " + fmt::str(ev));
+        for (const auto& a : slot->step(ev)) on_receiver_action(w.node.index, a, q, trace);
+      }
+    }
+  }
+
+  void on_coord_action(const coordinator_action& a, std::vector<work>& q, std::vector<std::string>* trace) {
+    if (trace) trace->push_back("c: " + fmt::str(a));
+    std::visit(
+        [&](const auto& x) {
+          using A = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<A, log_action>) {
+            pending_log p{x.request, coord.epoch};
+            log_queue.insert(std::upper_bound(log_queue.begin(), log_queue.end(), p), p);
+          } else if constexpr (std::is_same_v<A, send_action>) {
+            insert_inflight(x.env);
+          } else if constexpr (std::is_same_v<A, arm_deadline_action>) {
+            coord_deadline = true;
+          } else if constexpr (std::is_same_v<A, disarm_deadline_action>) {
+            coord_deadline = false;
+          } else if constexpr (std::is_same_v<A, fence_receiver_action>) {
+            fenced.insert(std::upper_bound(fenced.begin(), fenced.end(), x.fenced), x.fenced);
+          } else if constexpr (std::is_same_v<A, cleanup_action>) {
+            if (!std::binary_search(stopped.begin(), stopped.end(), x.attempt))
+              stopped.insert(std::upper_bound(stopped.begin(), stopped.end(), x.attempt), x.attempt);
+          } else if constexpr (std::is_same_v<A, needs_operator_action>) {
+            stuck = true;
+          }
+        },
+        a);
+    (void)q;
+  }
+
+  void on_owner_action(std::uint32_t o, const owner_action& a, std::vector<work>& q, std::vector<std::string>* trace) {
+    if (trace) trace->push_back("o" + std::to_string(o) + ": " + fmt::str(a));
+    std::visit(
+        [&](const auto& x) {
+          using A = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<A, send_action>) {
+            insert_inflight(x.env);
+          } else if constexpr (std::is_same_v<A, encode_action>) {
+            const std::uint32_t n = x.base == x.target ? 0 : config.chunks_per_owner;
+            for (std::uint32_t s = 0; s < n; ++s) {
+              digest128 content{(std::uint64_t(o) << 16 | s) + 1, (x.target << 8) | (x.mode == mode::xor_delta ? 1u : 2u) |
+                                                                      (x.base << 32)};
+              q.push_back({node_ref::own(o), owner_event{chunk_encoded_event{x.attempt, s, content}}});
+            }
+            q.push_back({node_ref::own(o), owner_event{encode_finished_event{x.attempt, n}}});
+          } else if constexpr (std::is_same_v<A, advance_baseline_action>) {
+            if (x.record.version > log.state.record.version)
+              fail("owner o" + std::to_string(o) + " advanced its baseline to " + fmt::str(x.record) +
+                   " before the commit record (K is " + fmt::str(log.state.record) + ")");
+          }
+        },
+        a);
+  }
+
+  void on_receiver_action(std::uint32_t r, const receiver_action& a, std::vector<work>& q,
+                          std::vector<std::string>* trace) {
+    if (trace) trace->push_back("r" + std::to_string(r) + ": " + fmt::str(a));
+    const std::uint64_t inc = receivers[r]->incarnation;
+    std::visit(
+        [&](const auto& x) {
+          using A = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<A, send_action>) {
+            if (const auto* ack = std::get_if<ack_msg>(&x.env.msg)) {
+              auto p = std::make_pair(ack->attempt, ack->from);
+              if (!std::binary_search(acks.begin(), acks.end(), p)) acks.insert(std::upper_bound(acks.begin(), acks.end(), p), p);
+            }
+            insert_inflight(x.env);
+          } else if constexpr (std::is_same_v<A, persist_incarnation_action>) {
+            incarnations[r] = std::max(incarnations[r], x.incarnation);
+          } else if constexpr (std::is_same_v<A, drain_requests_action>) {
+            q.push_back({node_ref::recv(r), receiver_event{drained_event{}}});
+          } else if constexpr (std::is_same_v<A, apply_payload_action>) {
+            pending_write w{x.id, x.mode, x.base, x.target, inc};
+            auto& d = device[r];
+            if (config.ordered_device) d.push_back(w);
+            else d.insert(std::upper_bound(d.begin(), d.end(), w), w);
+          } else if constexpr (std::is_same_v<A, sync_device_action>) {
+            sync_waiting[r] = 1;
+            maybe_synced(r, q);
+          } else if constexpr (std::is_same_v<A, read_commit_action>) {
+            q.push_back({node_ref::recv(r), receiver_event{commit_read_event{log.state.record}}});
+          } else if constexpr (std::is_same_v<A, dense_restore_action>) {
+            while (!device[r].empty()) complete_write(r, 0, q, trace);  // waits for issued applies first
+            sync_waiting[r] = 0;
+            for (std::uint32_t i = 0; i < regions_per_receiver(); ++i)
+              regions[std::size_t(r) * regions_per_receiver() + i] = region_t(x.record.version);
+            q.push_back({node_ref::recv(r), receiver_event{restored_event{x.record}}});
+          } else if constexpr (std::is_same_v<A, arm_deadline_action>) {
+            receiver_deadline[r] = 1;
+          } else if constexpr (std::is_same_v<A, disarm_deadline_action>) {
+            receiver_deadline[r] = 0;
+          }
+        },
+        a);
+  }
+};
+
+/// A fault-free, fair scheduler's next move: complete log requests, then device applies, then
+/// deliver messages (control before data: lowest message kind first, in canonical order), then
+/// restart crashed receivers, then fire deadlines (only possible once the world is quiet).
+/// Used for "a transition ends once faults stop" and by scenario `settle` / `run`.
+inline std::optional<move> fair_move(const cluster& w, bool with_deadlines = true, bool with_log = true) {
+  std::optional<move> best;
+  std::size_t best_rank = ~std::size_t{0};
+  for (const auto& m : w.enabled_moves()) {
+    std::size_t rank;
+    switch (m.kind) {
+      case move_kind::log_ok: rank = with_log ? 0 : ~std::size_t{0}; break;
+      case move_kind::device: rank = 1; break;
+      case move_kind::deliver: rank = 10 + w.inflight[m.index].msg.index(); break;
+      case move_kind::restart: rank = 100; break;
+      case move_kind::begin: rank = 150; break;
+      case move_kind::deadline: rank = with_deadlines ? 200 + m.index : ~std::size_t{0}; break;
+      default: rank = ~std::size_t{0};
+    }
+    if (rank < best_rank && rank != ~std::size_t{0}) { best_rank = rank; best = m; }
+  }
+  return best;
+}
+
+}  // namespace bitrefit::protocol::sim
+
+namespace bitrefit::protocol::detail {
+inline void hash_append(hasher& h, const sim::pending_write& w) {
+  hash_append(h, w.id); hash_append(h, w.mode); h.mix(w.base); h.mix(w.target); h.mix(w.incarnation);
+}
+inline void hash_append(hasher& h, const sim::pending_log& p) { hash_append(h, p.request); h.mix(p.epoch); }
+inline void hash_append(hasher& h, const sim::attempt_note& a) { hash_append(h, a.attempt); h.mix(a.target); hash_append(h, a.members); }
+inline void hash_append(hasher& h, const std::pair<attempt_id, member>& p) { hash_append(h, p.first); hash_append(h, p.second); }
+inline void hash_append(hasher& h, const std::string& s) { for (char c : s) h.mix(static_cast<unsigned char>(c)); h.mix(s.size()); }
+inline void hash_append(hasher& h, const sim::fault_budget& b) {
+  h.mix(b.drops); h.mix(b.duplicates); h.mix(b.corruptions); h.mix(b.conflicts); h.mix(b.crashes); h.mix(b.failovers);
+  h.mix(b.log_faults); h.mix(b.early_deadlines); h.mix(b.aborts);
+}
+inline void hash_append(hasher& h, const sim::cluster& c) {
+  hash_append(h, c.log); hash_append(h, c.coord); hash_append(h, c.owners); hash_append(h, c.receivers);
+  hash_append(h, c.incarnations); hash_append(h, c.regions); hash_append(h, c.device); hash_append(h, c.sync_waiting);
+  hash_append(h, c.inflight); hash_append(h, c.log_queue); h.mix(c.coord_deadline); hash_append(h, c.receiver_deadline);
+  hash_append(h, c.budget); h.mix(c.max_epoch); hash_append(h, c.attempts); hash_append(h, c.acks);
+  hash_append(h, c.stopped); hash_append(h, c.fenced); hash_append(h, c.violation); h.mix(c.stuck);
+}
+}  // namespace bitrefit::protocol::detail
+
+template <>
+struct std::hash<bitrefit::protocol::sim::cluster> {
+  std::size_t operator()(const bitrefit::protocol::sim::cluster& c) const { return bitrefit::protocol::hash_of(c); }
+};

@@ -1,0 +1,186 @@
+// bitrefit/refit/owner_shard.hpp — an owner's bits: the committed baseline B^v of the canonical
+// tensors it owns, the frozen change set of the transition in progress, and chunk encoding.
+//
+// Ownership: each canonical tensor has exactly one owner, chosen by a stable hash of its name
+// (layout::stable_owner), fixed across attempts and restarts, so data-parallel replicas never send
+// the same element twice. The protocol's owner state machine decides WHEN things happen; this class
+// only does them:
+//   freeze(source)     copies the trainer's exported v+1 bits of owned tensors (the trainer may
+//                      keep training; the transition sends exactly these bits until cleanup).
+//   encode(seq, ...)   chunk seq of the deterministic plan, as a delta frame against B^v: XOR or
+//                      overwrite per item (xor_allowed) or overwrite only (retries). The same chunk
+//                      under the same payload id always yields the same bytes.
+//   advance()          B := frozen (idempotent); called when the owner reads K = (v+1, g').
+//   encode_dense(seq)  chunk seq of B^v as a dense frame (restoring a restarted receiver).
+#pragma once
+
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bitrefit/codec/encoder.hpp"
+#include "bitrefit/core/canonical.hpp"
+#include "bitrefit/core/error.hpp"
+#include "bitrefit/core/manifest.hpp"
+#include "bitrefit/durability/concepts.hpp"
+#include "bitrefit/layout/ownership.hpp"
+
+namespace bitrefit::refit {
+
+/// The stable owner of a tensor among `owners` (layout/ownership.hpp: one definition everywhere).
+inline std::uint32_t owner_of(std::string_view tensor, std::uint32_t owners) {
+  return layout::stable_owner(tensor, owners ? owners : 1);
+}
+
+/// Reads the current bits of one canonical tensor into `out` (exactly its byte size).
+using tensor_source = std::function<void(const tensor_info&, std::span<std::byte> out)>;
+
+class owner_shard {
+ public:
+  owner_shard(model_manifest manifest, std::uint32_t index, std::uint32_t owners,
+              std::uint64_t max_frame_input_bytes = codec::default_max_frame_input_bytes)
+      : manifest_(std::move(manifest)), index_(index), owners_(owners), max_frame_bytes_(max_frame_input_bytes) {
+    std::vector<canonical_range> ranges;
+    for (const auto& t : manifest_.tensors())
+      if (owner_of(t.name, owners_) == index_) {
+        owned_.push_back(&t);
+        baseline_[t.name].assign(t.bytes(), std::byte{0});
+        if (t.elements() > 0) ranges.push_back({t.name, 0, t.elements()});
+      }
+    plan_ = codec::plan_chunks(std::move(ranges), manifest_, max_frame_bytes_);
+  }
+
+  owner_shard(const owner_shard&) = delete;  // owned_ points into manifest_
+  owner_shard(owner_shard&&) noexcept = default;
+
+  std::uint32_t index() const noexcept { return index_; }
+  const model_manifest& manifest() const noexcept { return manifest_; }
+  /// Number of chunks (= payloads per attempt, = dense frames per restore). Fixed for the model.
+  std::uint32_t chunk_count() const noexcept { return static_cast<std::uint32_t>(plan_.size()); }
+  const std::vector<const tensor_info*>& owned() const noexcept { return owned_; }
+  std::uint64_t owned_bytes() const {
+    std::uint64_t n = 0;
+    for (auto* t : owned_) n += t->bytes();
+    return n;
+  }
+
+  /// Sets B^v from the trainer (initial version, or a dense reload).
+  void load_baseline(const tensor_source& src) {
+    for (auto* t : owned_) src(*t, baseline_[t->name]);
+    frozen_.clear();
+  }
+  /// Sets B^v from a durable image; false when the image does not match the owned tensors.
+  bool load_baseline(const durability::baseline_image& img) {
+    for (auto* t : owned_) {
+      auto it = img.find(t->name);
+      if (it == img.end() || it->second.size() != t->bytes()) return false;
+    }
+    for (auto* t : owned_) baseline_[t->name] = img.at(t->name);
+    frozen_.clear();
+    return true;
+  }
+  durability::baseline_image baseline_image_of(bool frozen) const {
+    durability::baseline_image img;
+    for (auto* t : owned_) img[t->name] = (frozen ? frozen_ : baseline_).at(t->name);
+    return img;
+  }
+
+  /// Freezes the transition's target bits. @pre no transition is frozen (or it is being replaced
+  /// by the same target after an owner restart).
+  /// Returns how many elements differ bitwise from B^v (the change set's size).
+  std::uint64_t freeze(const tensor_source& src) {
+    std::uint64_t changed = 0;
+    for (auto* t : owned_) {
+      auto& buf = frozen_[t->name];
+      buf.resize(t->bytes());
+      src(*t, buf);
+      changed += count_changed(baseline_.at(t->name), buf, element_size(t->type));
+    }
+    return changed;
+  }
+  /// Elements whose stored bits differ (E-byte elements; compares 8 bytes at a time).
+  static std::uint64_t count_changed(std::span<const std::byte> a, std::span<const std::byte> b, std::size_t E) {
+    std::uint64_t n = 0;
+    const std::size_t bytes = a.size();
+    std::size_t i = 0;
+    for (; i + 8 <= bytes; i += 8) {
+      std::uint64_t x, y;
+      std::memcpy(&x, a.data() + i, 8);
+      std::memcpy(&y, b.data() + i, 8);
+      std::uint64_t d = x ^ y;
+      if (!d) continue;
+      for (std::size_t k = 0; k < 8; k += E) n += ((d >> (8 * k)) & (E == 8 ? ~0ull : ((1ull << (8 * E)) - 1))) != 0;
+    }
+    for (; i < bytes; i += E) n += std::memcmp(a.data() + i, b.data() + i, E) != 0;
+    return n;
+  }
+  bool frozen() const noexcept { return !frozen_.empty(); }
+  /// The frozen target bits of a tensor this owner owns (for expected attestation digests).
+  std::span<const std::byte> frozen_bytes(const std::string& t) const { return frozen_.at(t); }
+  std::span<const std::byte> baseline_bytes(const std::string& t) const { return baseline_.at(t); }
+
+  /// Encodes chunk `seq` of the frozen change set against B^v into `out`.
+  template <class Encoder>
+  codec::encode_stats encode(std::uint32_t seq, const codec::frame_header& h, Encoder& enc, codec::byte_buffer& out) const {
+    if (!frozen()) throw error(errc::protocol, "encode before the change set was frozen", {.file = {}, .tensor = {}, .field = "owner"});
+    std::vector<codec::chunk_piece> pieces = pieces_of(seq, /*with_old=*/true);
+    codec::encode_stats st;
+    enc.encode(h, pieces, out, &st);
+    return st;
+  }
+
+  /// Encodes chunk `seq` of B^v as a dense frame.
+  template <class Encoder>
+  codec::encode_stats encode_dense(std::uint32_t seq, const codec::frame_header& h, Encoder& enc, codec::byte_buffer& out) const {
+    std::vector<codec::chunk_piece> pieces = pieces_of(seq, /*with_old=*/false);
+    for (auto& p : pieces) p.new_bytes = range_bytes(baseline_, p);
+    codec::encode_stats st;
+    enc.encode_dense(h, pieces, out, &st);
+    return st;
+  }
+
+  /// B := frozen; a no-op when nothing is frozen (idempotent: a second announcement changes nothing).
+  void advance() {
+    if (frozen_.empty()) return;
+    for (auto& [name, bits] : frozen_) baseline_[name].swap(bits);
+    frozen_.clear();
+  }
+  /// Drops the frozen change set (transition aborted or cleaned up without commit).
+  void thaw() { frozen_.clear(); }
+
+ private:
+  std::span<const std::byte> range_bytes(const std::map<std::string, std::vector<std::byte>>& m,
+                                         const codec::chunk_piece& p) const {
+    const std::size_t E = element_size(p.type);
+    return std::span<const std::byte>(m.at(std::string(p.tensor))).subspan(p.begin * E, (p.end - p.begin) * E);
+  }
+
+  std::vector<codec::chunk_piece> pieces_of(std::uint32_t seq, bool with_old) const {
+    if (seq >= plan_.size())
+      throw error(errc::invalid_argument, "chunk " + std::to_string(seq) + " past the plan's " + std::to_string(plan_.size()),
+                  {.file = {}, .tensor = {}, .field = "seq"});
+    std::vector<codec::chunk_piece> pieces;
+    for (const auto& r : plan_[seq]) {
+      const tensor_info& t = manifest_.at(r.tensor);
+      codec::chunk_piece p{.tensor = t.name, .type = t.type, .tensor_elements = t.elements(), .begin = r.begin, .end = r.end,
+                           .old_bytes = {}, .new_bytes = {}};
+      if (with_old) {
+        p.old_bytes = range_bytes(baseline_, p);
+        p.new_bytes = range_bytes(frozen_, p);
+      }
+      pieces.push_back(p);
+    }
+    return pieces;
+  }
+
+  model_manifest manifest_;
+  std::uint32_t index_, owners_;
+  std::uint64_t max_frame_bytes_;
+  std::vector<const tensor_info*> owned_;  // points into manifest_ (stable: never resized)
+  std::vector<std::vector<canonical_range>> plan_;
+  std::map<std::string, std::vector<std::byte>> baseline_, frozen_;
+};
+
+}  // namespace bitrefit::refit

@@ -1,0 +1,336 @@
+// bitrefit/refit/receiver.hpp — the rollout-engine side of a refit: one receiver incarnation.
+//
+// Composes the pure protocol::receiver state machine with policies:
+//   Loader     (layout/concepts.hpp)      the engine's own placement of canonical values
+//   Transport  (transport/concepts.hpp)   control messages in, payload frames in
+//   CommitLog  (durability/concepts.hpp)  read-only: read_commit when an announcement was missed
+// Driver loop (step()), one thread:
+//   1. receive this receiver's mailbox, decode, step message_event;
+//   2. while admitted to an attempt τ: list τ's frames, fetch the ones not delivered yet, verify
+//      each fully (a copy that does not verify is undelivered: it is never stepped and is fetched
+//      again later), and step it as a payload_msg carrying the frame's own digest as its content;
+//   3. feed deadline_event when the armed deadline passed; progress a dense restore in flight.
+// Actions, in list order: close_gate BEFORE any apply of the attempt; stage keeps the verified
+// (compressed) frame; apply decodes + writes it through the Loader, verify-then-write, in the
+// order the state machine emits (owner, seq); sync_device computes the attestation digest over the
+// held ranges and feeds device_synced_event (the ack follows from the machine); open_gate after
+// the commit news; persist_incarnation BEFORE sending anything under the new incarnation;
+// dense_restore asks the owners (engine/restore mailbox) for K.v and writes every held element
+// from their dense frames, then feeds restored_event; read_commit reads the CommitLog.
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "bitrefit/durability/concepts.hpp"
+#include "bitrefit/layout/concepts.hpp"
+#include "bitrefit/protocol/receiver.hpp"
+#include "bitrefit/refit/faults.hpp"
+#include "bitrefit/refit/receiver_store.hpp"
+#include "bitrefit/refit/sender.hpp"
+#include "bitrefit/refit/wire.hpp"
+#include "bitrefit/transport/concepts.hpp"
+
+namespace bitrefit::refit {
+
+struct receiver_options {
+  std::uint32_t index = 0;
+  std::uint64_t incarnation = 1;  // this process's incarnation, already persisted by the caller
+  protocol::gate_policy gate = protocol::gate_policy::synchronous;
+  bool attest = true;
+  std::chrono::milliseconds poll{2};
+  std::chrono::milliseconds deadline{1000};
+  fault_injector* faults = nullptr;
+  std::function<void(std::uint64_t)> persist_incarnation;  // durable record of a new incarnation
+  std::function<void(bool open)> on_gate;                   // the serving engine's request gate
+  std::function<void()> drain;                              // async: in-flight requests of v finish
+  /// Called when the gate reopens: the parameters are exactly K (after a commit or a restore).
+  std::function<void(const protocol::commit_record&)> on_commit;
+};
+
+/// Counters a receiver keeps (tests and the demo read them).
+struct receiver_counters {
+  std::uint64_t delivered = 0, undelivered = 0, applied = 0, duplicates_seen = 0, restores = 0;
+};
+
+template <layout::Loader Ld, transport::Transport T, durability::CommitLog L>
+class receiver {
+ public:
+  receiver(Ld& loader, T transport, L log, receiver_options o)
+      : store_(loader), transport_(std::move(transport)), log_(std::move(log)), opt_(std::move(o)) {
+    protocol::protocol_config cfg{opt_.gate, 1, opt_.index + 1, opt_.attest, 0, protocol::protocol_mutation::none};
+    sm_ = protocol::receiver::restarted(opt_.index, opt_.incarnation, cfg);
+  }
+
+  /// A fresh process: reads K, restores K.v densely, joins at the next prepare.
+  void start() { step_sm(protocol::boot_event{}); }
+
+  /// One round of the driver loop; waits at most about `wait` for control messages.
+  void step(std::chrono::milliseconds wait) {
+    bool any = false;
+    for (auto& bytes : transport_.receive(wire::mailbox(self_endpoint()), wait)) {
+      protocol::envelope env;
+      try {
+        env = wire::decode(bytes);
+      } catch (const error&) {
+        continue;
+      }
+      any = true;
+      step_sm(protocol::message_event{env});
+    }
+    any |= poll_payloads();
+    if (restoring_) progress_restore();
+    if (deadline_ && clock::now() >= *deadline_) {
+      deadline_.reset();
+      step_sm(protocol::deadline_event{});
+    }
+    if (read_retry_ && clock::now() >= *read_retry_) {
+      read_retry_.reset();
+      read_commit();
+    }
+    (void)any;
+  }
+
+  /// Steps until `pred` holds or `timeout` passes; returns pred().
+  template <class Pred>
+  bool run_until(Pred pred, std::chrono::milliseconds timeout) {
+    const auto until = clock::now() + timeout;
+    while (!pred() && clock::now() < until) step(opt_.poll);
+    return pred();
+  }
+
+  const protocol::receiver& state() const noexcept { return sm_; }
+  bool serving() const noexcept { return sm_.phase == protocol::receiver_phase::serving; }
+  bool gate_open() const noexcept { return sm_.gate_open; }
+  const receiver_counters& counters() const noexcept { return counters_; }
+  Ld& loader() noexcept { return store_.loader(); }
+  T& transport() noexcept { return transport_; }
+  /// Attestation digest over the held ranges, now.
+  digest128 attest() const { return store_.attest(); }
+  /// The attestation digest of the last device sync that carried one.
+  const std::optional<digest128>& last_attestation() const noexcept { return last_attestation_; }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  static double seconds(clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+  protocol::endpoint self_endpoint() const { return protocol::endpoint::receiver_(opt_.index); }
+
+  void step_sm(const protocol::receiver_event& ev) {
+    auto actions = sm_.step(ev);
+    static const bool tracing = std::getenv("BITREFIT_TRACE") != nullptr;
+    if (tracing) {
+      std::string names;
+      for (auto& a : actions) names += " " + std::to_string(a.index());
+      std::fprintf(stderr, "[receiver %u#%llu] event %zu -> phase %s, actions:%s\n", opt_.index,
+                   static_cast<unsigned long long>(sm_.incarnation), ev.index(),
+                   std::string(protocol::to_string(sm_.phase)).c_str(), names.c_str());
+    }
+    for (auto& a : actions) execute(a);
+  }
+
+  void execute(const protocol::receiver_action& a) {
+    std::visit(
+        [&](const auto& act) {
+          using A = std::decay_t<decltype(act)>;
+          if constexpr (std::is_same_v<A, protocol::send_action>) {
+            transport_.post(wire::mailbox(act.env.to), wire::encode(act.env));
+          } else if constexpr (std::is_same_v<A, protocol::persist_incarnation_action>) {
+            if (opt_.persist_incarnation) opt_.persist_incarnation(act.incarnation);
+          } else if constexpr (std::is_same_v<A, protocol::close_gate_action>) {
+            if (opt_.on_gate) opt_.on_gate(false);
+            gate_closed_at_ = clock::now();
+          } else if constexpr (std::is_same_v<A, protocol::drain_requests_action>) {
+            if (opt_.drain) opt_.drain();
+            step_sm(protocol::drained_event{});
+          } else if constexpr (std::is_same_v<A, protocol::stage_payload_action>) {
+            if (arrived_ && arrived_->first == act.id) staged_[act.id] = std::move(arrived_->second);
+            arrived_.reset();
+            if (!report_attempt_ || *report_attempt_ < act.id.attempt) report_attempt_ = act.id.attempt;
+          } else if constexpr (std::is_same_v<A, protocol::apply_payload_action>) {
+            apply(act);
+          } else if constexpr (std::is_same_v<A, protocol::discard_staged_action>) {
+            std::erase_if(staged_, [&](const auto& kv) { return kv.first.attempt == act.attempt; });
+            if (listing_ && *listing_ == act.attempt) {
+              listing_.reset();
+              delivered_.clear();
+            }
+          } else if constexpr (std::is_same_v<A, protocol::sync_device_action>) {
+            const auto t = clock::now();
+            std::optional<digest128> att;
+            if (act.attest) att = store_.attest();  // host memory: every write already took effect
+            if (att) last_attestation_ = att;
+            sync_s_ += seconds(clock::now() - t);
+            step_sm(protocol::device_synced_event{att});
+          } else if constexpr (std::is_same_v<A, protocol::open_gate_action>) {
+            if (opt_.on_gate) opt_.on_gate(true);
+            if (gate_closed_at_) gate_closed_s_ += seconds(clock::now() - *gate_closed_at_);
+            gate_closed_at_.reset();
+            report_and_reset();
+            if (opt_.on_commit && sm_.phase != protocol::receiver_phase::restoring) opt_.on_commit(sm_.committed);
+          } else if constexpr (std::is_same_v<A, protocol::read_commit_action>) {
+            read_commit();
+          } else if constexpr (std::is_same_v<A, protocol::dense_restore_action>) {
+            begin_restore();
+          } else if constexpr (std::is_same_v<A, protocol::arm_deadline_action>) {
+            deadline_ = clock::now() + opt_.deadline;
+          } else if constexpr (std::is_same_v<A, protocol::disarm_deadline_action>) {
+            deadline_.reset();
+          }
+        },
+        a);
+  }
+
+  void apply(const protocol::apply_payload_action& act) {
+    auto it = staged_.find(act.id);
+    if (it == staged_.end())
+      throw error(errc::protocol, "apply of payload " + act.id.to_string() + " that was never staged", {.file = {}, .tensor = {}, .field = "payload"});
+    const auto t = clock::now();
+    const verified_frame v = store_.apply(it->second, act.id.to_string());
+    if (v.header.target_version != act.target)
+      throw error(errc::protocol, "staged frame's target differs from the attempt's", {.file = act.id.to_string(), .tensor = {}, .field = "target"});
+    apply_s_ += seconds(clock::now() - t);
+    staged_.erase(it);  // applied once; a duplicate is ignored by the state machine
+    ++counters_.applied;
+    if (opt_.faults) opt_.faults->pass(fault_point::receiver_applied, "receiver/" + std::to_string(opt_.index));
+  }
+
+  /// Lists the active attempt's frames and delivers the ones not delivered yet.
+  bool poll_payloads() {
+    if (sm_.phase != protocol::receiver_phase::member || !sm_.attempt) return false;
+    const attempt_id a = sm_.attempt->attempt;
+    if (listing_ != a) {
+      listing_ = a;
+      delivered_.clear();
+    }
+    bool any = false;
+    std::set<transport::frame_key> this_round;
+    for (const auto& key : transport_.list(transport::attempt_stream(a))) {
+      const bool repeat = !this_round.insert(key).second;  // the network listed it twice: a duplicate copy
+      if (delivered_.count(key) && !repeat) continue;
+      auto bytes = transport_.fetch(key);
+      if (!bytes) continue;
+      verified_frame v;
+      try {
+        v = store_.verify(*bytes, key.stream.name + "/" + transport::frame_object_name(key.owner, key.seq));
+        if (v.header.kind != codec::frame_kind::delta || v.header.id.attempt != a || v.header.id.owner != key.owner ||
+            v.header.id.seq != key.seq)
+          throw error(errc::mismatch, "frame id differs from its key");
+      } catch (const error&) {
+        ++counters_.undelivered;  // corrupt or foreign copy: fetched again on a later poll
+        continue;
+      }
+      if (repeat) ++counters_.duplicates_seen;
+      delivered_.insert(key);
+      ++counters_.delivered;
+      any = true;
+      if (!sm_.attempt || sm_.attempt->attempt != a) break;
+      protocol::payload_msg m{v.header.id, v.header.base_version, v.header.target_version,
+                              v.mode == protocol::mode::xor_delta ? protocol::mode::xor_delta : sm_.attempt->mode, v.content};
+      arrived_.emplace(v.header.id, std::move(*bytes));
+      step_sm(protocol::message_event{protocol::envelope{protocol::endpoint::owner_(key.owner), self_endpoint(), m}});
+      arrived_.reset();
+      if (sm_.phase != protocol::receiver_phase::member || !sm_.attempt || sm_.attempt->attempt != a) break;
+    }
+    return any;
+  }
+
+  void read_commit() {
+    const auto r = log_.apply(protocol::read_request{});
+    if (r.outcome != protocol::log_outcome::ok) {
+      read_retry_ = clock::now() + opt_.poll * 10;
+      return;
+    }
+    step_sm(protocol::commit_read_event{r.snapshot.record});
+  }
+
+  // ---- dense restore from the owners' committed baseline ----
+
+  void begin_restore() {
+    restoring_ = true;
+    restore_asked_.reset();
+    ask_restore();
+  }
+  void ask_restore() {
+    const std::string s = nlohmann::json{{"receiver", opt_.index}, {"incarnation", sm_.incarnation}}.dump();
+    transport_.post(restore_mailbox, std::as_bytes(std::span(s.data(), s.size())));
+    restore_asked_ = clock::now();
+  }
+  void progress_restore() {
+    for (auto& bytes : transport_.receive(restore_reply_mailbox(opt_.index), std::chrono::milliseconds(0))) {
+      try {
+        const auto x = nlohmann::json::parse(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+        const protocol::commit_record k{x.at("version").get<std::uint64_t>(), baseline_id{x.at("baseline").get<std::uint64_t>()}};
+        const auto chunks = x.at("chunks").get<std::vector<std::uint32_t>>();
+        if (restore_from(k, chunks)) {
+          restoring_ = false;
+          ++counters_.restores;
+          step_sm(protocol::restored_event{k});
+          return;
+        }
+      } catch (const std::exception&) {
+      }
+    }
+    if (restoring_ && restore_asked_ && clock::now() - *restore_asked_ > opt_.deadline) ask_restore();
+  }
+  /// Verifies every dense frame of K first (nothing written if one is missing or corrupt), then
+  /// writes them. Frames are held one at a time after verification, so scratch stays bounded by
+  /// re-fetching in the write pass.
+  bool restore_from(const protocol::commit_record& k, const std::vector<std::uint32_t>& chunks) {
+    const auto stream = transport::restore_stream(k.version, k.baseline);
+    for (int pass = 0; pass < 2; ++pass)
+      for (std::uint32_t o = 0; o < chunks.size(); ++o)
+        for (std::uint32_t s = 0; s < chunks[o]; ++s) {
+          auto bytes = transport_.fetch(transport::frame_key{stream, o, s});
+          if (!bytes) return false;
+          const std::string src = stream.name + "/" + transport::frame_object_name(o, s);
+          try {
+            const verified_frame v = pass == 0 ? store_.verify(*bytes, src) : store_.apply(*bytes, src);
+            if (v.header.kind != codec::frame_kind::dense || v.header.target_version != k.version) return false;
+          } catch (const error&) {
+            ++counters_.undelivered;
+            return false;  // a pass-1 failure means a copy changed between passes: ask again
+          }
+        }
+    return true;
+  }
+
+  void report_and_reset() {
+    if (report_attempt_) {
+      const std::string s = nlohmann::json{{"receiver", opt_.index},
+                                           {"attempt", durability::json_io::to_json(*report_attempt_)},
+                                           {"apply_s", apply_s_},
+                                           {"sync_s", sync_s_},
+                                           {"gate_closed_s", gate_closed_s_}}
+                                .dump();
+      transport_.post(stats_mailbox, std::as_bytes(std::span(s.data(), s.size())));
+    }
+    apply_s_ = sync_s_ = gate_closed_s_ = 0;
+    report_attempt_.reset();
+  }
+
+  receiver_store<Ld> store_;
+  T transport_;
+  L log_;
+  receiver_options opt_;
+  protocol::receiver sm_;
+  std::map<payload_id, std::vector<std::byte>> staged_;
+  std::optional<std::pair<payload_id, std::vector<std::byte>>> arrived_;
+  std::optional<attempt_id> listing_;
+  std::set<transport::frame_key> delivered_;
+  std::optional<clock::time_point> deadline_, read_retry_, gate_closed_at_, restore_asked_;
+  bool restoring_ = false;
+  std::optional<digest128> last_attestation_;
+  std::optional<attempt_id> report_attempt_;
+  double apply_s_ = 0, sync_s_ = 0, gate_closed_s_ = 0;
+  receiver_counters counters_;
+};
+
+}  // namespace bitrefit::refit

@@ -1,0 +1,568 @@
+// bitrefit/refit/sender.hpp — the trainer side of a refit: the coordinator and the owners.
+//
+// Composes the pure state machines (protocol::coordinator, protocol::owner) with policies:
+//   Transport   (transport/concepts.hpp)   payload frames + control messages to receivers
+//   CommitLog   (durability/concepts.hpp)  the durable K, compare-and-set, epoch fencing
+//   BaselineStore (durability/concepts.hpp) each owner's B^v, consistent with the log across crashes
+//   Backend     (codec/concepts.hpp)       where change detection and encoding touch memory
+// and carries out the machines' actions in their documented order. The driver loop, one thread:
+//   1. feed finished chunk encodings to their owner (chunk_encoded_event in seq order, then
+//      encode_finished_event) and step it;
+//   2. deliver messages between the coordinator and the owners (they share this process, so the
+//      "network" between them is a local queue) and step the addressee;
+//   3. receive the coordinator's mailbox from the transport, decode, drop what comes from a fenced
+//      incarnation, step the coordinator;
+//   4. serve dense-restore requests of restarted receivers from the owners' committed baselines;
+//   5. feed deadline_event when the armed deadline passed.
+// Actions, in list order: log_action calls the CommitLog and feeds the reply back at once (it is
+// always the last action of its step: "persist BEFORE send", "K durable BEFORE anyone is told");
+// send_action posts to the transport (payload_msg sends are carried by the data plane: each frame
+// was published under its payload id the moment it was encoded, before chunk_encoded_event);
+// freeze_change_set_action saves the frozen target durably BEFORE anything is encoded;
+// advance_baseline_action swaps B := frozen and drops older durable images; encode_action queues
+// every chunk on the bounded thread pool (each worker publishes its frame as soon as it is built,
+// so encoding overlaps transfer); cancel_encoding_action stops the attempt's remaining chunks;
+// cleanup_action deletes the attempt's payload objects.
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bitrefit/codec/attestation.hpp"
+#include "bitrefit/codec/encoder.hpp"
+#include "bitrefit/core/error.hpp"
+#include "bitrefit/core/manifest.hpp"
+#include "bitrefit/durability/concepts.hpp"
+#include "bitrefit/protocol/coordinator.hpp"
+#include "bitrefit/protocol/owner.hpp"
+#include "bitrefit/refit/faults.hpp"
+#include "bitrefit/refit/owner_shard.hpp"
+#include "bitrefit/refit/stats.hpp"
+#include "bitrefit/refit/thread_pool.hpp"
+#include "bitrefit/refit/wire.hpp"
+#include "bitrefit/transport/concepts.hpp"
+
+namespace bitrefit::refit {
+
+/// Engine-level mailboxes (outside the protocol's message set).
+inline const std::string restore_mailbox = "engine/restore";  // restarted receivers ask for K.v
+inline const std::string stats_mailbox = "engine/stats";      // receivers report phase times
+inline std::string restore_reply_mailbox(std::uint32_t r) { return "engine/restored/" + std::to_string(r); }
+
+struct sender_options {
+  protocol::gate_policy gate = protocol::gate_policy::synchronous;
+  std::uint32_t owners = 1;
+  std::uint32_t receivers = 1;
+  unsigned threads = 2;
+  std::uint64_t max_frame_input_bytes = 8ull << 20;
+  int zstd_level = codec::default_zstd_level;
+  bool attest = true;
+  bool xor_allowed = true;  // every receiver places every tensor bit-preservingly
+  std::chrono::milliseconds deadline{5000};
+  std::chrono::milliseconds poll{2};
+  std::chrono::milliseconds transition_timeout{10 * 60 * 1000};
+  std::uint32_t max_attempts = 0;  // 0: retry until commit (DESIGN); else needs_operator after that many
+  fault_injector* faults = nullptr;
+  std::function<void()> idle;  // called once per loop iteration (the demo reaps and restarts processes)
+  protocol::protocol_mutation mutation = protocol::protocol_mutation::none;  // tests only
+};
+
+template <transport::Transport T, durability::CommitLog L, durability::BaselineStore B,
+          codec::execution_backend Backend = codec::host_backend>
+class sender {
+ public:
+  /// @param baselines one durable baseline store per owner (owners.size() == options.owners).
+  sender(model_manifest manifest, T transport, L log, std::vector<B> baselines, sender_options o)
+      : manifest_(std::move(manifest)), transport_(std::move(transport)), log_(std::move(log)), opt_(std::move(o)) {
+    if (opt_.owners == 0 || baselines.size() != opt_.owners)
+      throw error(errc::invalid_argument, "one baseline store per owner is required", {.file = {}, .tensor = {}, .field = "owners"});
+    for (std::uint32_t i = 0; i < opt_.owners; ++i)
+      owners_.push_back(std::make_unique<owner_slot>(owner_shard(manifest_, i, opt_.owners, opt_.max_frame_input_bytes),
+                                                    std::move(baselines[i])));
+    const unsigned threads = opt_.threads ? opt_.threads : 1;
+    for (unsigned w = 0; w < threads; ++w) {
+      // one encoder per worker and policy: XOR-or-overwrite (first attempts), overwrite only (retries)
+      for (auto policy : {codec::mode_policy::xor_allowed, codec::mode_policy::overwrite_only})
+        encoders_.push_back(std::make_unique<codec::chunk_encoder<Backend>>(
+            codec::encode_options{policy, opt_.zstd_level, opt_.max_frame_input_bytes}));
+      frame_buffers_.push_back(std::make_unique<codec::byte_buffer>());
+    }
+    pool_ = std::make_unique<thread_pool>(threads, std::size_t(1) << 30);
+  }
+  sender(const sender&) = delete;
+  ~sender() { pool_.reset(); }  // joins workers before the slots they reference go away
+
+  /// Boots the coordinator (claims a new epoch; after a takeover it finishes or retries whatever the
+  /// log says) and recovers every owner's B^{K.v}: from its durable store, else from
+  /// `committed_bits` (the trainer's copy of K.v). Throws errc::mismatch ("lost state") when
+  /// neither has K.v.
+  void start(const tensor_source& committed_bits) {
+    const protocol::log_reply r = log_.apply(protocol::read_request{});
+    if (r.outcome != protocol::log_outcome::ok) throw error(errc::io, "commit log unreadable at start", {.file = {}, .tensor = {}, .field = "commit_log"});
+    committed_ = r.snapshot.record;
+    for (std::uint32_t i = 0; i < owners_.size(); ++i) recover_owner(i, committed_bits);
+    protocol::protocol_config cfg{opt_.gate, opt_.owners, opt_.receivers, opt_.attest, opt_.max_attempts, opt_.mutation};
+    coord_ = protocol::coordinator(cfg, r.snapshot.epoch + 1, {}, committed_);
+    step_coordinator(protocol::start_event{});
+    run_until([&] { return coord_.phase != protocol::coordinator_phase::claiming && local_.empty(); });
+  }
+
+  /// Runs one transition K.v -> K.v+1 to its commit, with `next` the trainer's bits of v+1.
+  /// Returns the transition's statistics. Throws when the coordinator is deposed (errc::fenced) or
+  /// needs an operator (errc::protocol).
+  transition_stats refit(const tensor_source& next) {
+    const auto t0 = clock::now();
+    run_until([&] { return !coord_.busy() && local_.empty(); });
+    stats_ = transition_stats{};
+    stats_.mode = opt_.gate == protocol::gate_policy::asynchronous ? "async" : "sync";
+    stats_.version = committed_.version + 1;
+    stats_.dense_bytes = manifest_.total_bytes();
+    stats_.elements = manifest_.total_elements();
+    transition_attempts_.clear();
+    receiver_reports_.clear();
+    first_publish_.reset();
+    next_ = next;
+    // compare: freeze the change set (copy v+1 out of the trainer, bitwise against B^v)
+    const auto tc = clock::now();
+    for (auto& o : owners_) {
+      stats_.changed += o->shard.freeze(next);
+      o->frozen_version = stats_.version;
+    }
+    stats_.phases.compare_s = seconds(clock::now() - tc);
+    const digest128 expected = expected_attestation();
+    step_coordinator(protocol::begin_transition_event{stats_.version, opt_.xor_allowed,
+                                                      std::vector<digest128>(opt_.receivers, expected)});
+    const version_t target = stats_.version;
+    run_until([&] { return committed_.version >= target && !coord_.busy() && local_.empty(); });
+    // receivers report apply/sync/gate times when their gate reopens (after the commit)
+    const auto wait_reports = clock::now() + std::chrono::milliseconds(500);
+    run_until([&] { return receiver_reports_.size() >= last_members_ || clock::now() > wait_reports; });
+    for (auto& [r, rep] : receiver_reports_) {
+      stats_.phases.apply_s = std::max(stats_.phases.apply_s, rep.apply_s);
+      stats_.phases.sync_s = std::max(stats_.phases.sync_s, rep.sync_s);
+      stats_.gate_closed_s = std::max(stats_.gate_closed_s, rep.gate_closed_s);
+    }
+    stats_.attempts = static_cast<std::uint32_t>(transition_attempts_.size());
+    retries_total_ += stats_.attempts > 0 ? stats_.attempts - 1 : 0;
+    stats_.committed = committed_.version == target;
+    stats_.total_s = seconds(clock::now() - t0);
+    next_ = nullptr;
+    return stats_;
+  }
+
+  /// Serves messages and restore requests for `d` (between refits).
+  void pump(std::chrono::milliseconds d) {
+    const auto until = clock::now() + d;
+    run_until([&] { return clock::now() >= until; });
+  }
+
+  /// Pumps until every receiver index is known to the coordinator at the committed record (the
+  /// deployment is complete), or `timeout` passes. Returns whether it got there.
+  bool wait_for_members(std::chrono::milliseconds timeout) {
+    const auto until = clock::now() + timeout;
+    auto all = [&] {
+      for (const auto& e : coord_.roster)
+        if (!e.known || e.evicted || e.at != committed_) return false;
+      return coord_.roster.size() == opt_.receivers;
+    };
+    run_until([&] { return all() || clock::now() >= until; });
+    return all();
+  }
+
+  protocol::commit_record committed() const noexcept { return committed_; }
+  const protocol::coordinator& coordinator() const noexcept { return coord_; }
+  std::uint64_t retries_total() const noexcept { return retries_total_; }
+  T& transport() noexcept { return transport_; }
+  const owner_shard& shard(std::uint32_t i) const { return owners_.at(i)->shard; }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  static double seconds(clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+  struct owner_slot {
+    owner_slot(owner_shard s, B b) : shard(std::move(s)), store(std::move(b)) {}
+    protocol::owner sm;
+    owner_shard shard;
+    B store;
+    version_t frozen_version = 0;
+    std::atomic<std::uint64_t> generation{0};  // bumped by cancel: queued chunks of older jobs skip
+    attempt_id encoding{};
+    std::uint32_t next_report = 0;              // chunk_encoded_event is fed in seq order
+    std::map<std::uint32_t, digest128> done;    // encoded, not yet reported
+    std::uint32_t total = 0;
+  };
+
+  struct completion {
+    std::uint32_t owner = 0;
+    std::uint64_t generation = 0;
+    attempt_id attempt{};
+    std::uint32_t seq = 0;
+    digest128 content{};
+    bool crashed = false;
+    bool fatal = false;
+    std::string what;
+  };
+
+  struct receiver_report {
+    double apply_s = 0, sync_s = 0, gate_closed_s = 0;
+  };
+
+  // ---- owners ---------------------------------------------------------------------------------
+
+  void recover_owner(std::uint32_t i, const tensor_source& committed_bits) {
+    auto& o = *owners_[i];
+    o.generation++;
+    o.done.clear();
+    o.next_report = 0;
+    if (auto img = o.store.load(committed_.version); img && o.shard.load_baseline(*img)) {
+      // durable image of K.v (saved when v was frozen, or at the initial deployment)
+    } else if (committed_bits) {
+      o.shard.load_baseline(committed_bits);
+      o.store.save(committed_.version, o.shard.baseline_image_of(false));
+    } else {
+      throw error(errc::mismatch, "owner " + std::to_string(i) + " lost its state: no baseline image of version " +
+                                      std::to_string(committed_.version) + " and no trainer copy",
+                  {.file = {}, .tensor = {}, .field = "baseline"});
+    }
+    o.store.retain_only(committed_.version);
+    o.frozen_version = 0;
+    o.sm = protocol::owner(i, committed_, opt_.mutation);
+  }
+
+  void step_owner(std::uint32_t i, const protocol::owner_event& ev) {
+    auto& o = *owners_[i];
+    for (auto& a : o.sm.step(ev)) {
+      std::visit(
+          [&](auto& act) {
+            using A = std::decay_t<decltype(act)>;
+            if constexpr (std::is_same_v<A, protocol::send_action>) {
+              route(act.env);
+            } else if constexpr (std::is_same_v<A, protocol::advance_baseline_action>) {
+              o.shard.advance();
+              o.frozen_version = 0;
+              o.store.retain_only(act.record.version);
+            } else if constexpr (std::is_same_v<A, protocol::freeze_change_set_action>) {
+              if (o.frozen_version != act.target) {  // e.g. after an owner restart
+                if (!next_) throw error(errc::protocol, "owner asked to freeze without the trainer's target bits");
+                o.shard.freeze(next_);
+                o.frozen_version = act.target;
+              }
+              o.store.save(act.target, o.shard.baseline_image_of(true));  // durable BEFORE encoding
+            } else if constexpr (std::is_same_v<A, protocol::encode_action>) {
+              start_encoding(i, act);
+            } else if constexpr (std::is_same_v<A, protocol::cancel_encoding_action>) {
+              if (o.encoding == act.attempt) o.generation++;
+            }
+          },
+          a);
+    }
+  }
+
+  void start_encoding(std::uint32_t i, const protocol::encode_action& act) {
+    auto& o = *owners_[i];
+    const std::uint64_t gen = ++o.generation;
+    o.encoding = act.attempt;
+    o.done.clear();
+    o.next_report = 0;
+    o.total = o.shard.chunk_count();
+    const auto policy = act.mode == protocol::mode::xor_delta ? codec::mode_policy::xor_allowed : codec::mode_policy::overwrite_only;
+    for (std::uint32_t seq = 0; seq < o.total; ++seq) {
+      pool_->submit([this, i, gen, seq, policy, act](std::size_t w) {
+        auto& slot = *owners_[i];
+        if (slot.generation.load() != gen) return;  // cancelled
+        completion c{i, gen, act.attempt, seq, {}, false, false, {}};
+        try {
+          const auto te = clock::now();
+          auto& enc = *encoders_[2 * w + (policy == codec::mode_policy::overwrite_only ? 1 : 0)];
+          codec::byte_buffer& out = *frame_buffers_[w];
+          const codec::frame_header h{codec::frame_kind::delta, payload_id{act.attempt, i, seq}, act.base, act.target};
+          const auto st = slot.shard.encode(seq, h, enc, out);
+          if (slot.generation.load() != gen) return;
+          transport_.publish(transport::key_of(h.id), out.span());
+          c.content = codec::load_digest_le(out.data() + out.size() - codec::frame_digest_size);
+          std::lock_guard lock(mu_);
+          if (!first_publish_) first_publish_ = clock::now();
+          stats_.payload_bytes += out.size();
+          stats_.frames += 1;
+          stats_.phases.encode_s += seconds(clock::now() - te);
+          (void)st;
+        } catch (const injected_crash& e) {
+          c.crashed = true;
+          c.what = e.what();
+        } catch (const std::exception& e) {
+          c.crashed = c.fatal = true;  // not an injected fault: the driver rethrows it
+          c.what = e.what();
+        }
+        if (!c.crashed && opt_.faults) {
+          try {
+            opt_.faults->pass(fault_point::owner_mid_stream, "owner/" + std::to_string(i));
+          } catch (const injected_crash& e) {
+            c.crashed = true;
+            c.what = e.what();
+          }
+        }
+        std::lock_guard lock(mu_);
+        completions_.push_back(std::move(c));
+      });
+    }
+    if (o.total == 0) step_owner(i, protocol::encode_finished_event{act.attempt, 0});
+  }
+
+  bool drain_completions() {
+    std::deque<completion> got;
+    {
+      std::lock_guard lock(mu_);
+      got.swap(completions_);
+    }
+    for (auto& c : got) {
+      auto& o = *owners_[c.owner];
+      if (c.generation != o.generation.load()) continue;
+      if (c.fatal) throw error(errc::io, "owner " + std::to_string(c.owner) + " failed to encode: " + c.what);
+      if (c.crashed) {
+        // The owner process died mid-stream: its volatile state is gone. It restarts from its
+        // durable baseline of K.v; the coordinator's deadline retries the attempt.
+        const auto r = log_.apply(protocol::read_request{});
+        if (r.outcome == protocol::log_outcome::ok) committed_ = std::max(committed_, r.snapshot.record);
+        recover_owner(c.owner, nullptr);
+        continue;
+      }
+      o.done[c.seq] = c.content;
+      while (o.done.count(o.next_report)) {
+        const std::uint32_t s = o.next_report++;
+        step_owner(c.owner, protocol::chunk_encoded_event{c.attempt, s, o.done[s]});
+        o.done.erase(s);
+      }
+      if (o.next_report == o.total) step_owner(c.owner, protocol::encode_finished_event{c.attempt, o.total});
+    }
+    return !got.empty();
+  }
+
+  digest128 expected_attestation() const {
+    std::vector<codec::attested_range> rs;
+    for (const auto& o : owners_)
+      for (const tensor_info* t : o->shard.owned())
+        if (t->elements() > 0)  // what a receiver holding everything declares: non-empty held ranges
+          rs.push_back({t->name, t->type, &t->shape, 0, t->elements(), o->shard.frozen_bytes(t->name)});
+    return codec::attestation_digest(std::span<const codec::attested_range>(rs));
+  }
+
+  // ---- coordinator ------------------------------------------------------------------------------
+
+  static bool tracing() {
+    static const bool on = std::getenv("BITREFIT_TRACE") != nullptr;
+    return on;
+  }
+
+  void step_coordinator(const protocol::coordinator_event& ev) {
+    auto actions = coord_.step(ev);
+    if (tracing())
+      std::fprintf(stderr, "[coordinator] event %zu -> phase %s, %zu actions\n", ev.index(),
+                   std::string(protocol::to_string(coord_.phase)).c_str(), actions.size());
+    for (auto& a : actions) {
+      std::visit(
+          [&](auto& act) {
+            using A = std::decay_t<decltype(act)>;
+            if constexpr (std::is_same_v<A, protocol::log_action>) {
+              const bool cas = std::holds_alternative<protocol::compare_and_set_request>(act.request);
+              const auto tl = clock::now();
+              if (cas) {
+                std::lock_guard lock(mu_);
+                if (first_publish_) stats_.phases.transfer_s = seconds(tl - *first_publish_);
+              }
+              protocol::log_reply reply = log_.apply(act.request);
+              if (cas) {
+                stats_.phases.commit_s += seconds(clock::now() - tl);
+                if (reply.outcome == protocol::log_outcome::ok && opt_.faults)
+                  opt_.faults->pass(fault_point::coordinator_after_cas, "coordinator");  // before anyone is told
+              }
+              step_coordinator(protocol::log_event{reply});
+            } else if constexpr (std::is_same_v<A, protocol::send_action>) {
+              if (const auto* p = std::get_if<protocol::prepare_msg>(&act.env.msg)) {
+                last_members_ = p->record.members.size();
+                transition_attempts_.insert(p->record.attempt);
+              }
+              route(act.env);
+            } else if constexpr (std::is_same_v<A, protocol::arm_deadline_action>) {
+              deadline_ = clock::now() + opt_.deadline;
+            } else if constexpr (std::is_same_v<A, protocol::disarm_deadline_action>) {
+              deadline_.reset();
+            } else if constexpr (std::is_same_v<A, protocol::fence_receiver_action>) {
+              fenced_.insert(act.fenced);
+            } else if constexpr (std::is_same_v<A, protocol::cleanup_action>) {
+              transport_.discard(transport::attempt_stream(act.attempt));
+            } else if constexpr (std::is_same_v<A, protocol::committed_action>) {
+              committed_ = act.record;
+            } else if constexpr (std::is_same_v<A, protocol::deposed_action>) {
+              throw error(errc::fenced, "this coordinator was fenced by a newer epoch", {.file = {}, .tensor = {}, .field = "epoch"});
+            } else if constexpr (std::is_same_v<A, protocol::aborted_action>) {
+              throw error(errc::protocol, "transition aborted by the operator", {.file = {}, .tensor = {}, .field = {}});
+            } else if constexpr (std::is_same_v<A, protocol::needs_operator_action>) {
+              throw error(errc::protocol, "the coordinator needs an operator: " + act.why, {.file = {}, .tensor = {}, .field = {}});
+            }
+          },
+          a);
+    }
+  }
+
+  /// Owners and the coordinator share this process: their messages go through a local queue.
+  void route(const protocol::envelope& env) {
+    switch (env.to.role) {
+      case protocol::role::owner:
+      case protocol::role::coordinator: local_.push_back(env); return;
+      case protocol::role::receiver:
+        if (std::holds_alternative<protocol::payload_msg>(env.msg)) return;  // carried by the data plane
+        transport_.post(wire::mailbox(env.to), wire::encode(env));
+        return;
+    }
+  }
+
+  bool drain_local() {
+    bool any = false;
+    while (!local_.empty()) {
+      protocol::envelope env = std::move(local_.front());
+      local_.pop_front();
+      any = true;
+      if (env.to.role == protocol::role::owner) {
+        if (env.to.index < owners_.size()) step_owner(env.to.index, protocol::message_event{env});
+      } else {
+        step_coordinator(protocol::message_event{env});
+      }
+    }
+    return any;
+  }
+
+  static std::optional<protocol::member> sender_member(const protocol::message& m) {
+    return std::visit(
+        [](const auto& x) -> std::optional<protocol::member> {
+          if constexpr (requires { x.from; }) return x.from;
+          else return std::nullopt;
+        },
+        m);
+  }
+
+  bool receive_control(std::chrono::milliseconds wait) {
+    bool any = false;
+    for (auto& bytes : transport_.receive("coordinator", wait)) {
+      any = true;
+      protocol::envelope env;
+      try {
+        env = wire::decode(bytes);
+      } catch (const error&) {
+        continue;  // not a protocol message: lost, as far as the protocol is concerned
+      }
+      if (auto m = sender_member(env.msg); m && fenced_.count(*m)) continue;  // fenced incarnation
+      step_coordinator(protocol::message_event{env});
+    }
+    for (auto& bytes : transport_.receive(stats_mailbox, std::chrono::milliseconds(0))) {
+      try {
+        const auto x = nlohmann::json::parse(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+        const attempt_id a = durability::json_io::attempt_from(x.at("attempt"));
+        if (!transition_attempts_.count(a)) continue;
+        auto& rep = receiver_reports_[x.at("receiver").get<std::uint32_t>()];
+        rep.apply_s = x.at("apply_s").get<double>();
+        rep.sync_s = x.at("sync_s").get<double>();
+        rep.gate_closed_s = x.at("gate_closed_s").get<double>();
+      } catch (const std::exception&) {
+      }
+    }
+    return any;
+  }
+
+  // ---- dense restore ----------------------------------------------------------------------------
+
+  void serve_restores() {
+    for (auto& bytes : transport_.receive(restore_mailbox, std::chrono::milliseconds(0))) {
+      try {
+        const auto x = nlohmann::json::parse(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+        restore_waiting_.insert(x.at("receiver").get<std::uint32_t>());
+      } catch (const std::exception&) {
+      }
+    }
+    if (restore_waiting_.empty()) return;
+    // Serve K only while every owner's B is exactly K (not between a commit and its announcement).
+    for (auto& o : owners_)
+      if (o->sm.baseline != committed_) return;
+    if (restored_k_ != committed_) {
+      if (restored_k_) transport_.discard(transport::restore_stream(restored_k_->version, restored_k_->baseline));
+      const auto stream = transport::restore_stream(committed_.version, committed_.baseline);
+      for (auto& o : owners_)
+        for (std::uint32_t seq = 0; seq < o->shard.chunk_count(); ++seq) {
+          pool_->submit([this, &o, seq, stream](std::size_t w) {
+            auto& enc = *encoders_[2 * w];
+            codec::byte_buffer& out = *frame_buffers_[w];
+            const codec::frame_header h{codec::frame_kind::dense, payload_id{attempt_id{}, o->shard.index(), seq},
+                                        committed_.version, committed_.version};
+            o->shard.encode_dense(seq, h, enc, out);
+            transport_.publish(transport::frame_key{stream, o->shard.index(), seq}, out.span());
+          });
+        }
+      pool_->wait();
+      restored_k_ = committed_;
+    }
+    nlohmann::json chunks = nlohmann::json::array();
+    for (auto& o : owners_) chunks.push_back(o->shard.chunk_count());
+    const nlohmann::json reply{{"version", committed_.version}, {"baseline", committed_.baseline.value}, {"chunks", chunks}};
+    const std::string s = reply.dump();
+    for (std::uint32_t r : restore_waiting_) transport_.post(restore_reply_mailbox(r), std::as_bytes(std::span(s.data(), s.size())));
+    restore_waiting_.clear();
+  }
+
+  // ---- the loop ---------------------------------------------------------------------------------
+
+  template <class Pred>
+  void run_until(Pred done) {
+    const auto give_up = clock::now() + opt_.transition_timeout;
+    while (!done()) {
+      bool progressed = drain_completions();
+      progressed |= drain_local();
+      if (done()) break;
+      progressed |= receive_control(progressed ? std::chrono::milliseconds(0) : opt_.poll);
+      serve_restores();
+      if (deadline_ && clock::now() >= *deadline_) {
+        deadline_.reset();
+        step_coordinator(protocol::deadline_event{});
+      }
+      if (opt_.idle) opt_.idle();
+      if (clock::now() > give_up)
+        throw error(errc::protocol, "transition did not finish within the timeout (phase " +
+                                        std::string(protocol::to_string(coord_.phase)) + ")");
+    }
+  }
+
+  model_manifest manifest_;
+  T transport_;
+  L log_;
+  sender_options opt_;
+  protocol::coordinator coord_;
+  protocol::commit_record committed_{};
+  std::vector<std::unique_ptr<owner_slot>> owners_;
+  std::vector<std::unique_ptr<codec::chunk_encoder<Backend>>> encoders_;
+  std::vector<std::unique_ptr<codec::byte_buffer>> frame_buffers_;
+  std::unique_ptr<thread_pool> pool_;
+  std::mutex mu_;
+  std::deque<completion> completions_;
+  std::deque<protocol::envelope> local_;
+  std::optional<clock::time_point> deadline_;
+  std::set<protocol::member> fenced_;
+  std::set<std::uint32_t> restore_waiting_;
+  std::optional<protocol::commit_record> restored_k_;
+  tensor_source next_;
+  transition_stats stats_;
+  std::set<attempt_id> transition_attempts_;
+  std::map<std::uint32_t, receiver_report> receiver_reports_;
+  std::size_t last_members_ = 0;
+  std::optional<clock::time_point> first_publish_;
+  std::uint64_t retries_total_ = 0;
+};
+
+}  // namespace bitrefit::refit

@@ -1,0 +1,410 @@
+/* refit.pml — Promela model of the bitrefit refit protocol (shared/DESIGN.md, "The protocol").
+ *
+ * This is an independent model of the rules, written for spin; the C++ checker in proofs/ drives the
+ * real state machines instead. Both check the same invariants; spin additionally proves liveness
+ * (an LTL formula under weak fairness), which the C++ checker approximates by reverse reachability.
+ *
+ * Abstraction
+ *  - NR receivers, NO owners with NS payloads each; payload (o, s) writes region p = o*NS + s, so the
+ *    positions of one attempt are disjoint. A region holds a version number, LOST after a crash, or
+ *    GARBAGE (an XOR applied on any base other than its own; the invariant asserts it never happens).
+ *  - The network is a bag of copies: bag[a][r][p] counts in-flight copies of payload p of attempt a
+ *    to receiver r, so delivery order is arbitrary. An ack is delivered or lost as it is sent (a
+ *    late ack of another attempt is ignored on arrival, so its delay is not modelled).
+ *  - Owners freeze their change set and put their payload copies on the network as the prepare
+ *    is persisted (one step); the bag still delivers them in every order.
+ *  - Deadlines are nondeterministic coordinator steps; no clock is in the state.
+ *  - Faults are budgeted: CRASHES receiver crashes, FAILOVERS coordinator failovers, DROPS lost copies,
+ *    DUPS duplicated copies. A fault that forces a retry is only enabled while the transition has
+ *    attempts left (natt < MAXA): the "eventually reliable delivery and stable members" assumption
+ *    under which liveness is claimed (operator abort is excluded).
+ *
+ * Mutations (compile with -DMUT_x; each must make spin report an assertion violation):
+ *   MUT_XOR_RETRY          retry attempts use XOR instead of overwrite
+ *   MUT_COMMIT_EARLY       the coordinator asks for commit after the first ack, not all of them
+ *   MUT_DEDUP_OFF          a receiver applies a verified duplicate again
+ *   MUT_DELTA_UNCOMMITTED  an owner moves its baseline to v+1 at freeze and encodes XOR against it
+ *   MUT_NO_STOP            retry prepares without stop_and_wait
+ *   MUT_BLIND_WRITE        the commit log writes K without compare-and-set or fencing
+ */
+
+#ifndef NR
+#define NR 2
+#endif
+#ifndef NO
+#define NO 2
+#endif
+#ifndef NS
+#define NS 2
+#endif
+#ifndef NTRANS
+#define NTRANS 2
+#endif
+#ifndef MAXA
+#define MAXA 2
+#endif
+#ifndef CRASHES
+#define CRASHES 1
+#endif
+#ifndef FAILOVERS
+#define FAILOVERS 1
+#endif
+#ifndef DROPS
+#define DROPS 1
+#endif
+#ifndef DUPS
+#define DUPS 1
+#endif
+
+#ifdef MUT_NO_STOP
+#define DEVICE_QUEUE /* the race stop_and_wait prevents needs writes in flight on the device */
+#endif
+
+#define NP (NO * NS)
+#define ALLP ((1 << NP) - 1)
+#define ALLR ((1 << NR) - 1)
+#define NATT (NTRANS * MAXA) /* attempt ids 1..NATT; 0 = none */
+#define GARBAGE 15
+#define LOST 14
+#define XOR 0
+#define OVW 1
+
+/* coordinator phases */
+#define IDLE 0
+#define TRANSFER 1
+#define COMMITTING 2
+#define STOPPING 3
+#define RECOVERING 4
+/* commit-log replies */
+#define R_NONE 0
+#define R_SUCCESS 1
+#define R_FAILED 2
+#define R_LOST 3
+
+/* ---- commit log (durable) ---------------------------------------------------------------- */
+byte Kv = 0;         /* K = (v, g); g is identified with the attempt that committed it */
+byte Katt = 0;
+byte log_epoch = 0;  /* only this epoch's coordinator may prepare or commit */
+byte log_closed = 0; /* read_commit(a) closes a: a later compare-and-set of a <= log_closed fails */
+/* the persisted attempt records (prepare) */
+byte cur = 0;
+bit a_mode[NATT + 1];
+byte a_target[NATT + 1];
+bit a_obsolete[NATT + 1];
+byte a_base[(NATT + 1) * NO];
+/* the compare-and-set request in flight and its reply */
+bit req = 0;
+byte req_att, req_epoch, req_target;
+byte rep = R_NONE;
+
+/* ---- coordinator (volatile, lost at failover) --------------------------------------------- */
+byte epoch = 0;
+byte phase = IDLE;
+byte acks = 0;   /* members whose ack of cur was accepted */
+byte natt = 0;   /* attempts of the current transition */
+byte ntrans = 0; /* completed transitions */
+
+/* ---- owners ------------------------------------------------------------------------------ */
+byte B[NO]; /* baseline version B^v */
+
+/* ---- receivers --------------------------------------------------------------------------- */
+byte reg[NR * NP];
+byte inc[NR];
+byte act[NR];                  /* attempt the receiver is in (0 = none) */
+byte seen[NR];                 /* dedup: verified payload ids of act */
+bit acked[NR];
+bit stale[NR];                 /* restarted: must dense-restore to K.v before joining */
+byte pend[(NATT + 1) * NR];    /* decoded writes queued on the device, per attempt: bitmask of p */
+byte a_inc[(NATT + 1) * NR];   /* incarnation bound at prepare */
+byte ghost_acked[NATT + 1];    /* which members really acked (ghost, for the commit check) */
+
+/* ---- network ----------------------------------------------------------------------------- */
+byte bag[(NATT + 1) * NR * NP];
+
+/* ---- fault budgets ----------------------------------------------------------------------- */
+byte crashes = 0, failovers = 0, drops = 0, dups = 0;
+
+#define BAG(a, r, p) bag[((a) * NR + (r)) * NP + (p)]
+#define PEND(a, r) pend[(a) * NR + (r)]
+#define CAN_FAIL (natt < MAXA) /* a fault that forces a retry needs an attempt left */
+
+hidden byte i, j;
+
+/* No XOR is applied on any base other than its own, nor twice. */
+inline apply_write(a, r, p) {
+  if
+  :: a_mode[a] == XOR ->
+     assert(reg[(r) * NP + (p)] == a_base[(a) * NO + (p) / NS]);
+     reg[(r) * NP + (p)] = (reg[(r) * NP + (p)] == a_base[(a) * NO + (p) / NS] -> a_target[a] : GARBAGE)
+  :: else -> reg[(r) * NP + (p)] = a_target[a]
+  fi
+}
+
+/* The commit check, at the moment the log writes K: K's version increases by one, from the
+ * previous K, for a live attempt every member acked, and every member (same incarnation) holds
+ * exactly v+1 in every region (bit-exactness). */
+inline commit_check(a, target) {
+  assert(Kv + 1 == target);
+  assert(!a_obsolete[a]);
+  assert(ghost_acked[a] == ALLR);
+  i = 0;
+  do
+  :: i < NR ->
+     if
+     :: inc[i] == a_inc[(a) * NR + i] ->
+        j = 0;
+        do
+        :: j < NP -> assert(reg[i * NP + j] == target); j++
+        :: else -> break
+        od
+     :: else -> skip
+     fi;
+     i++
+  :: else -> break
+  od;
+  i = 0; j = 0
+}
+
+/* Owner o: freezes the change set at prepare (against K.v) and sends its NS payloads to every
+ * member; it advances its baseline idempotently when it reads the new commit record. */
+inline owner_freeze_send(o) {
+  if :: B[o] + 1 == Kv -> B[o] = Kv :: else -> skip fi; /* reads K with the prepare */
+  assert(B[o] == Kv); /* version alignment: B^v is the committed baseline */
+#ifdef MUT_DELTA_UNCOMMITTED
+  B[o] = a_target[cur];
+#endif
+  a_base[cur * NO + o] = B[o];
+  i = 0;
+  do
+  :: i < NR * NS -> BAG(cur, i / NS, o * NS + i % NS)++; i++
+  :: else -> break
+  od;
+  i = 0
+}
+
+proctype owner(byte o) {
+end:
+  do
+  /* the commit announcement (or a read of K): idempotent */
+  :: atomic { B[o] + 1 == Kv && phase == IDLE -> B[o] = Kv }
+  od
+}
+
+/* ---------------------------------------------------------------------------------------- */
+active proctype coordinator() {
+end:
+  do
+  /* prepare: persist the attempt (mode, target, bound incarnations), fenced by epoch */
+  :: d_step { phase == IDLE && ntrans < NTRANS && epoch == log_epoch ->
+       natt++; cur++;
+#ifdef MUT_XOR_RETRY
+       a_mode[cur] = XOR;
+#else
+       a_mode[cur] = (natt == 1 -> XOR : OVW);
+#endif
+       a_target[cur] = Kv + 1;
+       i = 0;
+       do :: i < NR -> a_inc[cur * NR + i] = inc[i]; i++ :: else -> break od;
+       owner_freeze_send(0); owner_freeze_send(1);
+       acks = 0; rep = R_NONE;
+       phase = TRANSFER }
+  /* every member acked: compare-and-set from (v, g) to (v+1, g') */
+#ifdef MUT_COMMIT_EARLY
+  :: atomic { phase == TRANSFER && acks != 0 ->
+#else
+  :: atomic { phase == TRANSFER && acks == ALLR ->
+#endif
+       req_att = cur; req_epoch = epoch; req_target = a_target[cur]; req = 1; rep = R_NONE;
+       phase = COMMITTING }
+  /* deadline passed during transfer: mark_obsolete, then stop_and_wait */
+  :: atomic { phase == TRANSFER && CAN_FAIL -> a_obsolete[cur] = 1; phase = STOPPING }
+  :: atomic { phase == COMMITTING && rep == R_SUCCESS ->
+       rep = R_NONE; ntrans++; natt = 0; phase = IDLE }
+  :: atomic { phase == COMMITTING && rep == R_FAILED ->
+       rep = R_NONE; a_obsolete[cur] = 1; phase = STOPPING }
+  /* outcome unknown (reply lost): read_commit closes the attempt in the log, then decides */
+  :: atomic { phase == COMMITTING && rep == R_LOST ->
+       rep = R_NONE; log_closed = cur;
+       if
+       :: Katt == cur -> ntrans++; natt = 0; phase = IDLE
+       :: else -> a_obsolete[cur] = 1; phase = STOPPING
+       fi }
+  /* stop_and_wait(cur): no write of cur can still take effect anywhere; then cleanup and retry */
+#ifdef MUT_NO_STOP
+  :: atomic { phase == STOPPING -> phase = IDLE }
+#else
+  :: atomic { phase == STOPPING && act[0] != cur && act[1] != cur &&
+              PEND(cur, 0) == 0 && PEND(cur, 1) == 0 -> phase = IDLE }
+#endif
+  /* after failover: mark_obsolete, stop_and_wait, then read_commit on the old attempt */
+  :: atomic { phase == RECOVERING && act[0] != cur && act[1] != cur &&
+              PEND(cur, 0) == 0 && PEND(cur, 1) == 0 ->
+       log_closed = cur;
+       if
+       :: Katt == cur -> ntrans++; natt = 0
+       :: else -> skip
+       fi;
+       phase = IDLE }
+  od
+}
+
+active proctype commit_log() {
+end:
+  do
+  :: atomic { req ->
+       req = 0;
+#ifdef MUT_BLIND_WRITE
+       commit_check(req_att, req_target);
+       Kv = req_target; Katt = req_att;
+       if :: req_epoch == epoch -> rep = R_SUCCESS :: else -> skip fi
+#else
+       if
+       :: req_epoch == log_epoch && req_att > log_closed && Kv + 1 == req_target ->
+          commit_check(req_att, req_target);
+          Kv = req_target; Katt = req_att;
+          if :: req_epoch == epoch -> rep = R_SUCCESS :: else -> skip fi
+       :: else ->
+          if :: req_epoch == epoch -> rep = R_FAILED :: else -> skip fi
+       fi
+#endif
+     }
+  /* written, but the reply is lost: outcome unknown */
+  :: atomic { req && CAN_FAIL && req_epoch == log_epoch && req_att > log_closed && Kv + 1 == req_target ->
+       req = 0;
+       commit_check(req_att, req_target);
+       Kv = req_target; Katt = req_att;
+       if :: req_epoch == epoch -> rep = R_LOST :: else -> skip fi }
+  /* not written (transient failure): confirmed failed, or unknown */
+  :: atomic { req && CAN_FAIL -> req = 0; if :: req_epoch == epoch -> rep = R_FAILED :: else -> skip fi }
+  :: atomic { req && CAN_FAIL -> req = 0; if :: req_epoch == epoch -> rep = R_LOST :: else -> skip fi }
+  od
+}
+
+/* Ingest one copy of payload p of attempt a: older attempts are dropped, verified duplicates are
+ * ignored (dedup), new ones are decoded and applied (or queued on the device). A copy whose first
+ * instance is still queued waits (only matters without dedup).
+ * A copy of an attempt newer than the receiver's waits until the receiver has admitted that
+ * attempt's prepare: if it were dropped instead ("other attempt"), the last allowed attempt could
+ * lose a payload to that race with no fault budget left, and spin's liveness check finds exactly
+ * that (a transition that never ends). So the protocol needs: owners send to a member only after
+ * it admitted the prepare, or receivers hold copies of a newer attempt until its prepare. */
+#ifdef MUT_DEDUP_OFF
+#define DUP_IGNORED(p) 0
+#else
+#define DUP_IGNORED(p) (seen[r] & (1 << (p)))
+#endif
+#ifdef DEVICE_QUEUE
+/* decoded writes are queued on the device and land later, in any order (needed to show why
+ * stop_and_wait exists) */
+#define QUEUE_OR_APPLY(a, p) PEND(a, r) = PEND(a, r) | (1 << (p))
+#else
+/* synchronous decode: the write lands as the copy is ingested (fewer interleavings) */
+#define QUEUE_OR_APPLY(a, p) apply_write(a, r, p)
+#endif
+#define INGEST(a, p) \
+  :: atomic { (a) <= NATT && (p) < NP && (a) <= act[r] && BAG(a, r, p) > 0 && \
+              !((a) == act[r] && (PEND(a, r) & (1 << (p)))) -> \
+       BAG(a, r, p)--; \
+       if \
+       :: (a) == act[r] && !DUP_IGNORED(p) -> seen[r] = seen[r] | (1 << (p)); QUEUE_OR_APPLY(a, p) \
+       :: else -> skip \
+       fi }
+/* A queued write lands on the device (in any order; it does not look at act: it is already issued). */
+#ifdef DEVICE_QUEUE
+#define APPLY(a, p) \
+  :: atomic { (a) <= NATT && (p) < NP && (PEND(a, r) & (1 << (p))) -> \
+       PEND(a, r) = PEND(a, r) & ~(1 << (p)); apply_write(a, r, p) }
+#else
+#define APPLY(a, p)
+#endif
+
+proctype receiver(byte r) {
+end:
+  do
+  /* admission to the prepared attempt (bound incarnation); a restarted receiver dense-restores
+   * to K.v first. Version alignment: XOR needs every region exactly at K.v; an overwrite retry
+   * accepts any mix of v and v+1 in the frozen positions. */
+  :: atomic { phase == TRANSFER && cur != act[r] && !a_obsolete[cur] && a_inc[cur * NR + r] == inc[r] ->
+       i = 0;
+       do
+       :: i < NP ->
+          if :: stale[r] -> reg[r * NP + i] = Kv :: else -> skip fi;
+          if
+          :: a_mode[cur] == XOR -> assert(reg[r * NP + i] == Kv)
+          :: else -> assert(reg[r * NP + i] == Kv || reg[r * NP + i] == Kv + 1)
+          fi;
+          i++
+       :: else -> break
+       od;
+       /* copies of older attempts would be dropped on arrival: drop them now (same effect,
+        * fewer interleavings) */
+       i = 0;
+       do :: i < cur * NP -> bag[(i / NP * NR + r) * NP + i % NP] = 0; i++ :: else -> break od;
+       i = 0;
+       stale[r] = 0; act[r] = cur; seen[r] = 0; acked[r] = 0 }
+  INGEST(1, 0) INGEST(1, 1) INGEST(1, 2) INGEST(1, 3)
+  INGEST(2, 0) INGEST(2, 1) INGEST(2, 2) INGEST(2, 3)
+  INGEST(3, 0) INGEST(3, 1) INGEST(3, 2) INGEST(3, 3)
+  INGEST(4, 0) INGEST(4, 1) INGEST(4, 2) INGEST(4, 3)
+  APPLY(1, 0) APPLY(1, 1) APPLY(1, 2) APPLY(1, 3)
+  APPLY(2, 0) APPLY(2, 1) APPLY(2, 2) APPLY(2, 3)
+  APPLY(3, 0) APPLY(3, 1) APPLY(3, 2) APPLY(3, 3)
+  APPLY(4, 0) APPLY(4, 1) APPLY(4, 2) APPLY(4, 3)
+  /* flush: every payload applied and the device drained, then ack (τ) */
+  :: atomic { act[r] != 0 && !acked[r] && seen[r] == ALLP && PEND(act[r], r) == 0 ->
+       ghost_acked[act[r]] = ghost_acked[act[r]] | (1 << r); acked[r] = 1;
+       if
+       :: phase == TRANSFER && act[r] == cur -> acks = acks | (1 << r) /* delivered, accepted */
+       :: phase == TRANSFER && act[r] == cur && drops < DROPS && CAN_FAIL -> drops++ /* lost */
+       :: else -> skip /* another attempt's ack: ignored */
+       fi }
+  /* told of mark_obsolete: stop once the device has drained the attempt's writes */
+  :: atomic { act[r] != 0 && a_obsolete[act[r]] && PEND(act[r], r) == 0 -> act[r] = 0 }
+  od
+}
+
+/* Faults, each within its budget. */
+#define DROP(r, p) \
+  :: atomic { drops < DROPS && CAN_FAIL && (p) < NP && BAG(cur, r, p) > 0 -> BAG(cur, r, p)--; drops++ }
+#define DUP(r, p) \
+  :: atomic { dups < DUPS && (p) < NP && BAG(cur, r, p) > 0 -> BAG(cur, r, p)++; dups++ }
+#define CRASH(r) \
+  :: atomic { crashes < CRASHES && CAN_FAIL && phase != IDLE -> \
+       crashes++; inc[r]++; act[r] = 0; seen[r] = 0; acked[r] = 0; stale[r] = 1; \
+       i = 0; \
+       do :: i <= NATT -> PEND(i, r) = 0; i++ :: else -> break od; \
+       i = 0; \
+       do :: i < NP -> reg[r * NP + i] = LOST; i++ :: else -> break od; \
+       i = 0 }
+
+active proctype env() {
+end:
+  do
+  DROP(0, 0) DROP(0, 1) DROP(0, 2) DROP(0, 3)
+  DROP(1, 0) DROP(1, 1) DROP(1, 2) DROP(1, 3)
+  DUP(0, 0) DUP(0, 1) DUP(0, 2) DUP(0, 3)
+  DUP(1, 0) DUP(1, 1) DUP(1, 2) DUP(1, 3)
+  CRASH(0) CRASH(1)
+  /* coordinator failover: the new coordinator bumps the epoch (fencing the old one's requests in
+   * the log), loses the volatile state, and recovers the attempt it finds persisted */
+  :: atomic { failovers < FAILOVERS && CAN_FAIL && phase != IDLE ->
+       failovers++; epoch++; log_epoch = epoch; acks = 0; rep = R_NONE;
+       a_obsolete[cur] = 1; phase = RECOVERING }
+  od
+}
+
+/* Safety in every state: owners' baselines never run ahead of K (B^v moves only after commit). */
+active proctype monitor() {
+end:
+  atomic { !(B[0] <= Kv && B[1] <= Kv && Kv <= NTRANS) -> assert(false) }
+}
+
+init {
+  atomic {
+    run owner(0); run owner(1);
+    run receiver(0); run receiver(1)
+  }
+}
+
+/* Liveness: every transition ends (checked with pan -a -f, weak fairness). */
+ltl live { <> (ntrans == NTRANS) }

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# README test command: installs what is missing, builds everything in build/ with all cores and runs
+# every test (all ctest labels). Exits with ctest's status and ends with ctest's summary line.
+# CTEST_PARALLEL_LEVEL=N in the environment runs N tests at a time (default: one at a time).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/configure.sh
+cmake --build build --parallel "$(nproc)"
+set +e
+ctest --test-dir build --output-on-failure 2>&1 | tee build/ctest.log
+status=${PIPESTATUS[0]}
+set -e
+echo "== $(grep -E 'tests passed|No tests were found' build/ctest.log | tail -n 1)"
+exit "$status"

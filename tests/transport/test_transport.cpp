@@ -1,0 +1,186 @@
+// Laws of transport/concepts.hpp checked on every shipped model, plus the directory store's
+// atomicity and the fault injector's determinism.
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "bitrefit/transport/faulty.hpp"
+#include "bitrefit/transport/inprocess.hpp"
+#include "bitrefit/transport/object_store.hpp"
+
+using namespace bitrefit;
+using namespace bitrefit::transport;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("bitrefit-test-transport-" + std::to_string(::getpid()) + "-" + name);
+  fs::remove_all(p);
+  return p;
+}
+
+bytes make_bytes(std::size_t n, unsigned seed) {
+  bytes b(n);
+  for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<std::byte>((i * 131 + seed * 7) & 0xFF);
+  return b;
+}
+
+template <class T>
+void check_laws(T t) {
+  const attempt_id a{3, 7};
+  const stream_key s = attempt_stream(a);
+  // Law 1 + 3: publish then fetch round-trips; list is sorted by (owner, seq) and names only s.
+  std::vector<payload_id> ids{{a, 2, 0}, {a, 0, 1}, {a, 0, 0}, {a, 1, 300}};
+  for (unsigned i = 0; i < ids.size(); ++i) t.publish(key_of(ids[i]), make_bytes(100 + i, i));
+  t.publish(key_of({{3, 8}, 0, 0}), make_bytes(5, 9));  // another attempt's stream
+  auto keys = t.list(s);
+  ASSERT_EQ(keys.size(), 4u);
+  for (std::size_t i = 1; i < keys.size(); ++i)
+    EXPECT_LT(std::pair(keys[i - 1].owner, keys[i - 1].seq), std::pair(keys[i].owner, keys[i].seq));
+  for (unsigned i = 0; i < ids.size(); ++i) {
+    auto got = t.fetch(key_of(ids[i]));
+    ASSERT_TRUE(got);
+    EXPECT_EQ(*got, make_bytes(100 + i, i));
+  }
+  // Law 2: idempotent publish.
+  t.publish(key_of(ids[0]), make_bytes(100, 0));
+  EXPECT_EQ(t.list(s).size(), 4u);
+  // Empty frames are legal objects.
+  t.publish(key_of({a, 9, 9}), bytes{});
+  EXPECT_EQ(t.fetch(key_of({a, 9, 9}))->size(), 0u);
+  // Law 4: discard.
+  t.discard(s);
+  EXPECT_TRUE(t.list(s).empty());
+  EXPECT_FALSE(t.fetch(key_of(ids[0])));
+  EXPECT_EQ(t.list(attempt_stream({3, 8})).size(), 1u);
+  // Law 5 + 6: control messages reach their mailbox only, and receive consumes them.
+  t.post("receiver/1", make_bytes(3, 1));
+  t.post("receiver/10", make_bytes(4, 2));
+  t.post("receiver/1", make_bytes(5, 3));
+  auto got = t.receive("receiver/1", std::chrono::milliseconds(200));
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0], make_bytes(3, 1));
+  EXPECT_EQ(got[1], make_bytes(5, 3));
+  EXPECT_TRUE(t.receive("receiver/1", std::chrono::milliseconds(5)).empty());
+  EXPECT_EQ(t.receive("receiver/10", std::chrono::milliseconds(5)).size(), 1u);
+}
+
+}  // namespace
+
+TEST(Transport, InProcessLaws) { check_laws(inprocess_transport{}); }
+
+TEST(Transport, DirectoryLaws) {
+  auto dir = fresh_dir("laws");
+  check_laws(directory_transport(directory_store(dir)));
+  fs::remove_all(dir);
+}
+
+TEST(Transport, DirectoryKeysDerivedFromPayloadId) {
+  auto dir = fresh_dir("keys");
+  directory_transport t{directory_store(dir)};
+  t.publish(key_of({{1, 2}, 3, 4}), make_bytes(8, 1));
+  EXPECT_TRUE(fs::exists(dir / "payloads/a1.2/00000003.00000004"));
+  // A second process handle over the same directory sees the frame (shared filesystem model).
+  directory_transport other{directory_store(dir)};
+  EXPECT_EQ(*other.fetch(key_of({{1, 2}, 3, 4})), make_bytes(8, 1));
+  fs::remove_all(dir);
+}
+
+TEST(Transport, DirectoryRejectsEscapingKeys) {
+  auto dir = fresh_dir("escape");
+  directory_store s(dir);
+  EXPECT_THROW(s.put("../x", make_bytes(1, 1)), error);
+  EXPECT_THROW(s.put("/abs", make_bytes(1, 1)), error);
+  EXPECT_THROW(s.put("a/.tmp.x", make_bytes(1, 1)), error);
+  fs::remove_all(dir);
+}
+
+TEST(Transport, DirectoryWritesAreAtomicForConcurrentReaders) {
+  // A writer process replaces one object with alternating full-size contents; the reader must only
+  // ever see one of the two whole objects, never a prefix or a mix.
+  auto dir = fresh_dir("atomic");
+  directory_store s(dir);
+  const bytes A = make_bytes(1 << 20, 1), B = make_bytes(1 << 20, 2);
+  s.put("obj", A);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    directory_store w(dir);
+    for (int i = 0; i < 60; ++i) w.put("obj", i % 2 ? A : B);
+    ::_exit(0);
+  }
+  int seen = 0;
+  for (int i = 0; i < 300; ++i) {
+    auto got = s.get("obj");
+    ASSERT_TRUE(got);
+    ASSERT_TRUE(*got == A || *got == B) << "torn read";
+    ++seen;
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  for (auto& e : fs::directory_iterator(dir)) EXPECT_NE(e.path().filename().string().rfind(".tmp.", 0), 0u);
+  fs::remove_all(dir);
+}
+
+TEST(Transport, DirectoryReceiveWaitsBoundedAndWakesOnPost) {
+  auto dir = fresh_dir("poll");
+  directory_transport t{directory_store(dir), {.max_poll_interval = std::chrono::milliseconds(5)}};
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(t.receive("coordinator", std::chrono::milliseconds(60)).empty());
+  auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(waited, std::chrono::milliseconds(55));
+  EXPECT_LT(waited, std::chrono::milliseconds(1000));
+  std::thread poster([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    directory_transport p{directory_store(dir)};
+    p.post("coordinator", make_bytes(2, 2));
+  });
+  auto got = t.receive("coordinator", std::chrono::milliseconds(5000));
+  poster.join();
+  ASSERT_EQ(got.size(), 1u);
+  fs::remove_all(dir);
+}
+
+TEST(Transport, FaultsAreDeterministicAndRecoverable) {
+  fault_rules r{.seed = 42, .corrupt_one_in = 2, .corrupt_copies = 1, .duplicate_one_in = 3, .reorder = true,
+                .delay_one_in = 4, .delay_lists = 1, .drop_posts = {2}, .duplicate_posts = {3}};
+  auto run = [&] {
+    faulty_transport<inprocess_transport> t(inprocess_transport{}, r);
+    const attempt_id a{1, 1};
+    for (std::uint32_t i = 0; i < 16; ++i) t.publish(key_of({a, i % 2, i}), make_bytes(64, i));
+    std::vector<std::pair<std::uint32_t, bool>> trace;  // (seq, intact?) per listed copy
+    for (int round = 0; round < 3; ++round)
+      for (auto& k : t.list(attempt_stream(a))) trace.emplace_back(k.seq, *t.fetch(k) == make_bytes(64, k.seq));
+    for (int i = 0; i < 4; ++i) t.post("m", make_bytes(1, i));
+    auto got = t.receive("m", std::chrono::milliseconds(1));
+    return std::tuple(trace, got.size(), t.counters().corrupted, t.counters().duplicated, t.counters().delayed);
+  };
+  auto a = run(), b = run();
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(std::get<1>(a), 4u);  // one dropped, one duplicated
+  EXPECT_GT(std::get<2>(a), 0u);
+  EXPECT_GT(std::get<3>(a), 0u);
+  EXPECT_GT(std::get<4>(a), 0u);
+  // Every frame was eventually seen intact (a corrupt copy is followed by a good one).
+  std::set<std::uint32_t> intact;
+  for (auto& [seq, ok] : std::get<0>(a)) if (ok) intact.insert(seq);
+  EXPECT_EQ(intact.size(), 16u);
+}
+
+RC_GTEST_PROP(Transport, DirectoryRoundTripsArbitraryBytes, (const std::vector<std::uint8_t>& data, std::uint32_t owner, std::uint32_t seq)) {
+  static const auto dir = fresh_dir("prop");
+  directory_transport t{directory_store(dir)};
+  bytes b(data.size());
+  std::memcpy(b.data(), data.data(), data.size());
+  const frame_key k = key_of({{5, 5}, owner, seq});
+  t.publish(k, b);
+  RC_ASSERT(*t.fetch(k) == b);
+  auto keys = t.list(k.stream);
+  RC_ASSERT(std::find(keys.begin(), keys.end(), k) != keys.end());
+  t.discard(k.stream);
+}
