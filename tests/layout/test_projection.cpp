@@ -275,6 +275,17 @@ TEST(DeltaBuild, DirectEqualsMaterialisedEqualsCanonicalDiff) {
       const auto merged = merge_items(std::move(direct), *manifest);
       const auto materialised = mat.build(old_c, mode);
       EXPECT_EQ(merged, materialised);
+      for (auto sc : {materialising_delta::scope::whole_model_fresh, materialising_delta::scope::per_tensor}) {
+        materialising_delta other(*manifest, sc);
+        for (std::size_t k = 0; k < projs.size(); ++k) other.add_shard(projs[k], spans[k]);
+        std::vector<change_item> ws(3);  // a reused workspace with stale content is fully overwritten
+        ws[0].positions = {1, 2, 3};
+        other.build_into(old_c, mode, ws);
+        std::vector<change_item> nonempty;
+        for (auto& it : ws)
+          if (!it.positions.empty()) nonempty.push_back(it);
+        EXPECT_EQ(nonempty, materialised);
+      }
       std::vector<change_item> expect;
       for (auto& t : manifest->tensors()) {
         change_item it{t.name, mode, {}, {}};

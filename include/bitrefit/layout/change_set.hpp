@@ -47,8 +47,12 @@ static_assert(nonzero_lanes<4>(0x0000000080000000ull) == 0x0000000080000000ull);
 
 /// Grows `v` geometrically so that `need` elements fit, and returns its data pointer.
 template <class T>
-T* room(std::vector<T>& v, std::size_t need) {
-  if (v.size() < need) v.resize(std::max(need, v.size() * 2));
+[[gnu::noinline]] void grow(std::vector<T>& v, std::size_t need) {
+  v.resize(std::max(need, v.size() * 2));
+}
+template <class T>
+inline T* room(std::vector<T>& v, std::size_t need) {
+  if (v.size() < need) [[unlikely]] grow(v, need);
   return v.data();
 }
 }  // namespace detail

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <memory>
 #include <cstddef>
 #include <numeric>
 #include <span>
@@ -54,56 +55,64 @@ inline void sort_item(change_item& it, std::size_t es) {
 }
 }  // namespace detail
 
-/// The owned part of one shard's delta against `baseline`, by direct projection: one item per
-/// canonical tensor this shard owns elements of (in manifest order), positions ascending.
-/// `local[k]` holds the bytes of proj.tensors()[k]. `mode` chooses XOR masks or absolute values.
+/// The owned part of one shard's delta against `baseline`, by direct projection, written into a
+/// reusable workspace: afterwards items[t] holds this shard's changes of canonical tensor t
+/// (empty when none), positions ascending. The items' vectors keep their capacity from one refit
+/// to the next, so a steady-state owner allocates nothing. `local[k]` holds the bytes of
+/// proj.tensors()[k]; `mode` chooses XOR masks or absolute values.
 template <Projection P>
-std::vector<change_item> direct_delta(const P& proj, std::span<const std::span<const std::byte>> local, const canonical_store& baseline,
-                                      write_mode mode) {
+void direct_delta_into(const P& proj, std::span<const std::span<const std::byte>> local, const canonical_store& baseline, write_mode mode,
+                       std::vector<change_item>& items) {
   detail::check_shard_bytes(proj, local);
   const auto& canon = proj.canonical().tensors();
-  std::vector<std::int64_t> slot(canon.size(), -1);  // canonical tensor -> item index
-  std::vector<change_item> items;
-  std::vector<change_cursor> cursors;
+  items.resize(canon.size());
+  std::vector<change_cursor> cursors(canon.size());  // all at 0: sizes serve as capacity
+  for (std::size_t t = 0; t < canon.size(); ++t) {
+    if (items[t].tensor != canon[t].name) items[t].tensor = canon[t].name;
+    items[t].mode = mode;
+  }
   const bool x = mode == write_mode::xor_mask;
+  std::vector<std::uint8_t> touched(canon.size(), 0);
   for (std::size_t k = 0; k < proj.tensors().size(); ++k) {
     const shard_tensor& st = proj.tensors()[k];
     const std::size_t es = element_size(st.type);
     for (const run_block& b : st.runs) {
       if (!b.owned) continue;
-      if (slot[b.tensor] < 0) {
-        slot[b.tensor] = static_cast<std::int64_t>(items.size());
-        items.push_back({canon[b.tensor].name, mode, {}, {}});
-        cursors.emplace_back();
-      }
-      change_item& it = items[static_cast<std::size_t>(slot[b.tensor])];
-      change_cursor& c = cursors[static_cast<std::size_t>(slot[b.tensor])];
+      touched[b.tensor] = 1;
       const std::byte* base = baseline.bytes(canon[b.tensor].name).data();
       for_each_run(b, [&](std::uint64_t lb, std::uint64_t cb, std::uint64_t len) {
-        collect_changed(base + cb * es, local[k].data() + lb * es, len, es, cb, x, it, c);
+        collect_changed(base + cb * es, local[k].data() + lb * es, len, es, cb, x, items[b.tensor], cursors[b.tensor]);
       });
     }
   }
-  for (std::size_t i = 0; i < items.size(); ++i) cursors[i].finish(items[i]);
-  std::vector<change_item> out;
-  for (std::size_t t = 0; t < canon.size(); ++t)  // manifest order, empty items dropped
-    if (slot[t] >= 0 && !items[static_cast<std::size_t>(slot[t])].positions.empty()) {
-      out.push_back(std::move(items[static_cast<std::size_t>(slot[t])]));
-      detail::sort_item(out.back(), element_size(canon[t].type));
-    }
+  for (std::size_t t = 0; t < canon.size(); ++t) {
+    cursors[t].finish(items[t]);
+    if (touched[t]) detail::sort_item(items[t], element_size(canon[t].type));
+  }
+}
+
+/// Same, returning only the non-empty items, in manifest order (allocates per call).
+template <Projection P>
+std::vector<change_item> direct_delta(const P& proj, std::span<const std::span<const std::byte>> local, const canonical_store& baseline,
+                                      write_mode mode) {
+  std::vector<change_item> ws, out;
+  direct_delta_into(proj, local, baseline, mode, ws);
+  for (auto& it : ws)
+    if (!it.positions.empty()) out.push_back(std::move(it));
   return out;
 }
 
 /// The reference path: gathers canonical tensors from the owned runs of every added shard, then
 /// diffs them with the baseline.
-///   whole_model:  gather the whole canonical model first (a gathered state dict, as an export to
-///                 the Hugging Face layout does), then diff every tensor;
+///   whole_model_fresh: gather the whole canonical model into freshly allocated tensors (a
+///                 gathered state dict, as an export to the Hugging Face layout builds it each
+///                 refit, like torch.empty + copy), then diff every tensor, then free them;
+///   whole_model:  the same into one scratch allocated (and touched) once, reused by later builds;
 ///   per_tensor:   gather one tensor into a reused scratch buffer, diff it, next tensor (the
 ///                 streamed variant: less memory, and small tensors stay in cache).
-/// Scratch is allocated (and touched) once and reused by later builds.
 class materialising_delta {
  public:
-  enum class scope { whole_model, per_tensor };
+  enum class scope { whole_model_fresh, whole_model, per_tensor };
 
   explicit materialising_delta(const model_manifest& canonical, scope s = scope::whole_model)
       : canonical_(&canonical), scope_(s), sources_(canonical.size()) {}
@@ -119,21 +128,30 @@ class materialising_delta {
         if (b.owned) sources_[b.tensor].push_back({local[k].data(), b});
   }
 
-  /// One item per canonical tensor with changes, in manifest order.
-  /// @throws errc::mismatch when the registered shards' owned runs do not cover a tensor (a gap
-  ///         would diff stale scratch bytes).
-  std::vector<change_item> build(const canonical_store& baseline, write_mode mode) {
+  /// Writes items[t] = the changes of canonical tensor t (empty when none) into a reusable
+  /// workspace, like direct_delta_into.
+  void build_into(const canonical_store& baseline, write_mode mode, std::vector<change_item>& items) {
     const auto& canon = canonical_->tensors();
+    items.resize(canon.size());
     std::vector<std::uint64_t> offset(canon.size(), 0);
     std::uint64_t need = 0;
+    const bool whole = scope_ != scope::per_tensor;
     for (std::size_t t = 0; t < canon.size(); ++t) {
-      if (scope_ == scope::whole_model) offset[t] = need, need += canon[t].bytes();
+      if (whole) offset[t] = need, need += canon[t].bytes();
       else need = std::max(need, canon[t].bytes());
     }
-    if (scratch_.size() < need) scratch_.resize(need);
+    std::unique_ptr<std::byte[]> fresh;  // default-initialised: pages are first touched by the gather
+    std::byte* scratch = nullptr;
+    if (scope_ == scope::whole_model_fresh) {
+      fresh.reset(new std::byte[need]);
+      scratch = fresh.get();
+    } else {
+      if (scratch_.size() < need) scratch_.resize(need);
+      scratch = scratch_.data();
+    }
     auto gather = [&](std::size_t t) {
       const std::size_t es = element_size(canon[t].type);
-      std::byte* dst = scratch_.data() + offset[t];
+      std::byte* dst = scratch + offset[t];
       std::uint64_t covered = 0;
       for (const source& s : sources_[t])
         for_each_run(s.run, [&](std::uint64_t lb, std::uint64_t cb, std::uint64_t len) {
@@ -144,19 +162,31 @@ class materialising_delta {
         throw error(errc::mismatch, "owned runs cover " + std::to_string(covered) + " of " + std::to_string(canon[t].elements()) + " elements",
                     {.file = {}, .tensor = canon[t].name, .field = "shards"});
     };
-    std::vector<change_item> out;
     auto diff = [&](std::size_t t) {
-      change_item it{canon[t].name, mode, {}, {}};
-      collect_changed(baseline.bytes(canon[t].name).data(), scratch_.data() + offset[t], canon[t].elements(), element_size(canon[t].type), 0,
-                      mode == write_mode::xor_mask, it);
-      if (!it.positions.empty()) out.push_back(std::move(it));
+      change_item& it = items[t];
+      if (it.tensor != canon[t].name) it.tensor = canon[t].name;
+      it.mode = mode;
+      change_cursor c{};
+      collect_changed(baseline.bytes(canon[t].name).data(), scratch + offset[t], canon[t].elements(), element_size(canon[t].type), 0,
+                      mode == write_mode::xor_mask, it, c);
+      c.finish(it);
     };
-    if (scope_ == scope::whole_model) {
+    if (whole) {
       for (std::size_t t = 0; t < canon.size(); ++t) gather(t);
       for (std::size_t t = 0; t < canon.size(); ++t) diff(t);
     } else {
       for (std::size_t t = 0; t < canon.size(); ++t) gather(t), diff(t);
     }
+  }
+
+  /// One item per canonical tensor with changes, in manifest order.
+  /// @throws errc::mismatch when the registered shards' owned runs do not cover a tensor (a gap
+  ///         would diff stale scratch bytes).
+  std::vector<change_item> build(const canonical_store& baseline, write_mode mode) {
+    std::vector<change_item> ws, out;
+    build_into(baseline, mode, ws);
+    for (auto& it : ws)
+      if (!it.positions.empty()) out.push_back(std::move(it));
     return out;
   }
 
