@@ -3,7 +3,7 @@
 // would) and counts what crossed it. bitrefit's engine is instantiated with it unchanged — the
 // Transport concept (transport/concepts.hpp) is all it asks for.
 //
-//   bitrefit-custom-transport [MiB/s]     (default 50)
+//   bitrefit-custom-transport [MiB/s]     (default 20)
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -55,9 +55,9 @@ class metered_link {
 static_assert(transport::Transport<metered_link<transport::inprocess_transport>>);
 
 int main(int argc, char** argv) {
-  const double mib_per_s = argc > 1 ? std::stod(argv[1]) : 50.0;
+  const double mib_per_s = argc > 1 ? std::stod(argv[1]) : 20.0;
   using link_t = metered_link<transport::inprocess_transport>;
-  const model_manifest model({{"model.embed_tokens.weight", dtype::BF16, {4096, 1024}}});  // 8 MiB
+  const model_manifest model({{"model.embed_tokens.weight", dtype::BF16, {8192, 2048}}});  // 32 MiB
   std::vector<std::byte> bits(model.total_bytes());
   std::mt19937 rng(7);
   for (auto& b : bits) b = std::byte(rng());

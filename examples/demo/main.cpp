@@ -3,7 +3,7 @@
 // bit for bit.
 //
 //   bitrefit-demo [--refits N] [--receivers R] [--kill-every K] [--params P] [--mode sync|async]
-//                 [--json] [--dir D] [--threads T] [--owners O] [--frame-mib F] [--deadline-ms MS]
+//                 [--json] [--dir D] [--threads T] [--owners O] [--frame-kib F] [--deadline-ms MS]
 //
 // The trainer applies real AdamW steps (FP32 master weights, lr 1e-6, synthetic gradients,
 // round-to-nearest-even BF16 export; sim/adamw.hpp) to a Llama-shaped model of about P parameters
@@ -52,7 +52,7 @@ struct options {
   std::string dir;
   unsigned threads = 2;
   std::uint32_t owners = 1;
-  std::uint64_t frame_mib = 8;
+  std::uint64_t frame_kib = 8192;
   int deadline_ms = 5000;
   std::uint64_t seed = 42;
   bool keep = false;
@@ -67,7 +67,7 @@ struct options {
                "bitrefit-demo: %s\n"
                "usage: bitrefit-demo [--refits N] [--receivers R] [--kill-every K] [--params P[K|M|G]]\n"
                "                     [--mode sync|async] [--json] [--dir D] [--threads T] [--owners O]\n"
-               "                     [--frame-mib F] [--deadline-ms MS] [--seed S] [--keep]\n",
+               "                     [--frame-kib F] [--deadline-ms MS] [--seed S] [--keep]\n",
                why.c_str());
   std::exit(2);
 }
@@ -112,7 +112,7 @@ options parse(int argc, char** argv) {
     else if (a == "--dir") o.dir = next();
     else if (a == "--threads") o.threads = static_cast<unsigned>(parse_count(next()));
     else if (a == "--owners") o.owners = static_cast<std::uint32_t>(parse_count(next()));
-    else if (a == "--frame-mib") o.frame_mib = parse_count(next());
+    else if (a == "--frame-kib") o.frame_kib = parse_count(next());
     else if (a == "--deadline-ms") o.deadline_ms = static_cast<int>(parse_count(next()));
     else if (a == "--seed") o.seed = parse_count(next());
     else if (a == "--keep") o.keep = true;
@@ -123,7 +123,7 @@ options parse(int argc, char** argv) {
     else usage("unknown option " + a);
   }
   if (o.receivers < 1) usage("--receivers must be at least 1");
-  if (o.owners < 1 || o.threads < 1 || o.frame_mib < 1) usage("--owners, --threads and --frame-mib must be at least 1");
+  if (o.owners < 1 || o.threads < 1 || o.frame_kib < 1) usage("--owners, --threads and --frame-kib must be at least 1");
   if (o.params < 10'000) usage("--params must be at least 10K");
   return o;
 }
@@ -300,7 +300,7 @@ int run_trainer(options o) {
   so.owners = o.owners;
   so.receivers = static_cast<std::uint32_t>(o.receivers);
   so.threads = o.threads;
-  so.max_frame_input_bytes = o.frame_mib << 20;
+  so.max_frame_input_bytes = o.frame_kib << 10;
   so.deadline = std::chrono::milliseconds(o.deadline_ms);
   so.poll = 2ms;
   so.idle = [&] { tr.reap(); };

@@ -5,7 +5,7 @@
 //   fsync temp -> rename over commit.json -> fsync <dir> -> unlock.
 // A crash before the rename leaves the old record (and a stray temp file that is ignored); after
 // it, the new one. flock is released by the kernel when a holder dies, so a crash never wedges it.
-// Baseline store: <dir>/baseline-<g>.bin, each an atomic, fsync'd file with a checksum, so a torn
+// Baseline store: <dir>/baseline-v<version>.bin, each an atomic, fsync'd file with a checksum, so a torn
 // or corrupt image reads as "lost" rather than as wrong bits.
 #pragma once
 

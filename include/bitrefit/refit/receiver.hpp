@@ -95,6 +95,16 @@ class receiver {
       read_retry_.reset();
       read_commit();
     }
+    // Whenever no timer is armed (outside attempts, or a member waiting for open/flush/obsolete), a
+    // lost announcement or obsolete would leave this receiver stale until the next prepare reaches
+    // it — which never happens once it was evicted. Reading K now
+    // and then is DESIGN's "a receiver that missed one reads K" (commit_read_event is accepted in
+    // every phase but restoring).
+    if (!deadline_ && !restoring_ && sm_.phase != protocol::receiver_phase::booting &&
+        sm_.phase != protocol::receiver_phase::restoring && clock::now() >= next_idle_read_) {
+      next_idle_read_ = clock::now() + opt_.deadline;
+      read_commit();
+    }
     (void)any;
   }
 
@@ -326,6 +336,7 @@ class receiver {
   std::optional<attempt_id> listing_;
   std::set<transport::frame_key> delivered_;
   std::optional<clock::time_point> deadline_, read_retry_, gate_closed_at_, restore_asked_;
+  clock::time_point next_idle_read_ = clock::now();
   bool restoring_ = false;
   std::optional<digest128> last_attestation_;
   std::optional<attempt_id> report_attempt_;

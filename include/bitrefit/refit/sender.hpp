@@ -336,6 +336,7 @@ class sender {
         recover_owner(c.owner, nullptr);
         continue;
       }
+      extend_deadline();  // an owner made progress
       o.done[c.seq] = c.content;
       while (o.done.count(o.next_report)) {
         const std::uint32_t s = o.next_report++;
@@ -461,6 +462,7 @@ class sender {
         continue;  // not a protocol message: lost, as far as the protocol is concerned
       }
       if (auto m = sender_member(env.msg); m && fenced_.count(*m)) continue;  // fenced incarnation
+      extend_deadline();  // a member made progress
       step_coordinator(protocol::message_event{env});
     }
     for (auto& bytes : transport_.receive(stats_mailbox, std::chrono::milliseconds(0))) {
@@ -518,6 +520,13 @@ class sender {
   }
 
   // ---- the loop ---------------------------------------------------------------------------------
+
+  /// The coordinator's deadline measures silence, not total time: while owners encode and members
+  /// answer, an armed deadline moves forward, so a slow but live transition on a busy machine is
+  /// not retried; a dead member or owner still trips it `deadline` after the last sign of life.
+  void extend_deadline() {
+    if (deadline_) deadline_ = std::max(*deadline_, clock::now() + opt_.deadline);
+  }
 
   template <class Pred>
   void run_until(Pred done) {

@@ -1,0 +1,13 @@
+// bitrefit/refit/refit.hpp — the refit engine (sender, receiver and what they compose) in one include.
+#pragma once
+
+#include "bitrefit/durability/durability.hpp"
+#include "bitrefit/refit/faults.hpp"
+#include "bitrefit/refit/owner_shard.hpp"
+#include "bitrefit/refit/receiver.hpp"
+#include "bitrefit/refit/receiver_store.hpp"
+#include "bitrefit/refit/sender.hpp"
+#include "bitrefit/refit/stats.hpp"
+#include "bitrefit/refit/thread_pool.hpp"
+#include "bitrefit/refit/wire.hpp"
+#include "bitrefit/transport/transport.hpp"

@@ -1,0 +1,8 @@
+// bitrefit/transport/transport.hpp — the transport area in one include.
+#pragma once
+
+#include "bitrefit/transport/concepts.hpp"
+#include "bitrefit/transport/directory_store.hpp"
+#include "bitrefit/transport/faulty.hpp"
+#include "bitrefit/transport/inprocess.hpp"
+#include "bitrefit/transport/object_store.hpp"
