@@ -7,10 +7,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/configure.sh
+targets=$(ninja -C build -t targets all)  # captured first: `| grep -q` could SIGPIPE ninja under pipefail
 for target in bitrefit-demo bitrefit-quickstart; do
-  if ninja -C build -t targets all | grep -q "^${target}: phony$"; then
+  if grep -q "^${target}: phony$" <<<"$targets"; then
     cmake --build build --parallel "$(nproc)" --target "$target"
-    exe=$(find build -path build/CMakeFiles -prune -o -type f -name "$target" -perm -u+x -print | head -n 1)
+    exe=$(find build -path build/CMakeFiles -prune -o -type f -name "$target" -perm -u+x -print -quit)
     echo "demo: running $exe $*"
     exec "$exe" "$@"
   fi
