@@ -161,6 +161,7 @@ TEST(Protocol, WitnessCommitAfterCrashAndOverwriteRetry) {
   EXPECT_NE(text.find("\ncrash r"), std::string::npos);
   EXPECT_NE(text.find(" overwrite "), std::string::npos);
   EXPECT_EQ(text.find("VIOLATION"), std::string::npos);
+  EXPECT_EQ(text.find("error: no enabled move"), std::string::npos) << "the witness does not replay";
   const std::string path = std::string(BITREFIT_SOURCE_DIR) + "/proofs/witness_crash_overwrite_retry.txt";
   if (std::getenv("BITREFIT_REWRITE")) {
     std::ofstream(path) << text;
@@ -185,10 +186,15 @@ void expect_caught(const mutation_case& m) {
   ASSERT_NE(r.outcome, verdict::state_limit);
   // The counterexample replays on a fresh world and ends in the violation.
   const cluster_world end = proofs::replay(cluster_world(b), r.counterexample);
-  if (r.outcome == verdict::invariant_violated) EXPECT_EQ(end.check_invariants(), r.violation);
+  if (r.outcome == verdict::invariant_violated) {
+    EXPECT_EQ(end.check_invariants(), r.violation);
+  }
   // It prints as a scenario of the protocol's scenario tests; an invariant violation is its last line.
   const std::string text = proofs::counterexample_scenario(b, r.counterexample, name + ": " + r.violation);
-  if (r.outcome == verdict::invariant_violated) EXPECT_NE(text.find("VIOLATION: " + r.violation), std::string::npos);
+  if (r.outcome == verdict::invariant_violated) {
+    EXPECT_NE(text.find("VIOLATION: " + r.violation), std::string::npos);
+  }
+  EXPECT_EQ(text.find("error: no enabled move"), std::string::npos) << "the counterexample does not replay";
   std::cout << "  violation: " << r.violation << "\n  counterexample (" << r.counterexample.size()
             << " moves, scenario format):\n" << text << std::endl;
 }
