@@ -132,6 +132,7 @@ struct coordinator {
   std::uint64_t counter = 0;           // attempts started in this epoch
   commit_record committed{};           // K as last read or written
   std::vector<roster_entry> roster;    // per receiver index
+  std::vector<commit_record> owner_at; // per owner: the baseline it last reported
   // The transition in progress.
   std::optional<version_t> target;
   bool xor_allowed = false;
@@ -149,7 +150,7 @@ struct coordinator {
   ///        a coordinator that takes over passes {} and rebuilds its roster from the log + roll call.
   coordinator(protocol_config cfg, std::uint64_t epoch_, std::vector<member> initial_roster = {},
               commit_record initial = {})
-      : config(cfg), epoch(epoch_), committed(initial), roster(cfg.receivers) {
+      : config(cfg), epoch(epoch_), committed(initial), roster(cfg.receivers), owner_at(cfg.owners, initial) {
     for (const auto& m : initial_roster)
       if (m.receiver < roster.size()) roster[m.receiver] = roster_entry{true, false, m.incarnation, initial};
   }
@@ -218,8 +219,31 @@ struct coordinator {
     if (phase == coordinator_phase::collecting) mark_obsolete(out, after_stop::abort);
   }
 
+  /// Some owner or receiver may not know the commit record yet (a lost announcement or roll call).
+  bool lagging() const {
+    for (const auto& o : owner_at)
+      if (o != committed) return true;
+    for (const auto& r : roster)
+      if (!r.known || r.at != committed) return true;
+    return false;
+  }
+
+  /// Idle: repeat the announcement (or roll call) to whoever has not confirmed K. Idempotent.
+  void reannounce(out_t& out) {
+    for (std::uint32_t o = 0; o < owner_at.size(); ++o)
+      if (owner_at[o] != committed) send(out, endpoint::owner_(o), announce_msg{committed});
+    for (std::uint32_t r = 0; r < roster.size(); ++r) {
+      if (!roster[r].known) send(out, endpoint::receiver_(r), roll_call_msg{epoch});
+      else if (roster[r].at != committed) send(out, endpoint::receiver_(r), announce_msg{committed});
+    }
+  }
+
   void on(const deadline_event&, out_t& out) {
-    if (phase == coordinator_phase::collecting) {
+    if (phase == coordinator_phase::idle) {
+      if (!lagging()) return;
+      reannounce(out);
+      out.push_back(arm_deadline_action{});
+    } else if (phase == coordinator_phase::collecting) {
       mark_obsolete(out, after_stop::retry);  // a member or owner missed its deadline
     } else if (phase == coordinator_phase::stopping) {
       // Members that never confirmed are evicted: their incarnation is fenced, so nothing they
@@ -287,7 +311,9 @@ struct coordinator {
       send_owners(out, announce_msg{committed});
       for (const auto& m : p->members) send(out, endpoint::receiver_(m.receiver), announce_msg{committed});
     }
+    if (p) owner_at.assign(config.owners, commit_record{~version_t{0}, {}});  // unknown until they report
     phase = coordinator_phase::idle;
+    if (lagging()) out.push_back(arm_deadline_action{});
   }
 
   void on_reply(const persist_prepare_request& q, const log_reply& rep, out_t& out) {
@@ -396,6 +422,12 @@ struct coordinator {
     if (all_set(stopped)) finish_stop(out);
   }
 
+  void on_msg(const baseline_msg& m, out_t& out) {
+    if (m.owner >= owner_at.size()) return;
+    owner_at[m.owner] = m.at;
+    if (phase == coordinator_phase::idle && !lagging()) out.push_back(disarm_deadline_action{});
+  }
+
   void on_msg(const join_msg& m, out_t& out) {
     const std::uint32_t r = m.from.receiver;
     if (r >= roster.size()) return;
@@ -405,6 +437,7 @@ struct coordinator {
     const bool newer = !e.known || m.from.incarnation > e.incarnation;
     e = roster_entry{true, false, m.from.incarnation, m.at};
     send(out, endpoint::receiver_(r), announce_msg{committed});  // confirms the join, or asks to restore
+    if (phase == coordinator_phase::idle && !lagging()) out.push_back(disarm_deadline_action{});
     if (!newer || !attempt) return;
     // A member restarted: its applied state is gone, the attempt cannot commit with it.
     bool was_member = false;
@@ -480,8 +513,8 @@ struct coordinator {
   void finish_transition(out_t& out) {
     send_owners(out, announce_msg{committed});
     for (std::uint32_t r = 0; r < config.receivers; ++r) send(out, endpoint::receiver_(r), announce_msg{committed});
-    out.push_back(disarm_deadline_action{});
     out.push_back(committed_action{committed});
+    out.push_back(arm_deadline_action{});  // until every owner and receiver confirmed K (see reannounce)
     phase = coordinator_phase::idle;
     target.reset();
     attempt.reset();
@@ -529,7 +562,7 @@ inline void hash_append(hasher& h, const roster_entry& r) {
 }
 inline void hash_append(hasher& h, const coordinator& c) {
   hash_append(h, c.config); h.mix(c.epoch); hash_append(h, c.phase); h.mix(c.counter); hash_append(h, c.committed);
-  hash_append(h, c.roster); hash_append(h, c.target); h.mix(c.xor_allowed); hash_append(h, c.expected);
+  hash_append(h, c.roster); hash_append(h, c.owner_at); hash_append(h, c.target); h.mix(c.xor_allowed); hash_append(h, c.expected);
   h.mix(c.attempts); h.mix(c.dirty); hash_append(h, c.attempt); hash_append(h, c.manifests);
   hash_append(h, c.arrived); hash_append(h, c.acked); hash_append(h, c.stopped); hash_append(h, c.then);
 }

@@ -87,6 +87,7 @@ inline std::string str(const stopped_msg& m) { return "stopped " + str(m.attempt
 inline std::string str(const failed_msg& m) {
   return "failed " + str(m.attempt) + " " + str(m.from) + " " + std::string(to_string(m.reason));
 }
+inline std::string str(const baseline_msg& m) { return "baseline o" + num(m.owner) + " at=" + str(m.at); }
 inline std::string str(const join_msg& m) { return "join " + str(m.from) + " at=" + str(m.at); }
 inline std::string str(const message& m) {
   return std::visit([](const auto& x) { return str(x); }, m);

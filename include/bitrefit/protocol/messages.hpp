@@ -100,6 +100,14 @@ struct manifest_msg {
   friend auto operator<=>(const manifest_msg&, const manifest_msg&) = default;
 };
 
+/// Owner o holds baseline `at` (reply to every announcement; lets the coordinator re-announce to
+/// owners that missed one).
+struct baseline_msg {
+  std::uint32_t owner = 0;
+  commit_record at{};
+  friend auto operator<=>(const baseline_msg&, const baseline_msg&) = default;
+};
+
 // ----- receivers -> coordinator ---------------------------------------------------------------
 
 /// Asynchronous mode: every payload of the manifest is staged (arrival check passed).
@@ -158,7 +166,7 @@ struct join_msg {
 /// (control before data), see sim/cluster.hpp.
 using message = std::variant<prepare_msg, obsolete_msg, open_msg, flush_msg, announce_msg, roll_call_msg, abort_msg,
                              manifest_msg, arrived_msg, ack_msg, stopped_msg, failed_msg, join_msg,
-                             payload_msg>;
+                             baseline_msg, payload_msg>;
 
 struct envelope {
   endpoint from{};
@@ -215,6 +223,7 @@ inline void hash_append(hasher& h, const arrived_msg& m) { hash_append(h, m.atte
 inline void hash_append(hasher& h, const ack_msg& m) { hash_append(h, m.attempt); hash_append(h, m.from); hash_append(h, m.attestation); }
 inline void hash_append(hasher& h, const stopped_msg& m) { hash_append(h, m.attempt); hash_append(h, m.from); }
 inline void hash_append(hasher& h, const failed_msg& m) { hash_append(h, m.attempt); hash_append(h, m.from); hash_append(h, m.reason); }
+inline void hash_append(hasher& h, const baseline_msg& m) { h.mix(m.owner); hash_append(h, m.at); }
 inline void hash_append(hasher& h, const join_msg& m) { hash_append(h, m.from); hash_append(h, m.at); }
 inline void hash_append(hasher& h, const envelope& e) { hash_append(h, e.from); hash_append(h, e.to); hash_append(h, e.msg); }
 inline void hash_append(hasher& h, const send_action& a) { hash_append(h, a.env); }

@@ -106,7 +106,10 @@ struct owner {
   template <class M>
   void on_msg(const M&, out_t&) {}
 
-  void on_msg(const announce_msg& m, out_t& out) { advance_to(m.record, out); }
+  void on_msg(const announce_msg& m, out_t& out) {
+    advance_to(m.record, out);
+    out.push_back(send_action{envelope{endpoint::owner_(id), endpoint::coord(), baseline_msg{id, baseline}}});
+  }
 
   void on_msg(const prepare_msg& m, out_t& out) {
     const prepare_record& p = m.record;

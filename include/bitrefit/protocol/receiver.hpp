@@ -295,6 +295,15 @@ struct receiver {
     }
     if (k.version > committed.version) {
       // K moved on without this receiver's parameters reaching it: rejoin as a new incarnation.
+      restore(k, out);
+      return false;
+    }
+    return true;  // older news
+  }
+
+  /// Dense refit to K under a new incarnation, then join (after an abort, or when stale).
+  void restore(const commit_record& k, out_t& out) {
+    {
       if (attempt) out.push_back(discard_staged_action{attempt->attempt});
       attempt.reset();
       completed.reset();
@@ -311,9 +320,7 @@ struct receiver {
       unsynced = false;
       out.push_back(disarm_deadline_action{});
       out.push_back(dense_restore_action{k});
-      return false;
     }
-    return true;  // older news
   }
 
   void on_msg(const announce_msg& m, out_t& out) { commit_news(m.record, out); }
@@ -324,7 +331,12 @@ struct receiver {
     const prepare_record& p = m.record;
     if (attempt && attempt->attempt == p.attempt) return;  // duplicate
     if (p.attempt <= highest_seen) return;                 // stale
-    if (phase == receiver_phase::aborted) return;          // only a dense refit brings it back
+    if (phase == receiver_phase::aborted) {                // only a dense refit brings it back
+      highest_seen = p.attempt;
+      if (committed == p.base) restore(p.base, out);
+      else commit_news(p.base, out);
+      return;
+    }
     if (!commit_news(p.base, out)) return;                 // the base is a commit record too
     if (std::find(p.members.begin(), p.members.end(), self()) == p.members.end()) return;
     highest_seen = p.attempt;
