@@ -19,6 +19,9 @@
  *    attempts left (natt < MAXA): the "eventually reliable delivery and stable members" assumption
  *    under which liveness is claimed (operator abort is excluded).
  *
+ * Limits: the option lists below (INGEST, APPLY, DROP, DUP, CRASH, the coordinator's stop condition)
+ * are written out for NR = 2 receivers, NP <= 4 regions per receiver and NATT <= 4 attempts.
+ *
  * Mutations (compile with -DMUT_x; each must make spin report an assertion violation):
  *   MUT_XOR_RETRY          retry attempts use XOR instead of overwrite
  *   MUT_COMMIT_EARLY       the coordinator asks for commit after the first ack, not all of them

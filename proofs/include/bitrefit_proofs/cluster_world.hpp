@@ -1,0 +1,167 @@
+// bitrefit_proofs/cluster_world.hpp — binds the generic checker to the protocol's cluster world
+// (bitrefit/protocol/sim/cluster.hpp), which composes the REAL coordinator, owner, receiver and
+// commit-log state machines: nothing of the protocol is re-implemented here.
+//
+// What this adds on the proofs side is only the bound on attempts: a fault (drop, corrupt copy,
+// conflicting copy, receiver crash, coordinator failover, commit-log failure or unknown outcome,
+// a deadline that fires while something is still in flight) is enabled only while the current
+// transition has started fewer than `max_attempts` attempts. Under that bound every transition has
+// at most `max_attempts` attempts, the last one fault-free: DESIGN's liveness assumption ("eventually
+// reliable delivery and eventually stable members"), under which the end of the transition must stay
+// reachable from every state. The coordinator is also configured with max_attempts, so a third
+// attempt would show up as a coordinator that needs an operator (the end unreachable), not pass
+// silently. Operator abort is excluded (aborts = 0).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bitrefit/protocol/sim/script.hpp"
+#include "bitrefit_proofs/checker.hpp"
+
+namespace bitrefit::proofs {
+
+/// The checker's bounds, in the words of the proofs issue.
+struct cluster_bounds {
+  std::uint32_t receivers = 2;
+  std::uint32_t owners = 2;
+  std::uint32_t chunks = 2;        // payloads per owner per attempt
+  std::uint32_t transitions = 2;   // successive transitions v0 -> v1 -> v2
+  std::uint32_t max_attempts = 2;  // per transition
+  std::uint32_t crashes = 0;
+  std::uint32_t failovers = 0;
+  std::uint32_t drops = 0;
+  std::uint32_t duplicates = 0;
+  std::uint32_t corruptions = 0;
+  std::uint32_t conflicts = 0;
+  std::uint32_t log_faults = 0;
+  std::uint32_t early_deadlines = 0;
+  bool ordered_device = false;     // device writes land in issue order (default: any order)
+  /// Prepare first: a payload, open or flush of attempt τ is not delivered to receiver r while τ's
+  /// prepare to r is still in flight (each was sent after that prepare: causal order). Without it
+  /// the receiver drops the early message as "another attempt" and, with no attempt left, the
+  /// transition never ends (see proofs/README.md, "Findings").
+  bool causal_payloads = true;
+  protocol::gate_policy gate = protocol::gate_policy::synchronous;
+  protocol::protocol_mutation mutation = protocol::protocol_mutation::none;
+
+  protocol::sim::world_config world() const {
+    protocol::sim::world_config c;
+    c.protocol.gate = gate;
+    c.protocol.owners = owners;
+    c.protocol.receivers = receivers;
+    c.protocol.attest = true;
+    c.protocol.max_attempts = max_attempts;
+    c.protocol.mutation = mutation;
+    c.chunks_per_owner = chunks;
+    c.transitions = transitions;
+    c.xor_allowed = true;
+    c.ordered_device = ordered_device;
+    c.drops = drops;
+    c.duplicates = duplicates;
+    c.corruptions = corruptions;
+    c.conflicts = conflicts;
+    c.crashes = crashes;
+    c.failovers = failovers;
+    c.log_faults = log_faults;
+    c.early_deadlines = early_deadlines;
+    c.aborts = 0;
+    return c;
+  }
+};
+
+class cluster_world {
+ public:
+  explicit cluster_world(const cluster_bounds& b)
+      : w_(b.world()), max_attempts_(b.max_attempts), causal_payloads_(b.causal_payloads) {}
+
+  const protocol::sim::cluster& world() const noexcept { return w_; }
+
+  /// Attempts persisted for the transition in progress (target K.v + 1), over all coordinators.
+  std::uint32_t attempts_of_current_transition() const {
+    const version_t target = w_.log.state.record.version + 1;
+    std::uint32_t n = 0;
+    for (const auto& a : w_.attempts) n += a.target == target;
+    return n;
+  }
+
+  std::vector<protocol::sim::move> enabled_moves() const {
+    using protocol::sim::move_kind;
+    auto all = w_.enabled_moves();
+    const bool faults_ok = attempts_of_current_transition() < max_attempts_;
+    if (faults_ok && !causal_payloads_) return all;
+    const bool quiet = w_.quiet();
+    std::vector<protocol::sim::move> out;
+    out.reserve(all.size());
+    for (const auto& m : all) {
+      if (m.kind == move_kind::deliver && causal_payloads_ && prepare_pending_for(w_.inflight[m.index])) continue;
+      if (faults_ok) {
+        out.push_back(m);
+        continue;
+      }
+      switch (m.kind) {
+        case move_kind::drop:
+        case move_kind::corrupt:
+        case move_kind::conflict:
+        case move_kind::crash:
+        case move_kind::failover:
+        case move_kind::log_failed:
+        case move_kind::log_unknown_applied:
+        case move_kind::log_unknown_lost:
+        case move_kind::abort: continue;  // a fault: no attempt left to recover from it
+        case move_kind::deadline:
+          if (!quiet) continue;  // an early deadline is a fault too
+          break;
+        default: break;
+      }
+      out.push_back(m);
+    }
+    return out;
+  }
+
+  void apply(const protocol::sim::move& m) { w_.apply(m); }
+
+  /// `e` carries attempt τ's data or control (payload, open, flush) to a receiver while τ's prepare
+  /// to that receiver is still in flight.
+  bool prepare_pending_for(const protocol::envelope& e) const {
+    if (e.to.role != protocol::role::receiver) return false;
+    std::optional<attempt_id> a;
+    if (const auto* p = std::get_if<protocol::payload_msg>(&e.msg)) a = p->id.attempt;
+    else if (const auto* o = std::get_if<protocol::open_msg>(&e.msg)) a = o->attempt;
+    else if (const auto* f = std::get_if<protocol::flush_msg>(&e.msg)) a = f->attempt;
+    if (!a) return false;
+    for (const auto& f : w_.inflight) {
+      const auto* prep = std::get_if<protocol::prepare_msg>(&f.msg);
+      if (prep && f.to == e.to && prep->record.attempt == *a) return true;
+    }
+    return false;
+  }
+  std::optional<std::string> check_invariants() const { return w_.check_invariants(); }
+  bool transition_done() const { return w_.transition_done(); }
+
+  friend bool operator==(const cluster_world& a, const cluster_world& b) { return a.w_ == b.w_; }
+
+ private:
+  protocol::sim::cluster w_;
+  std::uint32_t max_attempts_ = 2;
+  bool causal_payloads_ = true;
+};
+
+/// A counterexample as a scenario file of the protocol's scenario tests (world line, then one move
+/// per command, with the expected output), so it replays as a regression scenario.
+inline std::string counterexample_scenario(const cluster_bounds& b, const std::vector<protocol::sim::move>& path,
+                                           const std::string& title) {
+  return protocol::sim::to_scenario(b.world(), path, title);
+}
+
+}  // namespace bitrefit::proofs
+
+template <>
+struct std::hash<bitrefit::proofs::cluster_world> {
+  std::size_t operator()(const bitrefit::proofs::cluster_world& w) const {
+    return bitrefit::protocol::hash_of(w.world());
+  }
+};

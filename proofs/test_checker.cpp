@@ -1,0 +1,204 @@
+// Tests of the exhaustive checker (label proofs).
+//
+// 1. The engine on a toy world whose state graph is known in closed form: exact counts, fingerprint
+//    mode agrees with exact mode, a shortest counterexample, a trap found by reverse reachability,
+//    a witness.
+// 2. The real protocol (sim::cluster over the real coordinator/owner/receiver/commit-log machines)
+//    under the bounds of proofs/README.md: no violation, the end of the transition reachable from
+//    every state, and the unique state / transition / depth counts pinned (a behaviour change in
+//    the protocol shows up here as a diff; update the numbers deliberately, with the reason).
+// 3. A witness path pinned as a scenario file: commit reached after a receiver crash and an
+//    overwrite retry (proofs/witness_crash_overwrite_retry.txt, rewrite with BITREFIT_REWRITE=1).
+// 4. Every mutation of the protocol's knob is caught, with a counterexample that replays to the
+//    same violation and renders as a scenario whose last output line is the violation.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include "bitrefit_proofs/checker.hpp"
+#include "bitrefit_proofs/cluster_world.hpp"
+
+namespace {
+
+using namespace bitrefit;
+using proofs::check;
+using proofs::check_options;
+using proofs::cluster_bounds;
+using proofs::cluster_world;
+using proofs::verdict;
+
+// ---- 1. a toy world: two counters a, b in [0, n]; moves inc_a, inc_b; optionally a trap move to
+// a sink from which the goal (a == b == n) is unreachable, and an invariant a + b != bad.
+struct grid {
+  int a = 0, b = 0, n = 3;
+  int bad = -1;       // invariant: a + b != bad
+  bool trap = false;  // a move from (1, 1) into the sink
+  bool sunk = false;
+  std::vector<int> enabled_moves() const {
+    std::vector<int> m;
+    if (sunk) return m;
+    if (a < n) m.push_back(0);
+    if (b < n) m.push_back(1);
+    if (trap && a == 1 && b == 1) m.push_back(2);
+    return m;
+  }
+  void apply(int m) {
+    if (m == 0) ++a;
+    else if (m == 1) ++b;
+    else sunk = true;
+  }
+  std::optional<std::string> check_invariants() const {
+    if (a + b == bad) return "a + b reached " + std::to_string(bad);
+    return std::nullopt;
+  }
+  bool transition_done() const { return a == n && b == n && !sunk; }
+  friend bool operator==(const grid&, const grid&) = default;
+};
+
+}  // namespace
+
+template <>
+struct std::hash<grid> {
+  std::size_t operator()(const grid& g) const { return std::size_t(g.a) * 1000003u + std::size_t(g.b) * 7919u + g.sunk; }
+};
+
+namespace {
+
+static_assert(proofs::checkable_world<grid>);
+static_assert(proofs::checkable_world<cluster_world>);
+
+TEST(Engine, CountsAStateGraphKnownInClosedForm) {
+  for (bool exact : {true, false}) {
+    const auto r = check(grid{}, check_options{true, exact});
+    ASSERT_TRUE(r.ok()) << r.violation;
+    EXPECT_EQ(r.states, 16u);       // (n+1)^2
+    EXPECT_EQ(r.transitions, 24u);  // 2 n (n+1)
+    EXPECT_EQ(r.depth, 6u);         // 2 n
+    EXPECT_EQ(r.goal_states, 1u);
+    EXPECT_EQ(r.terminal_states, 1u);
+  }
+}
+
+TEST(Engine, FindsAShortestCounterexample) {
+  const auto r = check(grid{0, 0, 3, 4});
+  ASSERT_EQ(r.outcome, verdict::invariant_violated);
+  EXPECT_EQ(r.violation, "a + b reached 4");
+  EXPECT_EQ(r.counterexample.size(), 4u);
+  EXPECT_TRUE(proofs::replay(grid{0, 0, 3, 4}, r.counterexample).check_invariants().has_value());
+}
+
+TEST(Engine, ReverseReachabilityFindsATrap) {
+  grid g;
+  g.trap = true;
+  const auto r = check(g);
+  ASSERT_EQ(r.outcome, verdict::end_unreachable);
+  const grid end = proofs::replay(g, r.counterexample);
+  EXPECT_TRUE(end.sunk);
+  EXPECT_EQ(r.counterexample.size(), 3u);  // (0,0) -> ... -> (1,1) -> sink
+  // Without the liveness check the same world passes: the trap is not a safety violation.
+  EXPECT_TRUE(check(g, check_options{false}).ok());
+}
+
+TEST(Engine, FindsAWitness) {
+  auto w = proofs::find_witness(grid{}, [](const grid& g) { return g.a == 2 && g.b == 1; });
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(w->size(), 3u);
+  EXPECT_FALSE(proofs::find_witness(grid{}, [](const grid& g) { return g.a > 3; }).has_value());
+}
+
+// ---- 2. the real protocol
+struct pinned {
+  const char* name;
+  cluster_bounds bounds;
+  std::uint64_t states, transitions;
+  std::uint32_t depth;
+};
+
+cluster_bounds base() { return cluster_bounds{}; }
+cluster_bounds with(cluster_bounds b, auto f) { f(b); return b; }
+
+std::string report(const std::string& name, const auto& r) {
+  std::ostringstream s;
+  s << name << ": " << proofs::to_string(r.outcome) << ", " << r.states << " states, " << r.transitions
+    << " transitions, depth " << r.depth << ", " << r.goal_states << " goal states, " << r.seconds << " s";
+  return s.str();
+}
+
+void expect_pinned(const pinned& p) {
+  const auto r = check(cluster_world(p.bounds));
+  std::cout << report(p.name, r) << "\n  " << protocol::sim::world_line(p.bounds.world()) << std::endl;
+  ASSERT_TRUE(r.ok()) << p.name << ": " << r.violation << "\n"
+                      << proofs::counterexample_scenario(p.bounds, r.counterexample, r.violation);
+  EXPECT_EQ(r.states, p.states) << p.name;
+  EXPECT_EQ(r.transitions, p.transitions) << p.name;
+  EXPECT_EQ(r.depth, p.depth) << p.name;
+}
+
+#include "pinned_counts.inc"
+
+// ---- 3. the witness
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+TEST(Protocol, WitnessCommitAfterCrashAndOverwriteRetry) {
+  cluster_bounds b = with(base(), [](auto& b) { b.chunks = 1; b.transitions = 1; b.crashes = 1; });
+  auto w = proofs::find_witness(cluster_world(b), [](const cluster_world& c) {
+    const auto& s = c.world();
+    // K moved to v1 by an attempt that is not the first one of the transition, after the crash.
+    return s.log.state.record.version == 1 && s.budget.crashes == 0 && c.attempts_of_current_transition() == 0 &&
+           std::count_if(s.attempts.begin(), s.attempts.end(), [](const auto& a) { return a.target == 1; }) >= 2;
+  });
+  ASSERT_TRUE(w.has_value());
+  const std::string text = protocol::sim::to_scenario(b.world(), *w, "witness: commit reached after a crash and an overwrite retry (pinned by proofs/test_checker.cpp)");
+  EXPECT_NE(text.find("\ncrash r"), std::string::npos);
+  EXPECT_NE(text.find(" overwrite "), std::string::npos);
+  EXPECT_EQ(text.find("VIOLATION"), std::string::npos);
+  EXPECT_EQ(text.find("error: no enabled move"), std::string::npos) << "the witness does not replay";
+  const std::string path = std::string(BITREFIT_SOURCE_DIR) + "/proofs/witness_crash_overwrite_retry.txt";
+  if (std::getenv("BITREFIT_REWRITE")) {
+    std::ofstream(path) << text;
+  }
+  EXPECT_EQ(read_file(path), text) << "the shortest witness changed; rerun with BITREFIT_REWRITE=1 if intended";
+  std::cout << "witness: " << w->size() << " moves" << std::endl;
+}
+
+// ---- 4. mutations
+struct mutation_case {
+  protocol::protocol_mutation mutation;
+  cluster_bounds bounds;
+};
+
+void expect_caught(const mutation_case& m) {
+  cluster_bounds b = m.bounds;
+  b.mutation = m.mutation;
+  const auto r = check(cluster_world(b));
+  const std::string name = std::string(protocol::to_string(m.mutation));
+  std::cout << report("mutation " + name, r) << std::endl;
+  ASSERT_FALSE(r.ok()) << name << " was not caught";
+  ASSERT_NE(r.outcome, verdict::state_limit);
+  // The counterexample replays on a fresh world and ends in the violation.
+  const cluster_world end = proofs::replay(cluster_world(b), r.counterexample);
+  if (r.outcome == verdict::invariant_violated) {
+    EXPECT_EQ(end.check_invariants(), r.violation);
+  }
+  // It prints as a scenario of the protocol's scenario tests; an invariant violation is its last line.
+  const std::string text = proofs::counterexample_scenario(b, r.counterexample, name + ": " + r.violation);
+  if (r.outcome == verdict::invariant_violated) {
+    EXPECT_NE(text.find("VIOLATION: " + r.violation), std::string::npos);
+  }
+  EXPECT_EQ(text.find("error: no enabled move"), std::string::npos) << "the counterexample does not replay";
+  std::cout << "  violation: " << r.violation << "\n  counterexample (" << r.counterexample.size()
+            << " moves, scenario format):\n" << text << std::endl;
+}
+
+#include "mutation_cases.inc"
+
+}  // namespace
