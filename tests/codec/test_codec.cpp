@@ -257,3 +257,82 @@ TEST(Bundle, FileAndDirectoryRoundTripAndApply) {
   EXPECT_THROW(read_bundle(dir / "bad.brfb"), error);
   std::filesystem::remove_all(dir);
 }
+
+TEST(Bundle, RefusesBadInputsWithTargetUntouched) {
+  std::vector<std::byte> o = random_bytes(20000, 20), n = o;
+  for (std::size_t i = 0; i < n.size(); i += 50) n[i] ^= std::byte{1};
+  std::vector<tensor_view> base{tensor_view("t", dtype::BF16, {10000}, o)};
+  std::vector<tensor_view> target{tensor_view("t", dtype::BF16, {10000}, n)};
+  const auto b = make_delta_bundle(base, target, 0, 1, encode_options{.max_frame_input_bytes = 4096});
+  auto expect_refused = [&](const delta_bundle& bad, std::vector<mutable_tensor_view> tv, errc code) {
+    std::vector<std::vector<std::byte>> before;
+    for (auto& t : tv) before.emplace_back(t.bytes().begin(), t.bytes().end());
+    try {
+      apply_bundle(bad, tv);
+      ADD_FAILURE() << "accepted";
+    } catch (const error& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+    }
+    for (std::size_t i = 0; i < tv.size(); ++i)
+      EXPECT_TRUE(std::equal(tv[i].bytes().begin(), tv[i].bytes().end(), before[i].begin()));
+  };
+  auto w = o;
+  {  // a frame truncated
+    auto bad = b;
+    bad.frames[1].pop_back();
+    expect_refused(bad, {mutable_tensor_view("t", dtype::BF16, {10000}, w)}, errc::integrity);
+  }
+  {  // a frame corrupted in the last frame only: nothing of the earlier frames may be written
+    auto bad = b;
+    bad.frames.back()[70] ^= std::byte{4};
+    expect_refused(bad, {mutable_tensor_view("t", dtype::BF16, {10000}, w)}, errc::integrity);
+    bad.manifest.frames.back().digest = xxh3_128(bad.frames.back());  // manifest agrees; frame digest does not
+    bad.manifest.frames.back().size = bad.frames.back().size();
+    expect_refused(bad, {mutable_tensor_view("t", dtype::BF16, {10000}, w)}, errc::integrity);
+  }
+  {  // wrong base
+    auto other = w;
+    other[3] ^= std::byte{1};
+    expect_refused(b, {mutable_tensor_view("t", dtype::BF16, {10000}, other)}, errc::mismatch);
+  }
+  {  // another tensor set
+    expect_refused(b, {mutable_tensor_view("u", dtype::BF16, {10000}, w)}, errc::mismatch);
+    expect_refused(b, {mutable_tensor_view("t", dtype::F16, {10000}, w)}, errc::mismatch);
+    expect_refused(b, {mutable_tensor_view("t", dtype::BF16, {100, 100}, w)}, errc::mismatch);
+  }
+  EXPECT_EQ(w, o);
+  apply_bundle(b, std::vector<mutable_tensor_view>{mutable_tensor_view("t", dtype::BF16, {10000}, w)});
+  EXPECT_EQ(w, n);
+}
+
+TEST(Frame, ErrorsNameTheProblem) {
+  one_tensor t;
+  t.old_b = random_bytes(2000, 30);
+  t.new_b = random_bytes(2000, 31);
+  auto f = encode_one(t, mode_policy::xor_allowed);
+  auto expect = [&](std::vector<std::byte> bad, errc code, std::string_view field) {
+    try {
+      (void)frame_view::parse(bad, "payload-0");
+      ADD_FAILURE() << "accepted";
+    } catch (const error& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+      EXPECT_EQ(e.where().field, field) << e.what();
+      EXPECT_EQ(e.where().file, "payload-0");
+    }
+  };
+  auto bad = f;
+  bad[0] = std::byte{'X'};
+  expect(bad, errc::format, "magic");
+  bad = f;
+  bad[4] = std::byte{9};
+  expect(bad, errc::unsupported, "format_version");
+  bad = f;
+  bad.pop_back();
+  expect(bad, errc::integrity, "frame_size");
+  bad = f;
+  bad[100] ^= std::byte{1};
+  expect(bad, errc::integrity, "digest");
+  bad = f;
+  bad.resize(10);
+  expect(bad, errc::integrity, "size");
+}

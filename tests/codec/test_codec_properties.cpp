@@ -177,8 +177,10 @@ RC_GTEST_PROP(CodecProperties, ApplyOfEncodeGivesNewBitExactly, ()) {
   }
   // changed counts are exact
   std::uint64_t changed = 0, expect = 0;
-  for (auto& f : frames)
-    for (auto& it : frame_view::parse(f).items()) changed += it.changed;
+  for (auto& f : frames) {
+    const frame_view v = frame_view::parse(f);
+    for (auto& it : v.items()) changed += it.changed;
+  }
   for (auto& t : m.tensors) {
     const std::size_t E = element_size(t.type);
     for (std::size_t i = 0; i < t.n(); ++i) expect += std::memcmp(&t.old_b[i * E], &t.new_b[i * E], E) != 0;

@@ -11,7 +11,9 @@
 //      (interleaved or byte planes) by estimated size: order-0 entropy of each byte plane on a
 //      deterministic sample of the values — cheap next to compressing every candidate;
 //   3. chooses the location coding (location.hpp) and writes the location stream;
-//   4. zstd-compresses both sections, keeping a section raw when zstd does not make it smaller.
+//   4. compresses both sections with zstd (literals profile or the configured level, whichever is
+//      smaller when the fast one looks poor; see store_section), keeping a section raw when zstd
+//      does not make it smaller.
 // No floating-point arithmetic touches weights: estimates are computed on byte histograms.
 #pragma once
 
@@ -19,6 +21,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
@@ -149,6 +152,16 @@ inline std::array<double, 2> estimate_value_bytes(std::span<const std::byte> val
   return {entropy_bytes(all) * scale, planes * scale};
 }
 
+/// Order-0 entropy estimate (bytes) of a byte stream from a deterministic sample.
+inline double estimate_stream_bytes(std::span<const std::byte> s) {
+  if (s.empty()) return 0.0;
+  const std::size_t sample = std::min<std::size_t>(s.size(), 65536);
+  const std::size_t stride = s.size() / sample;
+  std::array<std::uint64_t, 256> h{};
+  for (std::size_t k = 0, i = 0; k < sample; ++k, i += stride) ++h[static_cast<std::uint8_t>(s[i])];
+  return entropy_bytes(h) * static_cast<double>(s.size()) / static_cast<double>(sample);
+}
+
 inline void split_planes(std::span<const std::byte> vals, std::size_t E, std::byte* out) {
   const std::size_t c = vals.size() / E;
   const std::byte* v = vals.data();
@@ -260,29 +273,35 @@ class chunk_encoder {
     st.elements += m;
     st.input_bytes += m * E;
     if (m == 0) return;
-    const bool want_xor = options_.policy != mode_policy::overwrite_only || entropy != nullptr;
-    const bool want_new = options_.policy != mode_policy::xor_only;
     positions_.resize_uninit(m);
-    if (want_xor) xor_vals_.resize_uninit(m * E);
-    if (want_new) new_vals_.resize_uninit(m * E);
-    const std::size_t c = backend_.collect_changes(
-        pc.old_bytes, pc.new_bytes, E, positions_.span(),
-        want_xor ? xor_vals_.span() : std::span<std::byte>{}, want_new ? new_vals_.span() : std::span<std::byte>{});
-    if (entropy) entropy->add(E, m, {xor_vals_.data(), c * E});
-    if (c == 0) return;
-    std::span<const std::byte> xv{xor_vals_.data(), c * E}, nv{new_vals_.data(), c * E};
-    value_mode mode;
-    switch (options_.policy) {
-      case mode_policy::overwrite_only: mode = value_mode::overwrite; break;
-      case mode_policy::xor_only: mode = value_mode::xor_mask; break;
-      default: {
-        auto ex = detail::estimate_value_bytes(xv, E);
-        auto en = detail::estimate_value_bytes(nv, E);
-        mode = std::min(ex[0], ex[1]) <= std::min(en[0], en[1]) ? value_mode::xor_mask : value_mode::overwrite;
+    xor_vals_.resize_uninit(m * E);
+    new_vals_.resize_uninit(m * E);
+    auto collect = [&](std::uint64_t elems, bool want_xor, bool want_new) {
+      return backend_.collect_changes(pc.old_bytes.first(elems * E), pc.new_bytes.first(elems * E), E,
+                                      positions_.span().first(elems),
+                                      want_xor ? xor_vals_.span().first(elems * E) : std::span<std::byte>{},
+                                      want_new ? new_vals_.span().first(elems * E) : std::span<std::byte>{});
+    };
+    value_mode mode = options_.policy == mode_policy::overwrite_only ? value_mode::overwrite : value_mode::xor_mask;
+    if (options_.policy == mode_policy::xor_allowed) {
+      // Decide XOR vs overwrite on a deterministic prefix sample (both value kinds gathered for
+      // it only), then gather just the chosen kind for the whole piece.
+      const std::uint64_t sample = std::min<std::uint64_t>(m, std::max<std::uint64_t>(1u << 16, m / 32));
+      const std::size_t cs = collect(sample, true, true);
+      if (cs > 0) {
+        auto ex = detail::estimate_value_bytes({xor_vals_.data(), cs * E}, E);
+        auto en = detail::estimate_value_bytes({new_vals_.data(), cs * E}, E);
+        if (std::min(en[0], en[1]) < std::min(ex[0], ex[1])) mode = value_mode::overwrite;
       }
     }
+    const bool want_xor = mode == value_mode::xor_mask || entropy != nullptr;
+    const bool want_new = mode == value_mode::overwrite;
+    const std::size_t c = collect(m, want_xor, want_new);
+    if (entropy) entropy->add(E, m, {xor_vals_.data(), c * E});
+    if (c == 0) return;
     const std::span<const std::uint32_t> pos{positions_.data(), c};
-    emit_item(pc, mode, choose_location_coding(pos, m), pos, mode == value_mode::xor_mask ? xv : nv, c, st);
+    const std::span<const std::byte> vals{(mode == value_mode::xor_mask ? xor_vals_ : new_vals_).data(), c * E};
+    emit_item(pc, mode, choose_location_coding(pos, m), pos, vals, c, st);
   }
 
   void emit_item(const chunk_piece& pc, value_mode mode, location_coding lc, std::span<const std::uint32_t> pos,
@@ -316,7 +335,7 @@ class chunk_encoder {
       }
     }
     it.value_raw_size = raw_vals.size();
-    it.value_stored_size = store_section(raw_vals, it.value_compression);
+    it.value_stored_size = store_section(raw_vals, it.value_compression, it.values == value_coding::byte_planes ? E : 1);
 
     st.changed += c;
     st.items += 1;
@@ -327,13 +346,17 @@ class chunk_encoder {
     items_.push_back(std::move(it));
   }
 
-  // Appends the section (zstd if smaller, else raw) to sections_; returns the stored size.
-  std::uint64_t store_section(std::span<const std::byte> raw, section_compression& how) {
+  // Appends the section to sections_ and returns its stored size: a sequence of zstd frames, one
+  // per part (one part, or one per byte plane), else the raw bytes when zstd does not make the
+  // section smaller. zstd decodes concatenated frames as one stream, so the format is unchanged.
+  std::uint64_t store_section(std::span<const std::byte> raw, section_compression& how, std::size_t parts = 1) {
     const std::size_t start = sections_.size();
     section_offsets_.push_back(start);
     how = section_compression::raw;
     if (raw.empty()) return 0;
-    const std::size_t n = zstd_.compress_append(raw, options_.zstd_level, sections_);
+    const std::size_t part = raw.size() / parts;
+    for (std::size_t k = 0; k < parts; ++k) compress_best(raw.subspan(k * part, k + 1 == parts ? raw.size() - k * part : part));
+    const std::size_t n = sections_.size() - start;
     if (n < raw.size()) {
       how = section_compression::zstd;
       return n;
@@ -341,6 +364,31 @@ class chunk_encoder {
     sections_.resize_uninit(start);
     sections_.append(raw);
     return raw.size();
+  }
+
+  // Appends one zstd frame of `raw`. Candidates: zstd's literals profile (order-0 entropy coding,
+  // fast) and zstd at the configured level (matching: wins on skewed or repetitive streams such
+  // as a mostly-zero byte plane). The level is tried only when the literals frame is clearly above
+  // the stream's order-0 estimate, so memoryless streams cost one fast pass. Deterministic.
+  void compress_best(std::span<const std::byte> raw) {
+    const std::size_t start = sections_.size();
+    const double est = detail::estimate_stream_bytes(raw);
+    if (est * 16.0 < static_cast<double>(raw.size())) {
+      // under half a bit per byte: an order-0 Huffman coder spends at least one bit per byte, so
+      // only matching can get near the estimate (a mostly-zero byte plane); skip the literals try
+      zstd_.compress_append(raw, options_.zstd_level, sections_);
+      return;
+    }
+    std::size_t best = zstd_.compress_literals_append(raw, options_.zstd_level, sections_);
+    if (static_cast<double>(best) > 1.10 * est + 64.0) {
+      const std::size_t alt_start = sections_.size();
+      const std::size_t n = zstd_.compress_append(raw, options_.zstd_level, sections_);
+      if (n < best) {
+        std::memmove(sections_.data() + start, sections_.data() + alt_start, n);
+        best = n;
+      }
+      sections_.resize_uninit(start + best);
+    }
   }
 
   void finish_frame(const frame_header& header, byte_buffer& out, encode_stats& local, encode_stats* stats) {

@@ -14,6 +14,11 @@
 #include <span>
 #include <string_view>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define BITREFIT_CODEC_X86_AVX2 1
+#endif
+
 #include "bitrefit/codec/concepts.hpp"
 #include "bitrefit/codec/hash.hpp"
 #include "bitrefit/codec/types.hpp"
@@ -94,13 +99,86 @@ std::size_t collect_lanes(const std::byte* a, const std::byte* b, std::size_t m,
   return c;
 }
 
+#ifdef BITREFIT_CODEC_X86_AVX2
+// AVX2 variant: 64-byte blocks compared with two 256-bit XORs and one vptest; in a block that
+// differs, a per-element "changed" bit mask comes from cmpeq at the element width + movemask, and
+// set bits are visited with count-trailing-zeros. Same outputs as collect_lanes, bit for bit.
+template <std::size_t E>
+__attribute__((target("avx2"))) inline std::uint32_t changed_mask_avx2(__m256i x) noexcept {
+  const __m256i zero = _mm256_setzero_si256();
+  __m256i eq;
+  if constexpr (E == 1) eq = _mm256_cmpeq_epi8(x, zero);
+  else if constexpr (E == 2) eq = _mm256_cmpeq_epi16(x, zero);
+  else if constexpr (E == 4) eq = _mm256_cmpeq_epi32(x, zero);
+  else eq = _mm256_cmpeq_epi64(x, zero);
+  return ~static_cast<std::uint32_t>(_mm256_movemask_epi8(eq));
+}
+
+template <class T, bool WantXor, bool WantNew>
+__attribute__((target("avx2,bmi"))) std::size_t collect_avx2(const std::byte* a, const std::byte* b, std::size_t m,
+                                                             std::uint32_t* pos, std::byte* xo, std::byte* no) noexcept {
+  constexpr std::size_t E = sizeof(T);
+  // one bit per element in a movemask of 32 bytes
+  constexpr std::uint32_t pick = E == 1 ? 0xFFFFFFFFu : E == 2 ? 0x55555555u : E == 4 ? 0x11111111u : 0x01010101u;
+  const std::size_t nbytes = m * E;
+  std::size_t c = 0, i = 0;
+  auto emit = [&](std::uint64_t bits, std::size_t byte_off) {
+    while (bits) {
+      const std::size_t off = byte_off + static_cast<std::size_t>(std::countr_zero(bits));
+      bits &= bits - 1;
+      pos[c] = static_cast<std::uint32_t>(off / E);
+      if constexpr (WantXor) {
+        const T x = static_cast<T>(load_lane<T>(a + off) ^ load_lane<T>(b + off));
+        std::memcpy(xo + c * E, &x, E);
+      }
+      if constexpr (WantNew) std::memcpy(no + c * E, b + off, E);
+      ++c;
+    }
+  };
+  for (; i + 64 <= nbytes; i += 64) {
+    const __m256i x0 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i)),
+                                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i)));
+    const __m256i x1 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i + 32)),
+                                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i + 32)));
+    const __m256i any = _mm256_or_si256(x0, x1);
+    if (_mm256_testz_si256(any, any)) continue;
+    emit((static_cast<std::uint64_t>(changed_mask_avx2<E>(x1) & pick) << 32) | (changed_mask_avx2<E>(x0) & pick), i);
+  }
+  // tail: fewer than 64 bytes, element by element
+  for (; i < nbytes; i += E) {
+    const T x = static_cast<T>(load_lane<T>(a + i) ^ load_lane<T>(b + i));
+    if (x) {
+      pos[c] = static_cast<std::uint32_t>(i / E);
+      if constexpr (WantXor) std::memcpy(xo + c * E, &x, E);
+      if constexpr (WantNew) std::memcpy(no + c * E, b + i, E);
+      ++c;
+    }
+  }
+  return c;
+}
+
+inline bool cpu_has_avx2() noexcept {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi");
+  return has;
+}
+#endif
+
+template <class T, bool WantXor, bool WantNew>
+std::size_t collect_dispatch(const std::byte* a, const std::byte* b, std::size_t m, std::uint32_t* pos,
+                             std::byte* xo, std::byte* no) noexcept {
+#ifdef BITREFIT_CODEC_X86_AVX2
+  if (cpu_has_avx2()) return collect_avx2<T, WantXor, WantNew>(a, b, m, pos, xo, no);
+#endif
+  return collect_lanes<T, WantXor, WantNew>(a, b, m, pos, xo, no);
+}
+
 template <class T>
 std::size_t collect_typed(const std::byte* a, const std::byte* b, std::size_t m, std::uint32_t* pos,
                           std::byte* xo, std::byte* no) noexcept {
-  if (xo && no) return collect_lanes<T, true, true>(a, b, m, pos, xo, no);
-  if (xo) return collect_lanes<T, true, false>(a, b, m, pos, xo, no);
-  if (no) return collect_lanes<T, false, true>(a, b, m, pos, xo, no);
-  return collect_lanes<T, false, false>(a, b, m, pos, xo, no);
+  if (xo && no) return collect_dispatch<T, true, true>(a, b, m, pos, xo, no);
+  if (xo) return collect_dispatch<T, true, false>(a, b, m, pos, xo, no);
+  if (no) return collect_dispatch<T, false, true>(a, b, m, pos, xo, no);
+  return collect_dispatch<T, false, false>(a, b, m, pos, xo, no);
 }
 
 template <class T>

@@ -10,6 +10,7 @@
 //  - bitmaps for dense changes, runs for clustered ones, `all` for fully dense ranges.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
@@ -251,31 +252,36 @@ inline void decode_locations(location_coding coding, std::span<const std::byte> 
 inline location_coding choose_location_coding(std::span<const std::uint32_t> pos, std::uint64_t m) {
   const std::uint64_t c = pos.size();
   if (m > 0 && c == m) return location_coding::all;
-  std::uint64_t raw8 = 0, raw16 = 0, raw32 = 0, runs_raw = 0;
-  std::int64_t prev = -1;
-  std::uint64_t run_end = 0;
-  bool in_run = false;
-  std::uint64_t run_start = 0;
+  // one cheap pass: escapes per width and the number of runs (a run starts at every gap != 0)
+  std::uint64_t esc8 = 0, esc16 = 0, runs = 0;
+  std::uint64_t next = 0;  // prev + 1
   for (std::size_t k = 0; k < pos.size(); ++k) {
-    const std::uint64_t p = pos[k];
-    const std::uint64_t gap = static_cast<std::uint64_t>(static_cast<std::int64_t>(p) - prev - 1);
-    raw8 += gap / 255 + 1;
-    raw16 += 2 * (gap / 65535 + 1);
-    raw32 += 4;
-    if (in_run && gap == 0) {
-      // extends the run
-    } else {
-      if (in_run) runs_raw += detail::varint_size(static_cast<std::uint64_t>(prev) - run_start);
-      runs_raw += detail::varint_size(p - run_end);
-      run_start = p;
-      in_run = true;
-    }
-    run_end = p + 1;
-    prev = static_cast<std::int64_t>(p);
+    const std::uint64_t gap = pos[k] - next;
+    esc8 += gap / 255;
+    esc16 += gap / 65535;
+    runs += (gap != 0) | (k == 0);
+    next = std::uint64_t{pos[k]} + 1;
   }
-  if (in_run) runs_raw += detail::varint_size(static_cast<std::uint64_t>(prev) - run_start);
-  if (c * 4 > m) return runs_raw * 2 < (m + 7) / 8 ? location_coding::runs : location_coding::bitmap;
-  if (c > 0 && runs_raw * 2 < raw8 && runs_raw * 2 < raw16) return location_coding::runs;
+  const std::uint64_t raw8 = c + esc8, raw16 = 2 * (c + esc16), raw32 = 4 * c;
+  // runs cost at least two bytes each; compute their exact size only when they might win
+  auto runs_raw = [&] {
+    std::uint64_t n = 0, end_prev = 0;
+    std::size_t k = 0;
+    while (k < pos.size()) {
+      std::size_t j = k + 1;
+      while (j < pos.size() && pos[j] == pos[j - 1] + 1) ++j;
+      n += detail::varint_size(pos[k] - end_prev) + detail::varint_size(j - k - 1);
+      end_prev = std::uint64_t{pos[j - 1]} + 1;
+      k = j;
+    }
+    return n;
+  };
+  if (c * 4 > m) {
+    const std::uint64_t bitmap = (m + 7) / 8;
+    return 4 * runs < bitmap && runs_raw() * 2 < bitmap ? location_coding::runs : location_coding::bitmap;
+  }
+  const std::uint64_t best_gaps = std::min({raw8, raw16, raw32});
+  if (c > 0 && 4 * runs < best_gaps && runs_raw() * 2 < best_gaps) return location_coding::runs;
   const std::uint64_t wide = std::min(raw16, raw32);
   if (raw8 > 2 * wide) return raw16 <= raw32 ? location_coding::gaps16 : location_coding::gaps32;
   return location_coding::gaps8;

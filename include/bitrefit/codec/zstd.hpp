@@ -25,16 +25,50 @@ class zstd_compressor {
     const std::size_t old = out.size();
     out.resize_uninit(old + bound);
     const std::size_t n = ZSTD_compressCCtx(ctx_.get(), out.data() + old, bound, src.data(), src.size(), level);
-    if (ZSTD_isError(n)) throw error(errc::invalid_argument, std::string("zstd compression failed: ") + ZSTD_getErrorName(n));
+    check(n);
+    out.resize_uninit(old + n);
+    return n;
+  }
+
+  /// Appends a zstd frame of `src` made by the "literals" profile: the level's parameters with the
+  /// fast strategy at maximal acceleration (match finding effectively off) and Huffman-coded
+  /// literals forced on. For memoryless streams (gap bytes, XOR byte planes) this is zstd's
+  /// order-0 entropy coder alone: smaller than matching (short spurious matches cost more than
+  /// the literals they replace) and an order of magnitude faster. Output is a standard zstd frame.
+  std::size_t compress_literals_append(std::span<const std::byte> src, int level, byte_buffer& out) {
+    if (!lit_) {
+      lit_.reset(ZSTD_createCCtx());
+      if (!lit_) throw error(errc::io, "ZSTD_createCCtx failed");
+    }
+    if (lit_level_ != level) {
+      ZSTD_CCtx_reset(lit_.get(), ZSTD_reset_session_and_parameters);
+      check(ZSTD_CCtx_setParameter(lit_.get(), ZSTD_c_compressionLevel, level));
+      check(ZSTD_CCtx_setParameter(lit_.get(), ZSTD_c_strategy, ZSTD_fast));
+      check(ZSTD_CCtx_setParameter(lit_.get(), ZSTD_c_minMatch, 7));
+      check(ZSTD_CCtx_setParameter(lit_.get(), ZSTD_c_targetLength, 131072));  // max acceleration
+      // ZSTD_c_literalCompressionMode = ZSTD_ps_enable (1): Huffman literals even at the fast strategy
+      check(ZSTD_CCtx_setParameter(lit_.get(), ZSTD_c_experimentalParam5, 1));
+      lit_level_ = level;
+    }
+    const std::size_t bound = ZSTD_compressBound(src.size());
+    const std::size_t old = out.size();
+    out.resize_uninit(old + bound);
+    const std::size_t n = ZSTD_compress2(lit_.get(), out.data() + old, bound, src.data(), src.size());
+    check(n);
     out.resize_uninit(old + n);
     return n;
   }
 
  private:
+  static void check(std::size_t r) {
+    if (ZSTD_isError(r)) throw error(errc::invalid_argument, std::string("zstd compression failed: ") + ZSTD_getErrorName(r));
+  }
   struct del {
     void operator()(ZSTD_CCtx* c) const noexcept { ZSTD_freeCCtx(c); }
   };
   std::unique_ptr<ZSTD_CCtx, del> ctx_;
+  std::unique_ptr<ZSTD_CCtx, del> lit_;
+  int lit_level_ = -1000000;
 };
 
 class zstd_decompressor {
