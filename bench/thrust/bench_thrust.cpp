@@ -110,7 +110,9 @@ struct result {
 template <class Backend>
 result measure(const args& a, const model& m, const model_manifest& man, std::span<const std::byte> old_s,
                std::span<const std::byte> new_s, std::span<std::byte> work, const std::function<void()>& reset_work,
-               const std::function<bool()>& work_equals_new) {
+               const std::function<bool()>& work_equals_new,
+               const std::function<void(void*, std::size_t)>& pin = [](void*, std::size_t) {},
+               const std::function<void(void*)>& unpin = [](void*) {}) {
   result r;
   Backend backend;
   const auto plan = plan_chunks(man, a.frame_mib << 20);
@@ -127,6 +129,11 @@ result measure(const args& a, const model& m, const model_manifest& man, std::sp
   const std::uint64_t max_m = (a.frame_mib << 20) / 2;
   std::vector<std::uint32_t> pos(max_m);
   std::vector<std::byte> xv(max_m * 2), nv(max_m * 2);
+  // Device backends copy the compacted streams into these: page-locked, as a GPU sender's
+  // staging buffers would be (pageable copies run at a fraction of the link's rate).
+  pin(pos.data(), pos.size() * sizeof(std::uint32_t));
+  pin(xv.data(), xv.size());
+  pin(nv.data(), nv.size());
   double detect = 1e300, prep = 1e300, enc = 1e300, scatter = 1e300, frames_s = 1e300, attest = 1e300;
   std::uint64_t changed = 0;
   for (int rep = 0; rep < a.repeat; ++rep) {
@@ -225,6 +232,9 @@ result measure(const args& a, const model& m, const model_manifest& man, std::sp
          {"attest_GBps", gb / attest},
          {"attestation", r.attestation.to_hex()},
          {"bit_exact", exact}};
+  unpin(pos.data());
+  unpin(xv.data());
+  unpin(nv.data());
   return r;
 }
 
@@ -254,7 +264,9 @@ result run_cuda(const args& a, const model& m, const model_manifest& man) {
       [&] {
         sys::to_host(check.data(), d_work, m.bytes);
         return std::memcmp(check.data(), m.new_b.data(), m.bytes) == 0;
-      });
+      },
+      [](void* p, std::size_t n) { sys::check(cudaHostRegister(p, n, cudaHostRegisterDefault), "cudaHostRegister"); },
+      [](void* p) { sys::check(cudaHostUnregister(p), "cudaHostUnregister"); });
 }
 #endif
 

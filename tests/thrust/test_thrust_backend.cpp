@@ -25,6 +25,8 @@
 #include "bitrefit/codec/encoder.hpp"
 #include "bitrefit/codec/host_backend.hpp"
 #include "bitrefit/codec/thrust/backend.hpp"
+#include "bitrefit/codec/thrust/locations.hpp"
+#include "bitrefit/codec/location.hpp"
 #include "bitrefit/codec/thrust/xxh3.hpp"
 #include "bitrefit/core/dtype.hpp"
 
@@ -299,6 +301,57 @@ TEST(thrust_backend, hash_slices_equals_host_backend) {
       ASSERT_EQ(g, h) << "size " << size << " slice " << slice;
     }
   }
+}
+
+// --- location-coding preparation on the system equals codec/location.hpp ----------------------
+
+void check_locations(const std::vector<std::uint32_t>& pos, std::uint64_t m, thrust_location_preparer<sys>& prep) {
+  SCOPED_TRACE("m=" + std::to_string(m) + " c=" + std::to_string(pos.size()));
+  bytes pb(pos.size() * 4);
+  if (!pos.empty()) std::memcpy(pb.data(), pos.data(), pb.size());
+  system_bytes sp(pb);
+  const std::span<const std::uint32_t> dpos(reinterpret_cast<const std::uint32_t*>(sp.cspan().data()), pos.size());
+  const location_sizes sz = prep.sizes(dpos, m);
+  for (location_coding lc : {location_coding::gaps8, location_coding::gaps16, location_coding::gaps32,
+                             location_coding::runs, location_coding::bitmap}) {
+    byte_buffer expect;
+    encode_locations(lc, pos, m, expect);
+    std::vector<std::byte> got;
+    prep.encode(lc, dpos, m, got);
+    ASSERT_EQ(got.size(), expect.size()) << to_string(lc);
+    ASSERT_EQ(std::memcmp(got.data(), expect.data(), got.size()), 0) << to_string(lc);
+    const std::uint64_t size = lc == location_coding::gaps8    ? sz.gaps8
+                               : lc == location_coding::gaps16 ? sz.gaps16
+                               : lc == location_coding::gaps32 ? sz.gaps32
+                               : lc == location_coding::runs   ? sz.runs
+                                                               : sz.bitmap;
+    ASSERT_EQ(size, expect.size()) << to_string(lc);
+  }
+  if (pos.size() == m) {
+    std::vector<std::byte> got;
+    prep.encode(location_coding::all, dpos, m, got);
+    EXPECT_TRUE(got.empty());
+  }
+}
+
+TEST(thrust_locations, sizes_and_bytes_equal_codec_encode_locations_for_every_pattern) {
+  std::mt19937_64 rng(606);
+  host_backend host;
+  thrust_location_preparer<sys> prep;
+  for (pattern p : all_patterns)
+    for (int rep = 0; rep < 4; ++rep) {
+      const std::size_t m = random_size(rng);
+      const case_data d = make_case(dtype::BF16, p, m, rng);
+      std::vector<std::uint32_t> pos(m);
+      pos.resize(host.collect_changes(d.old_bytes, d.new_bytes, 2, pos, {}, {}));
+      check_locations(pos, m, prep);
+    }
+  // Gaps that need escapes in every width, runs of one and of many, a gap of exactly 255/65535.
+  check_locations({0, 1, 2, 258, 65794, 65795, 65796, 299999}, 300000, prep);
+  check_locations({}, 100, prep);
+  std::vector<std::uint32_t> every(50);
+  for (std::uint32_t i = 0; i < 50; ++i) every[i] = i;
+  check_locations(every, 50, prep);
 }
 
 // --- whole frames: the codec over the Thrust backend writes the host backend's bytes ----------

@@ -386,5 +386,8 @@ class thrust_backend {
 };
 
 static_assert(execution_backend<thrust_backend<thrust_systems::cpp>>);
+#if BITREFIT_THRUST_HAS_OMP
+static_assert(execution_backend<thrust_backend<thrust_systems::omp>>);
+#endif
 
 }  // namespace bitrefit::codec
