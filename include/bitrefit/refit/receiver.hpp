@@ -99,7 +99,9 @@ class receiver {
     // lost announcement or obsolete would leave this receiver stale until the next prepare reaches
     // it — which never happens once it was evicted. Reading K now
     // and then is DESIGN's "a receiver that missed one reads K" (commit_read_event is accepted in
-    // every phase but restoring).
+    // every phase but restoring). The idle coordinator now also repeats announcements and roll
+    // calls until every receiver confirms K; this read stays as a second, coordinator-independent
+    // path (idempotent: news older than or equal to K changes nothing).
     if (!deadline_ && !restoring_ && sm_.phase != protocol::receiver_phase::booting &&
         sm_.phase != protocol::receiver_phase::restoring && clock::now() >= next_idle_read_) {
       next_idle_read_ = clock::now() + opt_.deadline;

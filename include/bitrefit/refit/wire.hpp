@@ -65,6 +65,7 @@ struct to_json_visitor {
     return {{"type", "failed"}, {"attempt", j(m.attempt)}, {"from", j(m.from)}, {"reason", static_cast<int>(m.reason)}};
   }
   json operator()(const protocol::join_msg& m) const { return {{"type", "join"}, {"from", j(m.from)}, {"at", j(m.at)}}; }
+  json operator()(const protocol::baseline_msg& m) const { return {{"type", "baseline"}, {"owner", m.owner}, {"at", j(m.at)}}; }
   json operator()(const protocol::payload_msg& m) const {
     return {{"type", "payload"}, {"id", j(m.id)},   {"base", m.base},
             {"target", m.target}, {"mode", static_cast<int>(m.mode)}, {"content", j(m.content)}};
@@ -95,6 +96,7 @@ inline protocol::message message_from(const json& x) {
     return protocol::failed_msg{attempt(x.at("attempt")), member(x.at("from")), static_cast<protocol::failure_reason>(r)};
   }
   if (t == "join") return protocol::join_msg{member(x.at("from")), record(x.at("at"))};
+  if (t == "baseline") return protocol::baseline_msg{x.at("owner").get<std::uint32_t>(), record(x.at("at"))};
   if (t == "payload")
     return protocol::payload_msg{pid(x.at("id")), x.at("base").get<std::uint64_t>(), x.at("target").get<std::uint64_t>(),
                                  mode(x.at("mode")), digest(x.at("content"))};
