@@ -45,7 +45,7 @@ namespace {
 struct options {
   int refits = 20;
   int receivers = 3;
-  int kill_every = 0;
+  int kill_every = 5;  // the main job shows the retry path: kill one rollout mid-refit every 5 refits
   std::uint64_t params = 100'000'000;
   protocol::gate_policy mode = protocol::gate_policy::synchronous;
   bool json = false;

@@ -8,3 +8,6 @@
 #include "bitrefit/io/io.hpp"
 #include "bitrefit/layout/layout.hpp"
 #include "bitrefit/protocol/protocol.hpp"
+#include "bitrefit/durability/durability.hpp"
+#include "bitrefit/refit/refit.hpp"
+#include "bitrefit/transport/transport.hpp"
