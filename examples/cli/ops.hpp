@@ -334,6 +334,29 @@ void parallel_for(std::size_t n, unsigned threads, Fn fn) {
   if (failure) std::rethrow_exception(failure);
 }
 
+/// OLD and NEW opened (phase "open") and paged in with a progress bar (phase "read"), as stat and
+/// diff both need them before they encode.
+struct checkpoint_pair {
+  std::optional<io::checkpoint> a, b;
+  std::vector<tensor_view> ta, tb;
+
+  void open(const std::filesystem::path& old_path, const std::filesystem::path& new_path, phase_timer& timer,
+            progress_mode pm) {
+    {
+      auto p = timer.phase("open");
+      a.emplace(old_path);
+      b.emplace(new_path);
+    }
+    ta = a->tensors();
+    tb = b->tensors();
+    auto p = timer.phase("read");
+    progress_bar bar("read", total_bytes(*a) + total_bytes(*b), pm);
+    std::uint64_t done = 0;
+    page_in_sink = page_in(ta, bar, done) + page_in(tb, bar, done);
+    bar.finish();
+  }
+};
+
 }  // namespace detail
 
 // ---- stat -------------------------------------------------------------------------------------------
@@ -346,20 +369,12 @@ inline stat_result compute_stat(const std::filesystem::path& old_path, const std
   stat_result r;
   r.settings = settings;
   phase_timer timer;
-  std::optional<io::checkpoint> a, b;
-  {
-    auto p = timer.phase("open");
-    a.emplace(old_path);
-    b.emplace(new_path);
-  }
-  const auto ta = a->tensors(), tb = b->tensors();
-  {
-    auto p = timer.phase("read");
-    progress_bar bar("read", total_bytes(*a) + total_bytes(*b), pm);
-    std::uint64_t done = 0;
-    detail::page_in_sink = detail::page_in(ta, bar, done) + detail::page_in(tb, bar, done);
-    bar.finish();
-  }
+  detail::checkpoint_pair pair;
+  pair.open(old_path, new_path, timer, pm);
+  const auto& a = pair.a;
+  const auto& b = pair.b;
+  const auto& ta = pair.ta;
+  const auto& tb = pair.tb;
   const unsigned threads = settings.thread_count();
   struct mode_pass {
     codec::mode_policy policy;
@@ -445,20 +460,12 @@ inline diff_result write_diff(const std::filesystem::path& old_path, const std::
                               progress_mode pm) {
   diff_result r;
   phase_timer timer;
-  std::optional<io::checkpoint> a, b;
-  {
-    auto p = timer.phase("open");
-    a.emplace(old_path);
-    b.emplace(new_path);
-  }
-  const auto ta = a->tensors(), tb = b->tensors();
-  {
-    auto p = timer.phase("read");
-    progress_bar bar("read", total_bytes(*a) + total_bytes(*b), pm);
-    std::uint64_t done = 0;
-    detail::page_in_sink = detail::page_in(ta, bar, done) + detail::page_in(tb, bar, done);
-    bar.finish();
-  }
+  detail::checkpoint_pair pair;
+  pair.open(old_path, new_path, timer, pm);
+  const auto& a = pair.a;
+  const auto& b = pair.b;
+  const auto& ta = pair.ta;
+  const auto& tb = pair.tb;
   codec::delta_bundle bundle;
   codec::encode_stats st;
   {
