@@ -36,6 +36,9 @@
 #include <nlohmann/json.hpp>
 
 #include "bitrefit/codec/codec.hpp"
+#if defined(BITREFIT_BENCH_THRUST)
+#include "bitrefit/codec/thrust/backend.hpp"
+#endif
 #include "sim_stream.hpp"
 
 using namespace bitrefit;
@@ -272,6 +275,14 @@ using runner = std::function<nlohmann::json(const bench_args&, model&)>;
 std::map<std::string, runner> backend_registry() {
   std::map<std::string, runner> r;
   r["host"] = [](const bench_args& a, model& m) { return measure<host_backend>(a, m); };
+#if defined(BITREFIT_BENCH_THRUST)
+  // Thrust's host-memory systems run the same source as the GPU build on this machine's CPUs.
+  // thrust-cuda needs its model staged in device memory: bitrefit-bench-thrust (nvcc) runs it.
+  r["thrust-cpp"] = [](const bench_args& a, model& m) { return measure<thrust_backend<thrust_systems::cpp>>(a, m); };
+#if BITREFIT_THRUST_HAS_OMP
+  r["thrust-omp"] = [](const bench_args& a, model& m) { return measure<thrust_backend<thrust_systems::omp>>(a, m); };
+#endif
+#endif
   return r;
 }
 
