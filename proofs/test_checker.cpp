@@ -149,7 +149,7 @@ std::string read_file(const std::string& path) {
 }
 
 TEST(Protocol, WitnessCommitAfterCrashAndOverwriteRetry) {
-  cluster_bounds b = with(base(), [](auto& b) { b.chunks = 1; b.transitions = 1; b.crashes = 1; });
+  cluster_bounds b = with(base(), [](auto& b) { b.owners = 1; b.chunks = 1; b.transitions = 1; b.crashes = 1; });
   auto w = proofs::find_witness(cluster_world(b), [](const cluster_world& c) {
     const auto& s = c.world();
     // K moved to v1 by an attempt that is not the first one of the transition, after the crash.

@@ -287,10 +287,11 @@ end:
  * ignored (dedup), new ones are decoded and applied (or queued on the device). A copy whose first
  * instance is still queued waits (only matters without dedup).
  * A copy of an attempt newer than the receiver's waits until the receiver has admitted that
- * attempt's prepare: if it were dropped instead ("other attempt"), the last allowed attempt could
- * lose a payload to that race with no fault budget left, and spin's liveness check finds exactly
- * that (a transition that never ends). So the protocol needs: owners send to a member only after
- * it admitted the prepare, or receivers hold copies of a newer attempt until its prepare. */
+ * attempt's prepare. This is what the real receiver does (receiver.hpp, "Early messages": it keeps
+ * the payloads, open and flush of the next attempt and replays them at admission). If such a copy
+ * were dropped instead ("other attempt"), the last allowed attempt could lose a payload to that
+ * race with no fault budget left, and both spin's liveness check and the C++ checker find exactly
+ * that (a transition that never ends). */
 #ifdef MUT_DEDUP_OFF
 #define DUP_IGNORED(p) 0
 #else
