@@ -94,6 +94,9 @@ class owner_shard {
     frozen_.clear();
     return true;
   }
+  /// B^v or the frozen target as a baseline image, without copying (owner_shard keeps exactly the
+  /// owned tensors, by name, in that very form).
+  const durability::baseline_image& image(bool frozen) const noexcept { return frozen ? frozen_ : baseline_; }
   durability::baseline_image baseline_image_of(bool frozen) const {
     durability::baseline_image img;
     for (auto* t : owned_) img[t->name] = (frozen ? frozen_ : baseline_).at(t->name);
@@ -194,7 +197,7 @@ class owner_shard {
   std::vector<const tensor_info*> owned_;  // points into manifest_ (stable: never resized)
   std::vector<std::vector<canonical_range>> plan_;
   std::vector<bool> chunk_xor_;
-  std::map<std::string, std::vector<std::byte>> baseline_, frozen_;
+  durability::baseline_image baseline_, frozen_;  // owned tensors only
 };
 
 }  // namespace bitrefit::refit

@@ -274,7 +274,7 @@ class sender {
       // durable image of K.v (saved when v was frozen, or at the initial deployment)
     } else if (committed_bits) {
       o.shard.load_baseline(committed_bits);
-      o.store.save(committed_.version, o.shard.baseline_image_of(false));
+      o.store.save(committed_.version, o.shard.image(false));
     } else {
       throw error(errc::mismatch, "owner " + std::to_string(i) + " lost its state: no baseline image of version " +
                                       std::to_string(committed_.version) + " and no trainer copy",
@@ -303,7 +303,9 @@ class sender {
                 o.shard.freeze(next_);
                 o.frozen_version = act.target;
               }
-              o.store.save(act.target, o.shard.baseline_image_of(true));  // durable BEFORE encoding
+              const auto tp = clock::now();
+              o.store.save(act.target, o.shard.image(true));  // durable BEFORE encoding
+              stats_.phases.persist_s += seconds(clock::now() - tp);
             } else if constexpr (std::is_same_v<A, protocol::encode_action>) {
               start_encoding(i, act);
             } else if constexpr (std::is_same_v<A, protocol::cancel_encoding_action>) {
