@@ -291,6 +291,35 @@ TEST(RefitLayouts, MegatronShardedTrainerProjectsToBitExactReceivers) {
   }
 }
 
+TEST(RefitLayouts, ShardedProjectionGathersCanonicalBitsForEveryConfiguration) {
+  layout::model_spec tied = tiny_llama();
+  tied.tied_embeddings = true;  // pp > 1: the last stage's output layer is a non-owning copy
+  const layout::model_spec moe{.name = "tiny-moe", .hidden = 32, .heads = 4, .kv_heads = 2, .head_dim = 8, .layers = 2,
+                               .experts = 4, .moe_intermediate = 16, .vocab = 100, .qk_norm = true};
+  const std::vector<std::pair<layout::model_spec, layout::trainer_parallel>> configs{
+      {tiny_llama(), {.tp = 1}},
+      {tiny_llama(), {.tp = 2, .pp = 2, .dp = 2}},
+      {tied, {.tp = 2, .pp = 2}},
+      {moe, {.tp = 2, .pp = 1, .dp = 2, .ep = 2, .etp = 1}},
+      {moe, {.tp = 1, .pp = 2, .dp = 4, .ep = 2, .etp = 2}},
+  };
+  for (const auto& [spec, par] : configs) {
+    SCOPED_TRACE(spec.name + " tp=" + std::to_string(par.tp) + " pp=" + std::to_string(par.pp) + " dp=" + std::to_string(par.dp) +
+                 " ep=" + std::to_string(par.ep) + " etp=" + std::to_string(par.etp));
+    megatron_trainer trainer(spec, par);
+    canonical_truth truth(layout::canonical_manifest(spec));
+    trainer.export_from(truth);
+    const refit::sharded_projection<layout::megatron_projection> p(trainer.ranks);
+    ASSERT_EQ(p.canonical(), truth.m);
+    const auto in = trainer.input();
+    for (const auto& t : truth.m.tensors()) {
+      std::vector<std::byte> out(t.bytes(), std::byte{0x5A});
+      p.project(in, t, out);
+      EXPECT_TRUE(out == truth.bits.at(t.name)) << t.name;
+    }
+  }
+}
+
 TEST(RefitLayouts, ShardedProjectionRefusesAnIncompleteConfiguration) {
   const auto spec = tiny_llama();
   const layout::trainer_parallel par{.tp = 2, .pp = 1, .dp = 1};

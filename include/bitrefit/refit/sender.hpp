@@ -23,7 +23,10 @@
 // always the last action of its step: "persist BEFORE send", "K durable BEFORE anyone is told");
 // send_action posts to the transport (payload_msg sends are carried by the data plane: each frame
 // was published under its payload id the moment it was encoded, before chunk_encoded_event);
-// freeze_change_set_action saves the frozen target durably BEFORE anything is encoded;
+// freeze_change_set_action freezes the target and starts saving it to the owner's durable
+// baseline store on a thread of its own; the save overlaps encoding and transfer, and the owner's
+// encode_finished_event (its manifest to the coordinator, without which no attempt can commit) is
+// fed only once the save is durable — so K never names v+1 before every owner's v+1 image is on disk;
 // advance_baseline_action swaps B := frozen and drops older durable images; encode_action queues
 // every chunk on the bounded thread pool (each worker publishes its frame as soon as it is built,
 // so encoding overlaps transfer); cancel_encoding_action stops the attempt's remaining chunks;
@@ -34,6 +37,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -124,7 +128,11 @@ class sender {
     requires std::constructible_from<P, model_manifest>
       : sender(P(std::move(manifest)), std::move(transport), std::move(log), std::move(baselines), std::move(o)) {}
   sender(const sender&) = delete;
-  ~sender() { pool_.reset(); }  // joins workers before the slots they reference go away
+  ~sender() {
+    pool_.reset();  // joins workers before the slots they reference go away
+    for (auto& o : owners_)
+      if (o->persisting.valid()) o->persisting.wait();  // a durable save in flight finishes (or fails) first
+  }
 
   /// Boots the coordinator (claims a new epoch; after a takeover it finishes or retries whatever the
   /// log says) and recovers every owner's B^{K.v}: from its durable store, else from
@@ -246,7 +254,17 @@ class sender {
     std::uint32_t next_report = 0;              // chunk_encoded_event is fed in seq order
     std::map<std::uint32_t, digest128> done;    // encoded, not yet reported
     std::uint32_t total = 0;
+    version_t persisted = 0;                    // target whose frozen image is saved (or being saved)
+    double persist_s = 0;                       // duration of the last save (written by its thread)
+    std::future<void> persisting;               // the save in flight; last member: destroyed first
   };
+
+  /// Waits for owner o's durable save in flight; rethrows its failure (an I/O error is fatal).
+  void finish_persist(owner_slot& o) {
+    if (!o.persisting.valid()) return;
+    o.persisting.get();
+    stats_.phases.persist_s += o.persist_s;
+  }
 
   struct completion {
     std::uint32_t owner = 0;
@@ -268,6 +286,9 @@ class sender {
   void recover_owner(std::uint32_t i, const tensor_source& committed_bits) {
     auto& o = *owners_[i];
     o.generation++;
+    if (o.persisting.valid()) o.persisting.wait();  // its volatile state goes; the files stay as they are
+    o.persisting = {};
+    o.persisted = 0;
     o.done.clear();
     o.next_report = 0;
     if (auto img = o.store.load(committed_.version); img && o.shard.load_baseline(*img)) {
@@ -294,18 +315,25 @@ class sender {
             if constexpr (std::is_same_v<A, protocol::send_action>) {
               route(act.env);
             } else if constexpr (std::is_same_v<A, protocol::advance_baseline_action>) {
+              finish_persist(o);
               o.shard.advance();
               o.frozen_version = 0;
               o.store.retain_only(act.record.version);
             } else if constexpr (std::is_same_v<A, protocol::freeze_change_set_action>) {
+              finish_persist(o);
               if (o.frozen_version != act.target) {  // e.g. after an owner restart
                 if (!next_) throw error(errc::protocol, "owner asked to freeze without the trainer's target bits");
                 o.shard.freeze(next_);
                 o.frozen_version = act.target;
               }
-              const auto tp = clock::now();
-              o.store.save(act.target, o.shard.image(true));  // durable BEFORE encoding
-              stats_.phases.persist_s += seconds(clock::now() - tp);
+              if (o.persisted != act.target) {  // retries of the same target reuse the saved image
+                o.persisted = act.target;
+                o.persisting = std::async(std::launch::async, [&o, target = act.target] {
+                  const auto tp = clock::now();
+                  o.store.save(target, o.shard.image(true));  // frozen bits are read-only until advance
+                  o.persist_s = seconds(clock::now() - tp);
+                });
+              }
             } else if constexpr (std::is_same_v<A, protocol::encode_action>) {
               start_encoding(i, act);
             } else if constexpr (std::is_same_v<A, protocol::cancel_encoding_action>) {
@@ -365,7 +393,10 @@ class sender {
         completions_.push_back(std::move(c));
       });
     }
-    if (o.total == 0) step_owner(i, protocol::encode_finished_event{act.attempt, 0});
+    if (o.total == 0) {
+      finish_persist(o);  // the manifest goes out only once v+1's image is durable
+      step_owner(i, protocol::encode_finished_event{act.attempt, 0});
+    }
   }
 
   bool drain_completions() {
@@ -393,7 +424,10 @@ class sender {
         step_owner(c.owner, protocol::chunk_encoded_event{c.attempt, s, o.done[s]});
         o.done.erase(s);
       }
-      if (o.next_report == o.total) step_owner(c.owner, protocol::encode_finished_event{c.attempt, o.total});
+      if (o.next_report == o.total) {
+        finish_persist(o);  // the manifest goes out only once v+1's image is durable
+        step_owner(c.owner, protocol::encode_finished_event{c.attempt, o.total});
+      }
     }
     return !got.empty();
   }
