@@ -162,13 +162,84 @@ TEST_F(ReceiverTest, DuplicateIgnoredConflictFailsOtherAttemptDropped) {
   EXPECT_TRUE(r.step(payload_to(0, payload(0))).empty());  // identical duplicate
   EXPECT_EQ(r, after_first);
   payload_msg other = payload(1);
-  other.id.attempt = attempt_id{1, 7};
-  EXPECT_TRUE(r.step(payload_to(0, other)).empty());  // another attempt: dropped
+  other.id.attempt = attempt_id{0, 7};
+  EXPECT_TRUE(r.step(payload_to(0, other)).empty());  // an older (dead) attempt: dropped
   EXPECT_EQ(r, after_first);
   auto c = r.step(payload_to(0, payload(0, digest128{9, 9})));  // same id, other bytes
   auto f = sent<failed_msg>(c);
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].reason, failure_reason::conflicting_payload);
+}
+
+// Found by the exhaustive checker: without this a payload or open that overtakes its prepare was
+// dropped, nobody sent it again, and the last allowed attempt could never end.
+TEST(ReceiverEarly, MessagesBeforeThePrepareAreKeptAndReplayedInOrder) {
+  receiver r{0, 0, two_by_two()};
+  const attempt_id tau{1, 1};
+  auto pay = [&](std::uint32_t owner) { return payload_msg{payload_id{tau, owner, 0}, 0, 1, mode::xor_delta, {owner + 1u, 2}}; };
+  auto s1 = r.step(payload_to(1, pay(1)));
+  ASSERT_EQ(s1.size(), 1u);
+  EXPECT_EQ(std::get<stage_payload_action>(s1[0]).id, pay(1).id);  // staged at once: the frame verified
+  EXPECT_TRUE(r.step(payload_to(1, pay(1))).empty());               // identical duplicate: ignored
+  EXPECT_TRUE(r.step(from_coord(0, open_msg{tau, {1, 1}})).empty());
+  EXPECT_EQ(r.phase, receiver_phase::serving);                      // nothing applied before admission
+  EXPECT_TRUE(r.gate_open);
+  ASSERT_TRUE(r.early.has_value());
+  EXPECT_EQ(r.early->payloads.size(), 1u);
+  EXPECT_TRUE(r.step(payload_to(0, pay(0))).size() == 1u);
+  auto a = r.step(from_coord(0, prepare_msg{record_of(tau, mode::xor_delta, {{0, 0}, {1, 0}})}));
+  EXPECT_FALSE(r.early.has_value());
+  ASSERT_GE(a.size(), 4u);
+  EXPECT_TRUE(std::holds_alternative<close_gate_action>(a[0]));  // the gate closes BEFORE any apply
+  std::vector<payload_id> order;
+  for (const auto& x : a)
+    if (const auto* ap = std::get_if<apply_payload_action>(&x)) order.push_back(ap->id);
+  ASSERT_EQ(order.size(), 2u);
+  EXPECT_EQ(order[0].owner, 0u);
+  EXPECT_EQ(order[1].owner, 1u);
+  EXPECT_EQ(count_of<stage_payload_action>(a), 0u);  // staged once, when they arrived
+  EXPECT_EQ(count_of<sync_device_action>(a), 1u);
+}
+
+TEST(ReceiverEarly, BufferHoldsOneAttemptAndIsDroppedWhenPassed) {
+  receiver r{0, 0, two_by_two()};
+  const attempt_id t1{1, 1}, t2{1, 2};
+  auto pay = [&](attempt_id t) { return payload_msg{payload_id{t, 0, 0}, 0, 1, mode::overwrite, {5, 5}}; };
+  r.step(payload_to(0, pay(t2)));
+  EXPECT_TRUE(r.step(payload_to(0, pay(t1))).empty());  // older than the kept attempt: dropped
+  EXPECT_EQ(r.early->attempt, t2);
+  // A conflicting copy is remembered and fails the attempt once it is admitted.
+  auto conflicting = pay(t2);
+  conflicting.content = digest128{6, 6};
+  EXPECT_TRUE(r.step(payload_to(0, conflicting)).empty());
+  EXPECT_TRUE(r.early->conflict);
+  // obsolete of t2 drops the buffer and its staged frames; the receiver answers stopped.
+  auto o = r.step(from_coord(0, obsolete_msg{t2}));
+  EXPECT_FALSE(r.early.has_value());
+  ASSERT_GE(o.size(), 1u);
+  EXPECT_EQ(std::get<discard_staged_action>(o[0]).attempt, t2);
+  EXPECT_EQ(sent<stopped_msg>(o).size(), 1u);
+  EXPECT_TRUE(r.step(payload_to(0, pay(t2))).empty());  // t2 is dead here now
+  // A prepare that does not name this member drops what was kept for it.
+  const attempt_id t3{1, 3};
+  r.step(payload_to(0, pay(t3)));
+  auto p = r.step(from_coord(0, prepare_msg{record_of(t3, mode::overwrite, {{1, 0}})}));
+  EXPECT_FALSE(r.early.has_value());
+  EXPECT_EQ(count_of<discard_staged_action>(p), 1u);
+}
+
+TEST(ReceiverEarly, ConflictKeptBeforeThePrepareFailsTheAttempt) {
+  receiver r{0, 0, two_by_two()};
+  const attempt_id tau{1, 1};
+  payload_msg m{payload_id{tau, 0, 0}, 0, 1, mode::xor_delta, {1, 1}};
+  r.step(payload_to(0, m));
+  m.content = digest128{2, 2};
+  r.step(payload_to(0, m));
+  auto a = r.step(from_coord(0, prepare_msg{record_of(tau, mode::xor_delta, {{0, 0}})}));
+  auto f = sent<failed_msg>(a);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].reason, failure_reason::conflicting_payload);
+  EXPECT_EQ(count_of<apply_payload_action>(a), 0u);
 }
 
 TEST_F(ReceiverTest, XorOnAnotherBaseIsRefused) {

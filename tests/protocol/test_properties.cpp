@@ -62,6 +62,7 @@ world_config gen_world(protocol_mutation mutation, std::uint32_t min_duplicates 
   c.corruptions = *rc::gen::inRange<std::uint32_t>(0, 2);
   c.conflicts = *rc::gen::inRange<std::uint32_t>(0, 2);
   c.crashes = *rc::gen::inRange<std::uint32_t>(0, 3);
+  c.owner_crashes = *rc::gen::inRange<std::uint32_t>(0, 3);
   c.failovers = *rc::gen::inRange<std::uint32_t>(0, 3);
   c.log_faults = *rc::gen::inRange<std::uint32_t>(0, 3);
   c.early_deadlines = *rc::gen::inRange<std::uint32_t>(0, 3);

@@ -445,6 +445,13 @@ struct coordinator {
     if (!was_member) return;
     if (mutated(protocol_mutation::accept_old_incarnation_acks)) return;  // broken: keeps the old ack
     if (phase == coordinator_phase::collecting) mark_obsolete(out, after_stop::retry);
+    // The newer incarnation joins only after its dense restore, and a restart ends the old
+    // process: nothing the old incarnation issued can still take effect, so its join counts as
+    // the old member's stopped_msg (stop_and_wait need not wait out a deadline for a dead process).
+    if (phase != coordinator_phase::stopping) return;
+    for (std::size_t i = 0; i < attempt->members.size(); ++i)
+      if (attempt->members[i].receiver == r && attempt->members[i].incarnation < m.from.incarnation) stopped[i] = 1;
+    if (all_set(stopped)) finish_stop(out);
   }
 
   // ---- helpers

@@ -214,6 +214,8 @@ inline std::string str(const receiver& r) {
     if (r.attempt->acked) s += " acked";
   }
   if (r.completed) s += " completed=" + str(*r.completed);
+  if (r.early) s += " early=" + str(r.early->attempt) + "(" + num(r.early->payloads.size()) + " payloads" +
+                    (r.early->open ? ", open" : "") + (r.early->flush ? ", flush" : "") + ")";
   return s;
 }
 

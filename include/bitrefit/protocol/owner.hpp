@@ -80,6 +80,18 @@ struct owner {
       : id(id_), mutation(m), baseline(baseline_) {}
   friend auto operator<=>(const owner&, const owner&) = default;
 
+  /// The owner process restarted: only what it made durable survives, its baseline B^v with its
+  /// commit record (advance_baseline_action) and the frozen change set of the transition in progress
+  /// (freeze_change_set_action). The attempt it was encoding is gone, and so is highest_seen: a
+  /// late copy of an old prepare may make it encode a dead attempt again, which receivers and the
+  /// coordinator ignore. The next prepare (a retry after the coordinator's deadline) encodes from
+  /// the recovered frozen set.
+  static owner recovered(const owner& before_crash) {
+    owner o(before_crash.id, before_crash.baseline, before_crash.mutation);
+    o.frozen_target = before_crash.frozen_target;
+    return o;
+  }
+
   std::vector<owner_action> step(const owner_event& ev) {
     std::vector<owner_action> out;
     std::visit([&](const auto& e) { on(e, out); }, ev);

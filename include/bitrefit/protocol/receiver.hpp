@@ -14,7 +14,9 @@
 //   persist_incarnation_action  record the new incarnation durably BEFORE sending anything under it
 //   close_gate_action           stop admitting requests BEFORE any apply of the attempt
 //   drain_requests_action       asynchronous mode: wait for in-flight requests of v, then drained_event
-//   stage_payload_action        keep the verified frame (compressed) for τ
+//   stage_payload_action        keep the verified frame (compressed) for τ. τ may be an attempt
+//                               whose prepare has not arrived yet (see "Early messages" below);
+//                               discard_staged_action of τ drops it like any other staged frame
 //   apply_payload_action        decode + apply the staged frame in place, in the order emitted; it may
 //                               complete asynchronously and out of order with other applies of the
 //                               same attempt (positions are disjoint); only sync_device waits for it
@@ -26,6 +28,17 @@
 //   dense_restore_action        wait for every issued apply, then write every parameter from K.v
 //                               (dense refit or checkpoint), then restored_event
 //   send_action / arm_deadline_action / disarm_deadline_action
+//
+// Early messages. The network may deliver a payload, open or flush of attempt τ before τ's prepare
+// (they are sent after it, but nothing orders different senders' messages, and a prepare can be
+// delayed). Dropping them would be wrong for liveness: nobody sends them again, so the last
+// allowed attempt could never end even without a single fault (found by the exhaustive checker).
+// So the receiver keeps the messages of ONE attempt newer than everything it has seen
+// (`early`): payloads are staged at once (their frames verified), open and flush are remembered.
+// When τ's prepare admits it, they are replayed in the order payloads, open, flush, exactly as if
+// they had arrived just after the prepare. A newer attempt's early message, a prepare or obsolete
+// that passes τ, a prepare that does not name this member, and a restore all drop the buffer (and
+// discard its staged frames). The bound is one attempt's manifest, as for the active attempt.
 #pragma once
 
 #include <algorithm>
@@ -147,6 +160,16 @@ struct receiver_attempt {
   friend auto operator<=>(const receiver_attempt&, const receiver_attempt&) = default;
 };
 
+/// Messages of an attempt newer than any this receiver has seen, kept until its prepare arrives.
+struct early_attempt {
+  attempt_id attempt{};
+  std::vector<payload_msg> payloads;      // sorted by id; each staged once when it arrived
+  bool conflict = false;                  // two verified copies of one id differed
+  std::optional<open_msg> open;
+  bool flush = false;
+  friend auto operator<=>(const early_attempt&, const early_attempt&) = default;
+};
+
 struct receiver {
   std::uint32_t id = 0;
   std::uint64_t incarnation = 0;
@@ -163,6 +186,7 @@ struct receiver {
   bool sync_pending = false;              // a sync_device_action is outstanding
   std::optional<attempt_id> stopping_for; // answer stopped_msg for this once the device is synced
   std::optional<prepare_record> deferred; // a newer prepare waiting for the device sync
+  std::optional<early_attempt> early;     // messages of an attempt whose prepare has not arrived
 
   receiver() = default;
   /// A receiver already serving `at` (initial deployment). Restarted processes use `restarted`.
@@ -309,6 +333,7 @@ struct receiver {
       completed.reset();
       deferred.reset();
       stopping_for.reset();
+      drop_early(out);
       ++incarnation;
       out.push_back(persist_incarnation_action{incarnation});
       if (gate_open) {
@@ -338,6 +363,9 @@ struct receiver {
       return;
     }
     if (!commit_news(p.base, out)) return;                 // the base is a commit record too
+    if (early && early->attempt <= p.attempt &&
+        (early->attempt < p.attempt || std::find(p.members.begin(), p.members.end(), self()) == p.members.end()))
+      drop_early(out);  // passed, or this member was not admitted to it
     if (std::find(p.members.begin(), p.members.end(), self()) == p.members.end()) return;
     highest_seen = p.attempt;
     if (phase == receiver_phase::stopping) {  // still waiting for the device: admit afterwards
@@ -376,6 +404,35 @@ struct receiver {
       gate_open = false;
       out.push_back(close_gate_action{});
     }
+    replay_early(out);
+  }
+
+  /// The admitted attempt's early messages, as if they arrived now: payloads, open, flush.
+  void replay_early(out_t& out) {
+    if (!early || !attempt || early->attempt != attempt->attempt) return;
+    early_attempt e = std::move(*early);
+    early.reset();
+    for (const auto& m : e.payloads) take_payload(m, out, /*staged=*/true);
+    if (e.conflict && attempt && !attempt->failed) fail(failure_reason::conflicting_payload, out);
+    if (e.open && phase == receiver_phase::member && attempt) on_msg(*e.open, out);
+    if (e.flush && phase == receiver_phase::member && attempt) on_msg(flush_msg{e.attempt}, out);
+  }
+
+  /// Drop the early buffer (its staged frames too): its attempt can no longer be admitted here.
+  void drop_early(out_t& out) {
+    if (!early) return;
+    if (!early->payloads.empty()) out.push_back(discard_staged_action{early->attempt});
+    early.reset();
+  }
+
+  /// May a message of attempt `t` be kept for later? Only for an attempt newer than every one seen
+  /// (and than the active one): older ones are dead here. Makes room by dropping an older buffer.
+  bool keep_early(const attempt_id& t, out_t& out) {
+    if (phase == receiver_phase::aborted || t <= highest_seen || (attempt && t <= attempt->attempt)) return false;
+    if (early && early->attempt > t) return false;  // a newer attempt already started sending
+    if (early && early->attempt < t) drop_early(out);
+    if (!early) early = early_attempt{t, {}, false, std::nullopt, false};
+    return true;
   }
 
   void request_sync(out_t& out, bool with_attestation) {
@@ -390,7 +447,23 @@ struct receiver {
   }
 
   void on_msg(const payload_msg& m, out_t& out) {
-    if (phase != receiver_phase::member || !attempt || m.id.attempt != attempt->attempt) return;  // dropped
+    if (phase == receiver_phase::member && attempt && m.id.attempt == attempt->attempt) {
+      take_payload(m, out, /*staged=*/false);
+      return;
+    }
+    if (!keep_early(m.id.attempt, out)) return;  // an attempt that is over here: dropped
+    auto& ps = early->payloads;
+    auto it = std::lower_bound(ps.begin(), ps.end(), m, [](const payload_msg& a, const payload_msg& b) { return a.id < b.id; });
+    if (it != ps.end() && it->id == m.id) {
+      if (it->content != m.content) early->conflict = true;  // reported when the attempt is admitted
+      return;                                                // an identical duplicate is ignored
+    }
+    ps.insert(it, m);
+    out.push_back(stage_payload_action{m.id});
+  }
+
+  /// A verified payload of the active attempt; `staged` when its frame was kept before admission.
+  void take_payload(const payload_msg& m, out_t& out, bool staged) {
     auto& cs = attempt->chunks;
     auto it = std::find_if(cs.begin(), cs.end(),
                            [&](const chunk_state& c) { return c.owner == m.id.owner && c.seq == m.id.seq; });
@@ -410,20 +483,28 @@ struct receiver {
     }
     chunk_state c{m.id.owner, m.id.seq, m.content, false};
     cs.insert(std::upper_bound(cs.begin(), cs.end(), c), c);
-    out.push_back(stage_payload_action{m.id});
+    if (!staged) out.push_back(stage_payload_action{m.id});
     progress(out);
   }
 
   void on_msg(const open_msg& m, out_t& out) {
-    if (phase != receiver_phase::member || !attempt || m.attempt != attempt->attempt || attempt->open) return;
+    if (!(phase == receiver_phase::member && attempt && m.attempt == attempt->attempt)) {
+      if (keep_early(m.attempt, out) && !early->open) early->open = m;
+      return;
+    }
+    if (attempt->open) return;
     attempt->open = true;
     attempt->manifest = m.chunks;
     progress(out);
   }
 
   void on_msg(const flush_msg& m, out_t& out) {
-    if (phase != receiver_phase::member || !attempt || m.attempt != attempt->attempt || attempt->flushing) return;
     if (gate != gate_policy::asynchronous) return;
+    if (!(phase == receiver_phase::member && attempt && m.attempt == attempt->attempt)) {
+      if (keep_early(m.attempt, out)) early->flush = true;
+      return;
+    }
+    if (attempt->flushing) return;
     attempt->flushing = true;
     if (gate_open) {
       gate_open = false;
@@ -434,6 +515,7 @@ struct receiver {
 
   void on_msg(const obsolete_msg& m, out_t& out) {
     highest_seen = std::max(highest_seen, m.attempt);
+    if (early && early->attempt <= m.attempt) drop_early(out);
     if (phase == receiver_phase::stopping) {
       if (!stopping_for || *stopping_for < m.attempt) stopping_for = m.attempt;
       if (deferred && deferred->attempt <= m.attempt) deferred.reset();
@@ -456,6 +538,7 @@ struct receiver {
   }
 
   void on_msg(const abort_msg& m, out_t& out) {
+    if (early && early->attempt <= m.attempt) drop_early(out);
     if (phase == receiver_phase::stopping || (attempt && attempt->attempt > m.attempt)) return;
     if (attempt) out.push_back(discard_staged_action{attempt->attempt});
     attempt.reset();
@@ -518,11 +601,14 @@ inline void hash_append(hasher& h, const receiver_attempt& a) {
   h.mix(a.open); hash_append(h, a.manifest); hash_append(h, a.chunks);
   h.mix(a.arrived_sent | a.flushing << 1 | a.drained << 2 | a.syncing << 3 | a.acked << 4 | a.failed << 5);
 }
+inline void hash_append(hasher& h, const early_attempt& e) {
+  hash_append(h, e.attempt); hash_append(h, e.payloads); h.mix(e.conflict); hash_append(h, e.open); h.mix(e.flush);
+}
 inline void hash_append(hasher& h, const receiver& r) {
   h.mix(r.id); h.mix(r.incarnation); hash_append(h, r.gate); h.mix(r.attest); hash_append(h, r.mutation);
   hash_append(h, r.phase); hash_append(h, r.committed); h.mix(r.gate_open); hash_append(h, r.highest_seen);
   hash_append(h, r.attempt); hash_append(h, r.completed); h.mix(r.unsynced); h.mix(r.sync_pending);
-  hash_append(h, r.stopping_for); hash_append(h, r.deferred);
+  hash_append(h, r.stopping_for); hash_append(h, r.deferred); hash_append(h, r.early);
 }
 }  // namespace detail
 

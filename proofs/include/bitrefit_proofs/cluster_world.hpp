@@ -32,6 +32,7 @@ struct cluster_bounds {
   std::uint32_t transitions = 2;   // successive transitions v0 -> v1 -> v2
   std::uint32_t max_attempts = 2;  // per transition
   std::uint32_t crashes = 0;
+  std::uint32_t owner_crashes = 0;
   std::uint32_t failovers = 0;
   std::uint32_t drops = 0;
   std::uint32_t duplicates = 0;
@@ -65,6 +66,7 @@ struct cluster_bounds {
     c.corruptions = corruptions;
     c.conflicts = conflicts;
     c.crashes = crashes;
+    c.owner_crashes = owner_crashes;
     c.failovers = failovers;
     c.log_faults = log_faults;
     c.early_deadlines = early_deadlines;
@@ -107,6 +109,7 @@ class cluster_world {
         case move_kind::corrupt:
         case move_kind::conflict:
         case move_kind::crash:
+        case move_kind::owner_crash:
         case move_kind::failover:
         case move_kind::log_failed:
         case move_kind::log_unknown_applied:

@@ -21,6 +21,7 @@
 //                                                        consume fault budget; reorder = choice of message)
 //   device r<i> <payload id> <mode>                      a pending apply takes effect (any order)
 //   crash r<i> / restart r<i>                            receiver process dies / comes back (new incarnation)
+//   crash o<i>                                           owner process dies and restarts from its durable state
 //   deadline c / deadline r<i>                           an armed timer expires: always allowed once the
 //                                                        world is quiet (nothing in flight), earlier only
 //                                                        with the early-deadline budget
@@ -65,6 +66,7 @@ struct world_config {
   std::uint32_t corruptions = 0;     // a copy that fails verification (counts as undelivered)
   std::uint32_t conflicts = 0;       // a copy with the same payload id and different bytes
   std::uint32_t crashes = 0;         // receiver crashes
+  std::uint32_t owner_crashes = 0;   // an owner process dies and restarts from its durable state
   std::uint32_t failovers = 0;
   std::uint32_t log_faults = 0;      // compare-and-set answered failed / unknown
   std::uint32_t early_deadlines = 0; // deadlines while something is still in flight
@@ -75,7 +77,8 @@ struct world_config {
 enum class move_kind : std::uint8_t {
   deliver, drop, duplicate, corrupt, conflict, device, crash, restart, deadline, failover,
   log_ok, log_failed, log_unknown_applied, log_unknown_lost, abort,
-  begin  // the trainer hands the idle coordinator version K.v+1 (while K.v < goal)
+  begin,  // the trainer hands the idle coordinator version K.v+1 (while K.v < goal)
+  owner_crash  // owner o dies and restarts at once from its durable baseline and frozen change set
 };
 
 /// One nondeterministic step. `index`: in-flight message index (network moves), receiver (device,
@@ -105,7 +108,7 @@ struct pending_log {
 
 struct fault_budget {
   std::uint32_t drops = 0, duplicates = 0, corruptions = 0, conflicts = 0, crashes = 0, failovers = 0, log_faults = 0,
-                early_deadlines = 0, aborts = 0;
+                early_deadlines = 0, aborts = 0, owner_crashes = 0;
   friend auto operator<=>(const fault_budget&, const fault_budget&) = default;
 };
 
@@ -156,7 +159,7 @@ struct cluster {
     sync_waiting.assign(p.receivers, 0);
     receiver_deadline.assign(p.receivers, 0);
     budget = fault_budget{cfg.drops, cfg.duplicates, cfg.corruptions, cfg.conflicts, cfg.crashes, cfg.failovers,
-                          cfg.log_faults, cfg.early_deadlines, cfg.aborts};
+                          cfg.log_faults, cfg.early_deadlines, cfg.aborts, cfg.owner_crashes};
     std::vector<std::string>* none = nullptr;
     run({{node_ref::coord(), coordinator_event{start_event{}}}}, none);
   }
@@ -239,6 +242,8 @@ struct cluster {
       if (!receivers[r]) out.push_back({move_kind::restart, r, 0});
     }
     if (budget.failovers) out.push_back({move_kind::failover, 0, 0});
+    if (budget.owner_crashes)
+      for (std::uint32_t o = 0; o < owners.size(); ++o) out.push_back({move_kind::owner_crash, o, 0});
     if (budget.aborts && coord.phase == coordinator_phase::collecting) out.push_back({move_kind::abort, 0, 0});
     if (can_begin()) out.push_back({move_kind::begin, 0, 0});
     return out;
@@ -276,6 +281,11 @@ struct cluster {
         device[m.index].clear();
         sync_waiting[m.index] = 0;
         receiver_deadline[m.index] = 0;
+        return;
+      }
+      case move_kind::owner_crash: {
+        --budget.owner_crashes;
+        owners[m.index] = owner::recovered(owners[m.index]);
         return;
       }
       case move_kind::restart: {
@@ -360,6 +370,7 @@ struct cluster {
       }
       case move_kind::crash: return "crash r" + std::to_string(m.index);
       case move_kind::restart: return "restart r" + std::to_string(m.index);
+      case move_kind::owner_crash: return "crash o" + std::to_string(m.index);
       case move_kind::deadline: return m.index == 0 ? "deadline c" : "deadline r" + std::to_string(m.index - 1);
       case move_kind::failover: return "failover";
       case move_kind::log_ok: return "log ok " + fmt::str(log_queue.at(m.index).request);
@@ -710,7 +721,7 @@ inline void hash_append(hasher& h, const std::pair<attempt_id, member>& p) { has
 inline void hash_append(hasher& h, const std::string& s) { for (char c : s) h.mix(static_cast<unsigned char>(c)); h.mix(s.size()); }
 inline void hash_append(hasher& h, const sim::fault_budget& b) {
   h.mix(b.drops); h.mix(b.duplicates); h.mix(b.corruptions); h.mix(b.conflicts); h.mix(b.crashes); h.mix(b.failovers);
-  h.mix(b.log_faults); h.mix(b.early_deadlines); h.mix(b.aborts);
+  h.mix(b.log_faults); h.mix(b.early_deadlines); h.mix(b.aborts); h.mix(b.owner_crashes);
 }
 inline void hash_append(hasher& h, const sim::cluster& c) {
   hash_append(h, c.log); hash_append(h, c.coord); hash_append(h, c.owners); hash_append(h, c.receivers);
