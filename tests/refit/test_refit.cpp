@@ -301,9 +301,15 @@ TEST_P(Refit, OwnerCrashMidStreamRecoversFromItsDurableBaseline) {
   c.refit_once();
   c.expect_all_bit_exact(1);
   c.faults.arm(refit::fault_point::owner_mid_stream, 2, "owner/0");
-  const auto st = c.refit_once();
+  c.truth.step();
+  std::atomic<std::size_t> reads{0};
+  const auto st = c.tx->refit([&, src = c.truth.source()](const tensor_info& t, std::span<std::byte> out) {
+    ++reads;
+    src(t, out);
+  });
   EXPECT_EQ(c.faults.fired(), 1u);
   EXPECT_GE(st.attempts, 2u);
+  EXPECT_EQ(reads.load(), c.truth.m.size()) << "the restarted owner recovers its frozen set from its durable store, not from the trainer";
   c.expect_all_bit_exact(2);
 }
 
@@ -498,7 +504,7 @@ TEST(RefitDurability, NoCommitBeforeEveryOwnersTargetImageIsDurable) {
   truth_model truth;
   transport::inprocess_transport net;
   std::vector<slow_baseline_store> stores(2);
-  checking_log log{{}, stores};
+  checking_log log{durability::memory_commit_log(), stores};
   refit::sender_options so;
   so.owners = 2;
   so.receivers = 1;

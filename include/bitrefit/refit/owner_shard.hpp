@@ -97,6 +97,15 @@ class owner_shard {
   /// B^v or the frozen target as a baseline image, without copying (owner_shard keeps exactly the
   /// owned tensors, by name, in that very form).
   const durability::baseline_image& image(bool frozen) const noexcept { return frozen ? frozen_ : baseline_; }
+  /// Sets the frozen target from a durable image (a restarted owner); false when it does not match.
+  bool load_frozen(const durability::baseline_image& img) {
+    for (auto* t : owned_) {
+      auto it = img.find(t->name);
+      if (it == img.end() || it->second.size() != t->bytes()) return false;
+    }
+    for (auto* t : owned_) frozen_[t->name] = img.at(t->name);
+    return true;
+  }
   durability::baseline_image baseline_image_of(bool frozen) const {
     durability::baseline_image img;
     for (auto* t : owned_) img[t->name] = (frozen ? frozen_ : baseline_).at(t->name);

@@ -23,10 +23,9 @@
 // always the last action of its step: "persist BEFORE send", "K durable BEFORE anyone is told");
 // send_action posts to the transport (payload_msg sends are carried by the data plane: each frame
 // was published under its payload id the moment it was encoded, before chunk_encoded_event);
-// freeze_change_set_action freezes the target and starts saving it to the owner's durable
-// baseline store on a thread of its own; the save overlaps encoding and transfer, and the owner's
-// encode_finished_event (its manifest to the coordinator, without which no attempt can commit) is
-// fed only once the save is durable — so K never names v+1 before every owner's v+1 image is on disk;
+// freeze_change_set_action saves the frozen target durably BEFORE anything is encoded (once per
+// target: retries reuse the image), so a crashed owner recovers it (protocol::owner::recovered)
+// without the trainer, and K never names v+1 before every owner can recover v+1;
 // advance_baseline_action swaps B := frozen and drops older durable images; encode_action queues
 // every chunk on the bounded thread pool (each worker publishes its frame as soon as it is built,
 // so encoding overlaps transfer); cancel_encoding_action stops the attempt's remaining chunks;
@@ -37,7 +36,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
-#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -128,11 +126,7 @@ class sender {
     requires std::constructible_from<P, model_manifest>
       : sender(P(std::move(manifest)), std::move(transport), std::move(log), std::move(baselines), std::move(o)) {}
   sender(const sender&) = delete;
-  ~sender() {
-    pool_.reset();  // joins workers before the slots they reference go away
-    for (auto& o : owners_)
-      if (o->persisting.valid()) o->persisting.wait();  // a durable save in flight finishes (or fails) first
-  }
+  ~sender() { pool_.reset(); }  // joins workers before the slots they reference go away
 
   /// Boots the coordinator (claims a new epoch; after a takeover it finishes or retries whatever the
   /// log says) and recovers every owner's B^{K.v}: from its durable store, else from
@@ -254,17 +248,8 @@ class sender {
     std::uint32_t next_report = 0;              // chunk_encoded_event is fed in seq order
     std::map<std::uint32_t, digest128> done;    // encoded, not yet reported
     std::uint32_t total = 0;
-    version_t persisted = 0;                    // target whose frozen image is saved (or being saved)
-    double persist_s = 0;                       // duration of the last save (written by its thread)
-    std::future<void> persisting;               // the save in flight; last member: destroyed first
+    version_t persisted = 0;                    // target whose frozen image is durable
   };
-
-  /// Waits for owner o's durable save in flight; rethrows its failure (an I/O error is fatal).
-  void finish_persist(owner_slot& o) {
-    if (!o.persisting.valid()) return;
-    o.persisting.get();
-    stats_.phases.persist_s += o.persist_s;
-  }
 
   struct completion {
     std::uint32_t owner = 0;
@@ -283,11 +268,34 @@ class sender {
 
   // ---- owners ---------------------------------------------------------------------------------
 
+  /// The owner process died mid-stream: every volatile bit is gone. What it made durable survives
+  /// (protocol::owner::recovered): B^v of its commit record and the frozen target of the transition
+  /// in progress, both read back from its baseline store — never from the trainer. The
+  /// coordinator's deadline then retries the attempt; the retry encodes the recovered frozen set.
+  void crash_owner(std::uint32_t i) {
+    auto& o = *owners_[i];
+    o.generation++;
+    o.done.clear();
+    o.next_report = 0;
+    const protocol::owner before = o.sm;
+    o.sm = protocol::owner::recovered(before);
+    auto lost = [&](version_t v, const char* what) {
+      return error(errc::mismatch, "owner " + std::to_string(i) + " lost its state: no durable " + what + " image of version " + std::to_string(v),
+                   {.file = {}, .tensor = {}, .field = "baseline"});
+    };
+    auto base = o.store.load(o.sm.baseline.version);
+    if (!base || !o.shard.load_baseline(*base)) throw lost(o.sm.baseline.version, "baseline");
+    o.frozen_version = o.persisted = 0;
+    if (o.sm.frozen_target) {
+      auto frozen = o.store.load(*o.sm.frozen_target);
+      if (!frozen || !o.shard.load_frozen(*frozen)) throw lost(*o.sm.frozen_target, "frozen target");
+      o.frozen_version = o.persisted = *o.sm.frozen_target;
+    }
+  }
+
   void recover_owner(std::uint32_t i, const tensor_source& committed_bits) {
     auto& o = *owners_[i];
     o.generation++;
-    if (o.persisting.valid()) o.persisting.wait();  // its volatile state goes; the files stay as they are
-    o.persisting = {};
     o.persisted = 0;
     o.done.clear();
     o.next_report = 0;
@@ -315,24 +323,20 @@ class sender {
             if constexpr (std::is_same_v<A, protocol::send_action>) {
               route(act.env);
             } else if constexpr (std::is_same_v<A, protocol::advance_baseline_action>) {
-              finish_persist(o);
               o.shard.advance();
               o.frozen_version = 0;
               o.store.retain_only(act.record.version);
             } else if constexpr (std::is_same_v<A, protocol::freeze_change_set_action>) {
-              finish_persist(o);
-              if (o.frozen_version != act.target) {  // e.g. after an owner restart
+              if (o.frozen_version != act.target) {  // e.g. a restarted trainer-side engine
                 if (!next_) throw error(errc::protocol, "owner asked to freeze without the trainer's target bits");
                 o.shard.freeze(next_);
                 o.frozen_version = act.target;
               }
               if (o.persisted != act.target) {  // retries of the same target reuse the saved image
+                const auto tp = clock::now();
+                o.store.save(act.target, o.shard.image(true));  // durable BEFORE encoding
                 o.persisted = act.target;
-                o.persisting = std::async(std::launch::async, [&o, target = act.target] {
-                  const auto tp = clock::now();
-                  o.store.save(target, o.shard.image(true));  // frozen bits are read-only until advance
-                  o.persist_s = seconds(clock::now() - tp);
-                });
+                stats_.phases.persist_s += seconds(clock::now() - tp);
               }
             } else if constexpr (std::is_same_v<A, protocol::encode_action>) {
               start_encoding(i, act);
@@ -393,10 +397,7 @@ class sender {
         completions_.push_back(std::move(c));
       });
     }
-    if (o.total == 0) {
-      finish_persist(o);  // the manifest goes out only once v+1's image is durable
-      step_owner(i, protocol::encode_finished_event{act.attempt, 0});
-    }
+    if (o.total == 0) step_owner(i, protocol::encode_finished_event{act.attempt, 0});
   }
 
   bool drain_completions() {
@@ -410,11 +411,7 @@ class sender {
       if (c.generation != o.generation.load()) continue;
       if (c.fatal) throw error(errc::io, "owner " + std::to_string(c.owner) + " failed to encode: " + c.what);
       if (c.crashed) {
-        // The owner process died mid-stream: its volatile state is gone. It restarts from its
-        // durable baseline of K.v; the coordinator's deadline retries the attempt.
-        const auto r = log_.apply(protocol::read_request{});
-        if (r.outcome == protocol::log_outcome::ok) committed_ = std::max(committed_, r.snapshot.record);
-        recover_owner(c.owner, nullptr);
+        crash_owner(c.owner);
         continue;
       }
       extend_deadline();  // an owner made progress
@@ -424,10 +421,7 @@ class sender {
         step_owner(c.owner, protocol::chunk_encoded_event{c.attempt, s, o.done[s]});
         o.done.erase(s);
       }
-      if (o.next_report == o.total) {
-        finish_persist(o);  // the manifest goes out only once v+1's image is durable
-        step_owner(c.owner, protocol::encode_finished_event{c.attempt, o.total});
-      }
+      if (o.next_report == o.total) step_owner(c.owner, protocol::encode_finished_event{c.attempt, o.total});
     }
     return !got.empty();
   }

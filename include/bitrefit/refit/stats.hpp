@@ -4,8 +4,7 @@
 // (location/value coding + zstd), transfer (from the first publish until every member reported
 // every payload applied/staged), apply (receivers' decode + placement, summed as reported in acks),
 // sync (receivers' flush + attestation), commit (compare-and-set until durable), persist (owners
-// saving the frozen target to their durable baseline store; it overlaps encode and transfer and
-// must end before an owner reports its manifest, so before any commit). compare and
+// saving the frozen target to their durable baseline store, BEFORE encoding). compare and
 // encode run fused per chunk on the pool and are summed over threads; they overlap transfer.
 #pragma once
 
