@@ -183,6 +183,7 @@ class sender {
     for (auto& o : owners_) {
       stats_.changed += o->shard.freeze(next);
       o->frozen_version = stats_.version;
+      o->persisted = 0;  // these bits are not saved yet (an earlier, failed transition may have saved others)
     }
     stats_.phases.compare_s = seconds(clock::now() - tc);
     check_placements();
