@@ -4,6 +4,7 @@
 //
 //   bitrefit-demo [--refits N] [--receivers R] [--kill-every K] [--params P] [--mode sync|async]
 //                 [--json] [--dir D] [--threads T] [--owners O] [--frame-kib F] [--deadline-ms MS]
+//                 [--restart-trainer-every K] [--crash-owner-every K]
 //
 // The trainer applies real AdamW steps (FP32 master weights, lr 1e-6, synthetic gradients,
 // round-to-nearest-even BF16 export; sim/adamw.hpp) to a Llama-shaped model of about P parameters
@@ -15,6 +16,12 @@
 // After every commit the trainer waits until every rollout process holds the committed version and
 // checks it two ways: the attestation digest it reports, and a full byte comparison of its mapped
 // weights with the trainer's own dense BF16 copy.
+// The owners keep their baselines in the durable filesystem baseline store (<dir>/baseline/owner-i,
+// consistent with the filesystem commit log in <dir>/log), so the trainer side survives restarts:
+// every K refits (--restart-trainer-every, default 10) the refit engine (coordinator + owners) is
+// torn down and started again from the durable state alone — no trainer copy — taking over with a
+// new epoch; and with --crash-owner-every K an owner dies mid-stream every K refits and recovers
+// K.v's baseline from its store while the coordinator retries the attempt.
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -29,7 +36,6 @@
 #include <string>
 
 #include "bitrefit/durability/filesystem.hpp"
-#include "bitrefit/durability/memory.hpp"
 #include "bitrefit/refit/receiver.hpp"
 #include "bitrefit/refit/sender.hpp"
 #include "bitrefit/sim/adamw.hpp"
@@ -54,6 +60,8 @@ struct options {
   std::uint32_t owners = 1;
   std::uint64_t frame_kib = 8192;
   int deadline_ms = 5000;
+  int restart_trainer_every = 10;  // restart the refit engine from durable state before refit K+1, 2K+1, ...
+  int crash_owner_every = 0;       // an owner crashes mid-stream in refit K, 2K, ...
   std::uint64_t seed = 42;
   bool keep = false;
   // receiver role
@@ -67,7 +75,8 @@ struct options {
                "bitrefit-demo: %s\n"
                "usage: bitrefit-demo [--refits N] [--receivers R] [--kill-every K] [--params P[K|M|G]]\n"
                "                     [--mode sync|async] [--json] [--dir D] [--threads T] [--owners O]\n"
-               "                     [--frame-kib F] [--deadline-ms MS] [--seed S] [--keep]\n",
+               "                     [--frame-kib F] [--deadline-ms MS] [--seed S] [--keep]\n"
+               "                     [--restart-trainer-every K] [--crash-owner-every K]\n",
                why.c_str());
   std::exit(2);
 }
@@ -115,6 +124,8 @@ options parse(int argc, char** argv) {
     else if (a == "--frame-kib") o.frame_kib = parse_count(next());
     else if (a == "--deadline-ms") o.deadline_ms = static_cast<int>(parse_count(next()));
     else if (a == "--seed") o.seed = parse_count(next());
+    else if (a == "--restart-trainer-every") o.restart_trainer_every = static_cast<int>(parse_count(next()));
+    else if (a == "--crash-owner-every") o.crash_owner_every = static_cast<int>(parse_count(next()));
     else if (a == "--keep") o.keep = true;
     else if (a == "--role") o.role = next();
     else if (a == "--index") o.index = static_cast<int>(parse_count(next()));
@@ -258,7 +269,7 @@ int run_trainer(options o) {
   if (own_dir) o.dir = (fs::temp_directory_path() / ("bitrefit-demo-" + std::to_string(::getpid()))).string();
   const fs::path dir = o.dir;
   fs::remove_all(dir);
-  for (auto sub : {"store", "log", "inc", "kill"}) fs::create_directories(dir / sub);
+  for (auto sub : {"store", "log", "inc", "kill", "baseline"}) fs::create_directories(dir / sub);
 
   const auto dims = dims_for(o.params);
   const auto specs = sim::llama_like(dims);
@@ -268,9 +279,10 @@ int run_trainer(options o) {
 
   if (!o.json)
     std::printf("bitrefit-demo: %" PRIu64 " parameters (%" PRIu64 " layers, hidden %" PRIu64 ", vocab %" PRIu64
-                "), BF16 %.1f MiB; %d rollout processes, %d refits, mode %s, kill every %d\n",
+                "), BF16 %.1f MiB; %d rollout processes, %d refits, mode %s, kill every %d, "
+                "trainer restart every %d, owner crash every %d\n",
                 m.total_elements(), dims.layers, dims.hidden, dims.vocab, double(m.total_bytes()) / 1048576.0,
-                o.receivers, o.refits, mode_name(o.mode).c_str(), o.kill_every);
+                o.receivers, o.refits, mode_name(o.mode).c_str(), o.kill_every, o.restart_trainer_every, o.crash_owner_every);
 
   sim::adamw_config cfg;
   cfg.lr = 1e-6f;
@@ -304,19 +316,50 @@ int run_trainer(options o) {
   so.deadline = std::chrono::milliseconds(o.deadline_ms);
   so.poll = 2ms;
   so.idle = [&] { tr.reap(); };
-  using sender_t = refit::sender<transport::directory_transport, durability::filesystem_commit_log, durability::no_baseline_store>;
-  sender_t tx(m, transport::directory_transport{transport::directory_store(dir / "store"), {std::chrono::milliseconds(2)}},
-              durability::filesystem_commit_log(dir / "log"), std::vector<durability::no_baseline_store>(o.owners), so);
-  tx.start(source);
+  refit::fault_injector trainer_faults;  // owner crashes: thrown and caught inside the sender
+  so.faults = &trainer_faults;
+  using sender_t = refit::sender<transport::directory_transport, durability::filesystem_commit_log, durability::filesystem_baseline_store>;
+  // Everything the refit engine keeps across a restart is in these directories.
+  auto make_sender = [&] {
+    std::vector<durability::filesystem_baseline_store> baselines;
+    for (std::uint32_t i = 0; i < o.owners; ++i) baselines.emplace_back(dir / "baseline" / ("owner-" + std::to_string(i)));
+    return std::make_unique<sender_t>(m, transport::directory_transport{transport::directory_store(dir / "store"), {std::chrono::milliseconds(2)}},
+                                      durability::filesystem_commit_log(dir / "log"), std::move(baselines), so);
+  };
+  auto tx = make_sender();
+  tx->start(source);  // version 0: no durable baseline yet, so the owners take the trainer's copy
   for (int i = 0; i < o.receivers; ++i) tr.spawn(i);
-  if (!tx.wait_for_members(std::chrono::minutes(5))) throw error(errc::protocol, "rollout processes did not join");
+  if (!tx->wait_for_members(std::chrono::minutes(5))) throw error(errc::protocol, "rollout processes did not join");
 
   std::uint32_t chunks = 0;
-  for (std::uint32_t i = 0; i < o.owners; ++i) chunks += tx.shard(i).chunk_count();
+  for (std::uint32_t i = 0; i < o.owners; ++i) chunks += tx->shard(i).chunk_count();
 
-  std::uint64_t committed = 0, payload_total = 0, dense_total = 0, retries = 0;
+  std::uint64_t committed = 0, payload_total = 0, dense_total = 0, retries = 0, trainer_restarts = 0, owner_crashes = 0;
   bool all_exact = true;
   for (int k = 1; k <= o.refits; ++k) {
+    bool restarted = false;
+    double restart_s = 0;
+    if (o.restart_trainer_every > 0 && k > 1 && (k - 1) % o.restart_trainer_every == 0) {
+      // The trainer's refit engine restarts: coordinator and owners lose every volatile bit and
+      // come back from the commit log and the owners' durable baselines only (start() without a
+      // trainer copy throws "lost state" if a baseline is missing or corrupt).
+      const auto tr0 = std::chrono::steady_clock::now();
+      tx.reset();
+      tx = make_sender();
+      tx->start();
+      if (!tx->wait_for_members(std::chrono::minutes(5))) throw error(errc::protocol, "rollout processes did not rejoin the restarted coordinator");
+      restart_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tr0).count();
+      restarted = true;
+      ++trainer_restarts;
+    }
+    int owner_crash = -1;
+    if (o.crash_owner_every > 0 && k % o.crash_owner_every == 0) {
+      owner_crash = static_cast<int>((k / o.crash_owner_every - 1) % o.owners);
+      // after some, but not all, of that owner's frames of the first attempt were published
+      trainer_faults.arm(refit::fault_point::owner_mid_stream, std::max<std::uint32_t>(1, tx->shard(owner_crash).chunk_count() / 2),
+                         "owner/" + std::to_string(owner_crash));
+    }
+    const std::uint64_t fired_before = trainer_faults.fired();
     const auto ts = std::chrono::steady_clock::now();
     trainer_sim.step();
     export_all();
@@ -327,7 +370,8 @@ int run_trainer(options o) {
       // after some, but not all, of this refit's payloads are applied
       write_number_durably(dir / "kill" / ("receiver-" + std::to_string(victim)), std::max<std::uint32_t>(1, chunks / 2));
     }
-    const auto st = tx.refit(source);
+    const auto st = tx->refit(source);
+    owner_crashes += trainer_faults.fired() - fired_before;
     // The check: every rollout process at the committed version, by attestation and by bytes.
     const auto tc = std::chrono::steady_clock::now();
     std::vector<tensor_view> views;
@@ -360,7 +404,7 @@ int run_trainer(options o) {
           exact = false;
           break;
         }
-        tx.pump(20ms);
+        tx->pump(20ms);
       }
     }
     const double check_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tc).count();
@@ -374,12 +418,22 @@ int run_trainer(options o) {
       j["refit"] = k;
       j["bit_exact"] = exact;
       j["killed_receiver"] = victim;
+      j["owner_crash"] = owner_crash;
+      j["trainer_restarted"] = restarted;
+      j["trainer_restart_s"] = restart_s;
       j["train_s"] = train_s;
       j["check_s"] = check_s;
       std::printf("%s\n", j.dump().c_str());
     } else {
-      std::printf("refit %2d %s%s bit-exact: %s\n", k, st.line().c_str(),
-                  victim >= 0 ? (" [killed rollout " + std::to_string(victim) + "]").c_str() : "", exact ? "yes" : "NO");
+      std::string notes;
+      if (restarted) {
+        char buf[96];
+        std::snprintf(buf, sizeof buf, " [trainer restarted from durable state in %.2f s]", restart_s);
+        notes += buf;
+      }
+      if (victim >= 0) notes += " [killed rollout " + std::to_string(victim) + "]";
+      if (owner_crash >= 0) notes += " [owner " + std::to_string(owner_crash) + " crashed mid-stream]";
+      std::printf("refit %2d %s%s bit-exact: %s\n", k, st.line().c_str(), notes.c_str(), exact ? "yes" : "NO");
     }
     std::fflush(stdout);
   }
@@ -406,6 +460,8 @@ int run_trainer(options o) {
                          {"bit_exact_all", all_exact},
                          {"kills", tr.kills},
                          {"retries", retries},
+                         {"trainer_restarts", trainer_restarts},
+                         {"owner_crashes", owner_crashes},
                          {"payload_bytes_total", payload_total},
                          {"dense_bytes_total", dense_total},
                          {"dense_to_payload_ratio", ratio},
@@ -416,8 +472,9 @@ int run_trainer(options o) {
     std::printf("%s\n", summary.dump().c_str());
   } else {
     std::printf("summary: %" PRIu64 "/%d refits committed, bit_exact_all=%s, kills=%" PRIu64 ", retries=%" PRIu64
-                ", payload %.2f MiB vs dense %.2f MiB (dense/payload = %.1fx)\n",
-                committed, o.refits, all_exact ? "true" : "false", tr.kills, retries, double(payload_total) / 1048576.0,
+                ", trainer_restarts=%" PRIu64 ", owner_crashes=%" PRIu64 ", payload %.2f MiB vs dense %.2f MiB (dense/payload = %.1fx)\n",
+                committed, o.refits, all_exact ? "true" : "false", tr.kills, retries, trainer_restarts, owner_crashes,
+                double(payload_total) / 1048576.0,
                 double(dense_total) / 1048576.0, ratio);
   }
   if (own_dir && !o.keep) fs::remove_all(dir);

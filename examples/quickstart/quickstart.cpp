@@ -26,14 +26,17 @@ int main() {
     std::memcpy(out.data(), trainer[t.name].data(), out.size());
   };
 
-  // Policies: an in-process network and an in-memory commit log (swap in the directory object
-  // store and the filesystem commit log to run across processes).
+  // Policies: an in-process network, an in-memory commit log and baseline store (swap in the
+  // directory object store and the filesystem ones to run across processes), and the identity
+  // projection: this trainer already has canonical bits (a Megatron trainer would hand over its
+  // shards through refit::sharded_projection<layout::megatron_projection>).
   transport::inprocess_transport net;
   durability::memory_commit_log log;
   refit::sender_options so;
-  so.receivers = 2;
-  refit::sender<transport::inprocess_transport, durability::memory_commit_log, durability::memory_baseline_store> trainer_side(
-      model, net, log, {durability::memory_baseline_store{}}, so);
+  so.receivers = 2;  // so.placements: what each engine's Loader holds (refit::declare); default all
+  refit::sender<transport::inprocess_transport, durability::memory_commit_log, durability::memory_baseline_store,
+                refit::identity_projection>
+      trainer_side(model, net, log, {durability::memory_baseline_store{}}, so);
   trainer_side.start(bits);  // version 0 = the trainer's current bits
 
   // Two rollout engines, each placing canonical values into its own storage (a Loader).

@@ -301,9 +301,15 @@ TEST_P(Refit, OwnerCrashMidStreamRecoversFromItsDurableBaseline) {
   c.refit_once();
   c.expect_all_bit_exact(1);
   c.faults.arm(refit::fault_point::owner_mid_stream, 2, "owner/0");
-  const auto st = c.refit_once();
+  c.truth.step();
+  std::atomic<std::size_t> reads{0};
+  const auto st = c.tx->refit([&, src = c.truth.source()](const tensor_info& t, std::span<std::byte> out) {
+    ++reads;
+    src(t, out);
+  });
   EXPECT_EQ(c.faults.fired(), 1u);
   EXPECT_GE(st.attempts, 2u);
+  EXPECT_EQ(reads.load(), c.truth.m.size()) << "the restarted owner recovers its frozen set from its durable store, not from the trainer";
   c.expect_all_bit_exact(2);
 }
 
@@ -460,4 +466,73 @@ TEST(Wire, EveryMessageRoundTripsAndGarbageIsRefused) {
       EXPECT_EQ(e.code(), errc::format) << bad;
     }
   }
+}
+
+// ---- owners' durable baselines vs the commit ------------------------------------------------------
+
+namespace {
+/// A baseline store whose saves take 150 ms (a slow disk): the engine overlaps them with encoding.
+struct slow_baseline_store {
+  durability::memory_baseline_store inner;
+  void save(version_t v, const durability::baseline_image& img) {
+    std::this_thread::sleep_for(150ms);
+    inner.save(v, img);
+  }
+  std::optional<durability::baseline_image> load(version_t v) { return inner.load(v); }
+  void retain_only(version_t v) { inner.retain_only(v); }
+};
+static_assert(durability::BaselineStore<slow_baseline_store>);
+
+/// A commit log that records, at every compare-and-set, whether every owner's image of the version
+/// it would commit is already durable (DESIGN: K never names v+1 before the owners can recover it).
+struct checking_log {
+  durability::memory_commit_log inner;
+  std::vector<slow_baseline_store> owners;
+  std::shared_ptr<std::atomic<int>> cas = std::make_shared<std::atomic<int>>(0), early = std::make_shared<std::atomic<int>>(0);
+  protocol::log_reply apply(const protocol::log_request& r) {
+    if (const auto* c = std::get_if<protocol::compare_and_set_request>(&r)) {
+      ++*cas;
+      for (auto& o : owners)
+        if (!o.load(c->desired.version)) ++*early;
+    }
+    return inner.apply(r);
+  }
+};
+}  // namespace
+
+TEST(RefitDurability, NoCommitBeforeEveryOwnersTargetImageIsDurable) {
+  truth_model truth;
+  transport::inprocess_transport net;
+  std::vector<slow_baseline_store> stores(2);
+  checking_log log{durability::memory_commit_log(), stores};
+  refit::sender_options so;
+  so.owners = 2;
+  so.receivers = 1;
+  so.max_frame_input_bytes = 2048;
+  so.poll = 1ms;
+  so.transition_timeout = 60s;
+  refit::sender<transport::inprocess_transport, checking_log, slow_baseline_store> tx(truth.m, net, log, stores, so);
+  tx.start(truth.source());
+  layout::canonical_store engine(truth.m);
+  std::atomic<bool> stop{false};
+  std::thread rollout([&] {
+    refit::receiver_options ro;
+    ro.poll = 1ms;
+    refit::receiver<layout::canonical_store, transport::inprocess_transport, checking_log> r(engine, net, log, ro);
+    r.start();
+    while (!stop) r.step(1ms);
+  });
+  ASSERT_TRUE(tx.wait_for_members(60s));
+  for (version_t v = 1; v <= 2; ++v) {
+    truth.step();
+    const auto st = tx.refit(truth.source());
+    EXPECT_TRUE(st.committed);
+    EXPECT_GE(st.phases.persist_s, 0.15) << "the owners' saves are counted";
+  }
+  stop = true;
+  rollout.join();
+  EXPECT_GE(log.cas->load(), 2);
+  EXPECT_EQ(log.early->load(), 0) << "a compare-and-set named a version some owner could not recover";
+  for (auto& t : truth.m.tensors())
+    EXPECT_TRUE(std::equal(engine.bytes(t.name).begin(), engine.bytes(t.name).end(), truth.bits.at(t.name).begin())) << t.name;
 }

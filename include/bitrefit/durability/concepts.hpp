@@ -19,7 +19,8 @@
 // are keyed by VERSION: every attempt that commits v+1 commits the same frozen bits, whatever its g'.
 //  1. save(v, image) is atomic and durable before it returns; load(v) then returns the same image.
 //  2. An owner saves the frozen target image of v+1 BEFORE it encodes anything of the transition
-//     (so before any commit record can name v+1), and keeps K.v's image until it has read
+//     (so before any commit record can name v+1, and a crashed owner recovers its frozen set as
+//     protocol::owner::recovered assumes), and keeps K.v's image until it has read
 //     K = (v+1, g'); so after any crash, load(K.v) returns K.v's baseline — or nullopt, which the
 //     owner reports as a lost state.
 //  3. retain_only(v) removes every other image; it is idempotent.

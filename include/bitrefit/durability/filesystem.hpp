@@ -152,23 +152,54 @@ class filesystem_baseline_store {
     std::filesystem::create_directories(dir_, ec);
   }
 
+  /// Streams the image to a temp file (hashing as it goes, so no second copy of the image is ever
+  /// built), fsyncs it, renames it over baseline-v<v>.bin and fsyncs the directory.
   void save(version_t v, const baseline_image& img) {
-    std::vector<std::byte> out;
-    auto put_u64 = [&](std::uint64_t v) {
-      for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>(v >> (8 * i)));
+    namespace fs = std::filesystem;
+    const fs::path target = path(v), tmp = dir_ / (".tmp." + transport::detail::unique_suffix() + "." + target.filename().string());
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) throw error(errc::io, std::string("create failed: ") + std::strerror(errno), {.file = tmp.string(), .tensor = {}, .field = {}});
+    XXH3_state_t* hash = XXH3_createState();
+    XXH3_64bits_reset(hash);
+    std::vector<std::byte> small;  // headers, flushed before each tensor's bytes
+    auto put_u64 = [&](std::uint64_t x) {
+      for (int i = 0; i < 8; ++i) small.push_back(static_cast<std::byte>(x >> (8 * i)));
     };
-    const char magic[8] = {'B', 'R', 'B', 'A', 'S', 'E', '0', '1'};
-    for (char c : magic) out.push_back(static_cast<std::byte>(c));
-    put_u64(v);
-    put_u64(img.size());
-    for (auto& [name, b] : img) {
-      put_u64(name.size());
-      for (char c : name) out.push_back(static_cast<std::byte>(c));
-      put_u64(b.size());
-      out.insert(out.end(), b.begin(), b.end());
+    auto emit = [&](std::span<const std::byte> b) {
+      XXH3_64bits_update(hash, b.data(), b.size());
+      transport::detail::write_all(fd, b, tmp.string());
+    };
+    try {
+      const char magic[8] = {'B', 'R', 'B', 'A', 'S', 'E', '0', '1'};
+      for (char c : magic) small.push_back(static_cast<std::byte>(c));
+      put_u64(v);
+      put_u64(img.size());
+      for (auto& [name, b] : img) {
+        put_u64(name.size());
+        for (char c : name) small.push_back(static_cast<std::byte>(c));
+        put_u64(b.size());
+        emit(small);
+        small.clear();
+        emit(b);
+      }
+      const std::uint64_t digest = XXH3_64bits_digest(hash);
+      put_u64(digest);
+      transport::detail::write_all(fd, small, tmp.string());
+      if (::fsync(fd) != 0) throw error(errc::io, std::string("fsync failed: ") + std::strerror(errno), {.file = tmp.string(), .tensor = {}, .field = {}});
+    } catch (...) {
+      XXH3_freeState(hash);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw;
     }
-    put_u64(XXH3_64bits(out.data(), out.size()));
-    transport::detail::atomic_write(path(v), out, /*durable=*/true);
+    XXH3_freeState(hash);
+    ::close(fd);
+    if (::rename(tmp.c_str(), target.c_str()) != 0) {
+      const int e = errno;
+      ::unlink(tmp.c_str());
+      throw error(errc::io, std::string("rename failed: ") + std::strerror(e), {.file = target.string(), .tensor = {}, .field = {}});
+    }
+    transport::detail::fsync_path(dir_, true);
   }
 
   /// nullopt when the image is absent or does not verify (torn, corrupt, another g).

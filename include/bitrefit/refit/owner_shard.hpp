@@ -10,6 +10,10 @@
 //   encode(seq, ...)   chunk seq of the deterministic plan, as a delta frame against B^v: XOR or
 //                      overwrite per item (xor_allowed) or overwrite only (retries). The same chunk
 //                      under the same payload id always yields the same bytes.
+// Per-tensor modes: tensors that some receiver does not place bit-preservingly (placement.hpp)
+// are planned into chunks of their own, after the others, and chunk_allows_xor(seq) is false for
+// them: the sender encodes those chunks overwrite-only in every attempt, so one frame never mixes
+// the two classes and no codec change was needed.
 //   advance()          B := frozen (idempotent); called when the owner reads K = (v+1, g').
 //   encode_dense(seq)  chunk seq of B^v as a dense frame (restoring a restarted receiver).
 #pragma once
@@ -26,6 +30,7 @@
 #include "bitrefit/core/manifest.hpp"
 #include "bitrefit/durability/concepts.hpp"
 #include "bitrefit/layout/ownership.hpp"
+#include "bitrefit/refit/projection.hpp"
 
 namespace bitrefit::refit {
 
@@ -34,22 +39,26 @@ inline std::uint32_t owner_of(std::string_view tensor, std::uint32_t owners) {
   return layout::stable_owner(tensor, owners ? owners : 1);
 }
 
-/// Reads the current bits of one canonical tensor into `out` (exactly its byte size).
-using tensor_source = std::function<void(const tensor_info&, std::span<std::byte> out)>;
-
 class owner_shard {
  public:
+  /// @param xor_allowed  per owned tensor: may it be sent as XOR (default: every tensor may).
   owner_shard(model_manifest manifest, std::uint32_t index, std::uint32_t owners,
-              std::uint64_t max_frame_input_bytes = codec::default_max_frame_input_bytes)
+              std::uint64_t max_frame_input_bytes = codec::default_max_frame_input_bytes,
+              const std::function<bool(const tensor_info&)>& xor_allowed = {})
       : manifest_(std::move(manifest)), index_(index), owners_(owners), max_frame_bytes_(max_frame_input_bytes) {
-    std::vector<canonical_range> ranges;
+    std::vector<canonical_range> xor_ranges, overwrite_ranges;
     for (const auto& t : manifest_.tensors())
       if (owner_of(t.name, owners_) == index_) {
         owned_.push_back(&t);
         baseline_[t.name].assign(t.bytes(), std::byte{0});
-        if (t.elements() > 0) ranges.push_back({t.name, 0, t.elements()});
+        if (t.elements() > 0) (!xor_allowed || xor_allowed(t) ? xor_ranges : overwrite_ranges).push_back({t.name, 0, t.elements()});
       }
-    plan_ = codec::plan_chunks(std::move(ranges), manifest_, max_frame_bytes_);
+    plan_ = codec::plan_chunks(std::move(xor_ranges), manifest_, max_frame_bytes_);
+    chunk_xor_.assign(plan_.size(), true);
+    for (auto& c : codec::plan_chunks(std::move(overwrite_ranges), manifest_, max_frame_bytes_)) {
+      plan_.push_back(std::move(c));
+      chunk_xor_.push_back(false);
+    }
   }
 
   owner_shard(const owner_shard&) = delete;  // owned_ points into manifest_
@@ -59,6 +68,10 @@ class owner_shard {
   const model_manifest& manifest() const noexcept { return manifest_; }
   /// Number of chunks (= payloads per attempt, = dense frames per restore). Fixed for the model.
   std::uint32_t chunk_count() const noexcept { return static_cast<std::uint32_t>(plan_.size()); }
+  /// Whether chunk seq may carry XOR items (false: its tensors are overwrite-only, in every attempt).
+  bool chunk_allows_xor(std::uint32_t seq) const { return chunk_xor_.at(seq); }
+  /// The canonical ranges of chunk seq (tests inspect the plan).
+  const std::vector<canonical_range>& chunk(std::uint32_t seq) const { return plan_.at(seq); }
   const std::vector<const tensor_info*>& owned() const noexcept { return owned_; }
   std::uint64_t owned_bytes() const {
     std::uint64_t n = 0;
@@ -79,6 +92,18 @@ class owner_shard {
     }
     for (auto* t : owned_) baseline_[t->name] = img.at(t->name);
     frozen_.clear();
+    return true;
+  }
+  /// B^v or the frozen target as a baseline image, without copying (owner_shard keeps exactly the
+  /// owned tensors, by name, in that very form).
+  const durability::baseline_image& image(bool frozen) const noexcept { return frozen ? frozen_ : baseline_; }
+  /// Sets the frozen target from a durable image (a restarted owner); false when it does not match.
+  bool load_frozen(const durability::baseline_image& img) {
+    for (auto* t : owned_) {
+      auto it = img.find(t->name);
+      if (it == img.end() || it->second.size() != t->bytes()) return false;
+    }
+    for (auto* t : owned_) frozen_[t->name] = img.at(t->name);
     return true;
   }
   durability::baseline_image baseline_image_of(bool frozen) const {
@@ -180,7 +205,8 @@ class owner_shard {
   std::uint64_t max_frame_bytes_;
   std::vector<const tensor_info*> owned_;  // points into manifest_ (stable: never resized)
   std::vector<std::vector<canonical_range>> plan_;
-  std::map<std::string, std::vector<std::byte>> baseline_, frozen_;
+  std::vector<bool> chunk_xor_;
+  durability::baseline_image baseline_, frozen_;  // owned tensors only
 };
 
 }  // namespace bitrefit::refit

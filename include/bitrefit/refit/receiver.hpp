@@ -1,7 +1,10 @@
 // bitrefit/refit/receiver.hpp — the rollout-engine side of a refit: one receiver incarnation.
 //
 // Composes the pure protocol::receiver state machine with policies:
-//   Loader     (layout/concepts.hpp)      the engine's own placement of canonical values
+//   Loader     (layout/concepts.hpp)      the engine's own placement of canonical values; it may
+//                                         hold only some tensors or tensor-parallel slices (it
+//                                         writes and attests over its held ranges only) and may
+//                                         place some tensors non-bit-preservingly (overwrite only)
 //   Transport  (transport/concepts.hpp)   control messages in, payload frames in
 //   CommitLog  (durability/concepts.hpp)  read-only: read_commit when an announcement was missed
 // Driver loop (step()), one thread:
@@ -33,6 +36,7 @@
 #include "bitrefit/layout/concepts.hpp"
 #include "bitrefit/protocol/receiver.hpp"
 #include "bitrefit/refit/faults.hpp"
+#include "bitrefit/refit/placement.hpp"
 #include "bitrefit/refit/receiver_store.hpp"
 #include "bitrefit/refit/sender.hpp"
 #include "bitrefit/refit/wire.hpp"
@@ -69,8 +73,14 @@ class receiver {
     sm_ = protocol::receiver::restarted(opt_.index, opt_.incarnation, cfg);
   }
 
-  /// A fresh process: reads K, restores K.v densely, joins at the next prepare.
-  void start() { step_sm(protocol::boot_event{}); }
+  /// A fresh process: announces its placement (the sender checks it against its configuration),
+  /// reads K, restores K.v densely, joins at the next prepare.
+  void start() {
+    const digest128 d = declare(store_.loader()).digest();
+    const std::string s = nlohmann::json{{"receiver", opt_.index}, {"low", d.low64}, {"high", d.high64}}.dump();
+    transport_.post(placement_mailbox, std::as_bytes(std::span(s.data(), s.size())));
+    step_sm(protocol::boot_event{});
+  }
 
   /// One round of the driver loop; waits at most about `wait` for control messages.
   void step(std::chrono::milliseconds wait) {

@@ -8,7 +8,8 @@
 //                   element count, XOR only where placement is bit-preserving. A copy that fails is
 //                   "undelivered" (the caller fetches again); it never reaches the state machine.
 //   apply(bytes)    verify, then write every item (never a partial frame). Positions the loader
-//                   does not hold are skipped (a tensor-parallel rank takes its share).
+//                   does not hold are skipped (a tensor-parallel rank takes its share); items of
+//                   tensors it holds nothing of are verified but not touched.
 //   attest()        the attestation digest (codec/attestation.hpp) over the loader's held ranges.
 // Scratch memory is one frame's decoded positions and values (bounded by the frame size).
 #pragma once
@@ -53,6 +54,7 @@ class receiver_store {
     verified_frame v = check(f, decoded, source);
     for (const auto& d : decoded) {
       const codec::frame_item& it = *d.item;
+      if (loader_->held(it.tensor).empty()) continue;  // a partial holder: nothing of this tensor here
       const auto mode = it.mode == codec::value_mode::xor_mask ? layout::write_mode::xor_mask : layout::write_mode::overwrite;
       if (it.locations == codec::location_coding::all) {
         const layout::index_range run[1] = {{it.begin, it.end}};
@@ -101,7 +103,9 @@ class receiver_store {
       if (t->type != it.type || t->elements() != it.tensor_elements)
         throw error(errc::mismatch, "frame item's dtype or element count differs from the engine's tensor", where);
       if (it.mode == codec::value_mode::xor_mask) {
-        if (!loader_->bit_preserving(it.tensor))
+        // XOR needs a bit-preserving placement of what this engine holds of the tensor; a tensor
+        // it holds nothing of is not written at all.
+        if (!loader_->bit_preserving(it.tensor) && !loader_->held(it.tensor).empty())
           throw error(errc::mismatch, "XOR item for a tensor the engine does not place bit-preservingly", where);
         v.mode = protocol::mode::xor_delta;
       }

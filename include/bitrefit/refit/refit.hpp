@@ -2,8 +2,11 @@
 #pragma once
 
 #include "bitrefit/durability/durability.hpp"
+#include "bitrefit/refit/concepts.hpp"
 #include "bitrefit/refit/faults.hpp"
 #include "bitrefit/refit/owner_shard.hpp"
+#include "bitrefit/refit/placement.hpp"
+#include "bitrefit/refit/projection.hpp"
 #include "bitrefit/refit/receiver.hpp"
 #include "bitrefit/refit/receiver_store.hpp"
 #include "bitrefit/refit/sender.hpp"

@@ -1,10 +1,15 @@
 // bitrefit/refit/sender.hpp — the trainer side of a refit: the coordinator and the owners.
 //
 // Composes the pure state machines (protocol::coordinator, protocol::owner) with policies:
+//   Projection  (refit/concepts.hpp)       the trainer's state of a version -> canonical bits
+//                                          (identity_projection by default; sharded_projection<P>
+//                                          gathers them from layout::Projection shards)
 //   Transport   (transport/concepts.hpp)   payload frames + control messages to receivers
 //   CommitLog   (durability/concepts.hpp)  the durable K, compare-and-set, epoch fencing
 //   BaselineStore (durability/concepts.hpp) each owner's B^v, consistent with the log across crashes
 //   Backend     (codec/concepts.hpp)       where change detection and encoding touch memory
+// Receivers' placements (refit/placement.hpp, sender_options::placements) decide per tensor XOR
+// vs overwrite and each receiver's expected attestation (over its held ranges).
 // and carries out the machines' actions in their documented order. The driver loop, one thread:
 //   1. feed finished chunk encodings to their owner (chunk_encoded_event in seq order, then
 //      encode_finished_event) and step it;
@@ -18,7 +23,9 @@
 // always the last action of its step: "persist BEFORE send", "K durable BEFORE anyone is told");
 // send_action posts to the transport (payload_msg sends are carried by the data plane: each frame
 // was published under its payload id the moment it was encoded, before chunk_encoded_event);
-// freeze_change_set_action saves the frozen target durably BEFORE anything is encoded;
+// freeze_change_set_action saves the frozen target durably BEFORE anything is encoded (once per
+// target: retries reuse the image), so a crashed owner recovers it (protocol::owner::recovered)
+// without the trainer, and K never names v+1 before every owner can recover v+1;
 // advance_baseline_action swaps B := frozen and drops older durable images; encode_action queues
 // every chunk on the bounded thread pool (each worker publishes its frame as soon as it is built,
 // so encoding overlaps transfer); cancel_encoding_action stops the attempt's remaining chunks;
@@ -46,7 +53,10 @@
 #include "bitrefit/protocol/coordinator.hpp"
 #include "bitrefit/protocol/owner.hpp"
 #include "bitrefit/refit/faults.hpp"
+#include "bitrefit/refit/concepts.hpp"
 #include "bitrefit/refit/owner_shard.hpp"
+#include "bitrefit/refit/placement.hpp"
+#include "bitrefit/refit/projection.hpp"
 #include "bitrefit/refit/stats.hpp"
 #include "bitrefit/refit/thread_pool.hpp"
 #include "bitrefit/refit/wire.hpp"
@@ -57,6 +67,7 @@ namespace bitrefit::refit {
 /// Engine-level mailboxes (outside the protocol's message set).
 inline const std::string restore_mailbox = "engine/restore";  // restarted receivers ask for K.v
 inline const std::string stats_mailbox = "engine/stats";      // receivers report phase times
+inline const std::string placement_mailbox = "engine/placement";  // receivers announce their placement digest
 inline std::string restore_reply_mailbox(std::uint32_t r) { return "engine/restored/" + std::to_string(r); }
 
 struct sender_options {
@@ -67,7 +78,10 @@ struct sender_options {
   std::uint64_t max_frame_input_bytes = 8ull << 20;
   int zstd_level = codec::default_zstd_level;
   bool attest = true;
-  bool xor_allowed = true;  // every receiver places every tensor bit-preservingly
+  /// What each receiver slot's Loader declares (refit::declare(loader)), indexed by receiver:
+  /// per-tensor XOR vs overwrite and each receiver's expected attestation follow from it. Empty:
+  /// every receiver holds every tensor bit-preservingly.
+  std::vector<placement> placements;
   std::chrono::milliseconds deadline{5000};
   std::chrono::milliseconds poll{2};
   std::chrono::milliseconds transition_timeout{10 * 60 * 1000};
@@ -78,16 +92,24 @@ struct sender_options {
 };
 
 template <transport::Transport T, durability::CommitLog L, durability::BaselineStore B,
-          codec::execution_backend Backend = codec::host_backend>
+          TrainerProjection P = identity_projection, codec::execution_backend Backend = codec::host_backend>
 class sender {
  public:
+  using input = typename P::input;  // what the trainer hands over for one version
+
+  /// @param projection how canonical bits are read out of the trainer (its canonical() is the model).
   /// @param baselines one durable baseline store per owner (owners.size() == options.owners).
-  sender(model_manifest manifest, T transport, L log, std::vector<B> baselines, sender_options o)
-      : manifest_(std::move(manifest)), transport_(std::move(transport)), log_(std::move(log)), opt_(std::move(o)) {
+  sender(P projection, T transport, L log, std::vector<B> baselines, sender_options o)
+      : proj_(std::move(projection)), manifest_(proj_.canonical()), transport_(std::move(transport)), log_(std::move(log)), opt_(std::move(o)) {
     if (opt_.owners == 0 || baselines.size() != opt_.owners)
       throw error(errc::invalid_argument, "one baseline store per owner is required", {.file = {}, .tensor = {}, .field = "owners"});
+    if (!opt_.placements.empty() && opt_.placements.size() != opt_.receivers)
+      throw error(errc::invalid_argument, "placements: one per receiver (or none for full, bit-preserving receivers)",
+                  {.file = {}, .tensor = {}, .field = "placements"});
+    overwrite_only_ = overwrite_only_tensors(manifest_, opt_.placements);
+    const auto xor_ok = [this](const tensor_info& t) { return !overwrite_only_.count(t.name); };
     for (std::uint32_t i = 0; i < opt_.owners; ++i)
-      owners_.push_back(std::make_unique<owner_slot>(owner_shard(manifest_, i, opt_.owners, opt_.max_frame_input_bytes),
+      owners_.push_back(std::make_unique<owner_slot>(owner_shard(manifest_, i, opt_.owners, opt_.max_frame_input_bytes, xor_ok),
                                                     std::move(baselines[i])));
     const unsigned threads = opt_.threads ? opt_.threads : 1;
     for (unsigned w = 0; w < threads; ++w) {
@@ -99,14 +121,27 @@ class sender {
     }
     pool_ = std::make_unique<thread_pool>(threads, std::size_t(1) << 30);
   }
+  /// The trainer already has canonical bits (identity projection): the model is `manifest`.
+  sender(model_manifest manifest, T transport, L log, std::vector<B> baselines, sender_options o)
+    requires std::constructible_from<P, model_manifest>
+      : sender(P(std::move(manifest)), std::move(transport), std::move(log), std::move(baselines), std::move(o)) {}
   sender(const sender&) = delete;
   ~sender() { pool_.reset(); }  // joins workers before the slots they reference go away
 
   /// Boots the coordinator (claims a new epoch; after a takeover it finishes or retries whatever the
   /// log says) and recovers every owner's B^{K.v}: from its durable store, else from
-  /// `committed_bits` (the trainer's copy of K.v). Throws errc::mismatch ("lost state") when
-  /// neither has K.v.
-  void start(const tensor_source& committed_bits) {
+  /// `committed` (the trainer's copy of K.v, through the projection). Throws errc::mismatch
+  /// ("lost state") when neither has K.v.
+  void start(const input& committed) {
+    if constexpr (std::is_constructible_v<bool, const input&>)
+      if (!static_cast<bool>(committed)) return start_from({});  // an empty callback: no trainer copy
+    start_from(source_of(committed));
+  }
+  /// Same, with no trainer copy: every owner recovers from its durable baseline store.
+  void start() { start_from({}); }
+
+ private:
+  void start_from(const tensor_source& committed_bits) {
     const protocol::log_reply r = log_.apply(protocol::read_request{});
     if (r.outcome != protocol::log_outcome::ok) throw error(errc::io, "commit log unreadable at start", {.file = {}, .tensor = {}, .field = "commit_log"});
     committed_ = r.snapshot.record;
@@ -117,10 +152,21 @@ class sender {
     run_until([&] { return coord_.phase != protocol::coordinator_phase::claiming && local_.empty(); });
   }
 
-  /// Runs one transition K.v -> K.v+1 to its commit, with `next` the trainer's bits of v+1.
-  /// Returns the transition's statistics. Throws when the coordinator is deposed (errc::fenced) or
-  /// needs an operator (errc::protocol).
-  transition_stats refit(const tensor_source& next) {
+  /// The trainer's state `in` as canonical bits, through the projection (valid while `in` lives).
+  tensor_source source_of(const input& in) const {
+    return [this, p = &in](const tensor_info& t, std::span<std::byte> out) { proj_.project(*p, t, out); };
+  }
+
+ public:
+  /// Runs one transition K.v -> K.v+1 to its commit, with `next` the trainer's state of v+1
+  /// (read through the projection). Returns the transition's statistics. Throws when the
+  /// coordinator is deposed (errc::fenced) or needs an operator (errc::protocol).
+  transition_stats refit(const input& next_state) {
+    struct clear_next {
+      tensor_source& n;
+      ~clear_next() { n = nullptr; }  // `next_state` does not outlive this call
+    } guard{next_};
+    const tensor_source next = source_of(next_state);
     const auto t0 = clock::now();
     run_until([&] { return !coord_.busy() && local_.empty(); });
     stats_ = transition_stats{};
@@ -137,11 +183,12 @@ class sender {
     for (auto& o : owners_) {
       stats_.changed += o->shard.freeze(next);
       o->frozen_version = stats_.version;
+      o->persisted = 0;  // these bits are not saved yet (an earlier, failed transition may have saved others)
     }
     stats_.phases.compare_s = seconds(clock::now() - tc);
-    const digest128 expected = expected_attestation();
-    step_coordinator(protocol::begin_transition_event{stats_.version, opt_.xor_allowed,
-                                                      std::vector<digest128>(opt_.receivers, expected)});
+    check_placements();
+    const bool any_xor = overwrite_only_.size() < manifest_.size();
+    step_coordinator(protocol::begin_transition_event{stats_.version, any_xor, expected_attestations()});
     const version_t target = stats_.version;
     run_until([&] { return committed_.version >= target && !coord_.busy() && local_.empty(); });
     // receivers report apply/sync/gate times when their gate reopens (after the commit)
@@ -156,7 +203,6 @@ class sender {
     retries_total_ += stats_.attempts > 0 ? stats_.attempts - 1 : 0;
     stats_.committed = committed_.version == target;
     stats_.total_s = seconds(clock::now() - t0);
-    next_ = nullptr;
     return stats_;
   }
 
@@ -183,6 +229,9 @@ class sender {
   const protocol::coordinator& coordinator() const noexcept { return coord_; }
   std::uint64_t retries_total() const noexcept { return retries_total_; }
   T& transport() noexcept { return transport_; }
+  const P& projection() const noexcept { return proj_; }
+  /// Tensors sent as OVERWRITE in every attempt (some receiver's placement is not bit-preserving).
+  const std::set<std::string, std::less<>>& overwrite_only() const noexcept { return overwrite_only_; }
   const owner_shard& shard(std::uint32_t i) const { return owners_.at(i)->shard; }
 
  private:
@@ -200,6 +249,7 @@ class sender {
     std::uint32_t next_report = 0;              // chunk_encoded_event is fed in seq order
     std::map<std::uint32_t, digest128> done;    // encoded, not yet reported
     std::uint32_t total = 0;
+    version_t persisted = 0;                    // target whose frozen image is durable
   };
 
   struct completion {
@@ -219,16 +269,42 @@ class sender {
 
   // ---- owners ---------------------------------------------------------------------------------
 
+  /// The owner process died mid-stream: every volatile bit is gone. What it made durable survives
+  /// (protocol::owner::recovered): B^v of its commit record and the frozen target of the transition
+  /// in progress, both read back from its baseline store — never from the trainer. The
+  /// coordinator's deadline then retries the attempt; the retry encodes the recovered frozen set.
+  void crash_owner(std::uint32_t i) {
+    auto& o = *owners_[i];
+    o.generation++;
+    o.done.clear();
+    o.next_report = 0;
+    const protocol::owner before = o.sm;
+    o.sm = protocol::owner::recovered(before);
+    auto lost = [&](version_t v, const char* what) {
+      return error(errc::mismatch, "owner " + std::to_string(i) + " lost its state: no durable " + what + " image of version " + std::to_string(v),
+                   {.file = {}, .tensor = {}, .field = "baseline"});
+    };
+    auto base = o.store.load(o.sm.baseline.version);
+    if (!base || !o.shard.load_baseline(*base)) throw lost(o.sm.baseline.version, "baseline");
+    o.frozen_version = o.persisted = 0;
+    if (o.sm.frozen_target) {
+      auto frozen = o.store.load(*o.sm.frozen_target);
+      if (!frozen || !o.shard.load_frozen(*frozen)) throw lost(*o.sm.frozen_target, "frozen target");
+      o.frozen_version = o.persisted = *o.sm.frozen_target;
+    }
+  }
+
   void recover_owner(std::uint32_t i, const tensor_source& committed_bits) {
     auto& o = *owners_[i];
     o.generation++;
+    o.persisted = 0;
     o.done.clear();
     o.next_report = 0;
     if (auto img = o.store.load(committed_.version); img && o.shard.load_baseline(*img)) {
       // durable image of K.v (saved when v was frozen, or at the initial deployment)
     } else if (committed_bits) {
       o.shard.load_baseline(committed_bits);
-      o.store.save(committed_.version, o.shard.baseline_image_of(false));
+      o.store.save(committed_.version, o.shard.image(false));
     } else {
       throw error(errc::mismatch, "owner " + std::to_string(i) + " lost its state: no baseline image of version " +
                                       std::to_string(committed_.version) + " and no trainer copy",
@@ -252,12 +328,17 @@ class sender {
               o.frozen_version = 0;
               o.store.retain_only(act.record.version);
             } else if constexpr (std::is_same_v<A, protocol::freeze_change_set_action>) {
-              if (o.frozen_version != act.target) {  // e.g. after an owner restart
+              if (o.frozen_version != act.target) {  // e.g. a restarted trainer-side engine
                 if (!next_) throw error(errc::protocol, "owner asked to freeze without the trainer's target bits");
                 o.shard.freeze(next_);
                 o.frozen_version = act.target;
               }
-              o.store.save(act.target, o.shard.baseline_image_of(true));  // durable BEFORE encoding
+              if (o.persisted != act.target) {  // retries of the same target reuse the saved image
+                const auto tp = clock::now();
+                o.store.save(act.target, o.shard.image(true));  // durable BEFORE encoding
+                o.persisted = act.target;
+                stats_.phases.persist_s += seconds(clock::now() - tp);
+              }
             } else if constexpr (std::is_same_v<A, protocol::encode_action>) {
               start_encoding(i, act);
             } else if constexpr (std::is_same_v<A, protocol::cancel_encoding_action>) {
@@ -275,8 +356,10 @@ class sender {
     o.done.clear();
     o.next_report = 0;
     o.total = o.shard.chunk_count();
-    const auto policy = act.mode == protocol::mode::xor_delta ? codec::mode_policy::xor_allowed : codec::mode_policy::overwrite_only;
     for (std::uint32_t seq = 0; seq < o.total; ++seq) {
+      // per tensor: XOR only in XOR attempts and only for chunks of bit-preservingly placed tensors
+      const auto policy = act.mode == protocol::mode::xor_delta && o.shard.chunk_allows_xor(seq) ? codec::mode_policy::xor_allowed
+                                                                                                 : codec::mode_policy::overwrite_only;
       pool_->submit([this, i, gen, seq, policy, act](std::size_t w) {
         auto& slot = *owners_[i];
         if (slot.generation.load() != gen) return;  // cancelled
@@ -329,11 +412,7 @@ class sender {
       if (c.generation != o.generation.load()) continue;
       if (c.fatal) throw error(errc::io, "owner " + std::to_string(c.owner) + " failed to encode: " + c.what);
       if (c.crashed) {
-        // The owner process died mid-stream: its volatile state is gone. It restarts from its
-        // durable baseline of K.v; the coordinator's deadline retries the attempt.
-        const auto r = log_.apply(protocol::read_request{});
-        if (r.outcome == protocol::log_outcome::ok) committed_ = std::max(committed_, r.snapshot.record);
-        recover_owner(c.owner, nullptr);
+        crash_owner(c.owner);
         continue;
       }
       extend_deadline();  // an owner made progress
@@ -348,13 +427,37 @@ class sender {
     return !got.empty();
   }
 
-  digest128 expected_attestation() const {
-    std::vector<codec::attested_range> rs;
+  /// Receiver r's expected attestation digest of the frozen target: over its declared held ranges
+  /// (computed once per distinct placement).
+  std::vector<digest128> expected_attestations() const {
+    std::map<std::string, std::span<const std::byte>, std::less<>> frozen;
     for (const auto& o : owners_)
-      for (const tensor_info* t : o->shard.owned())
-        if (t->elements() > 0)  // what a receiver holding everything declares: non-empty held ranges
-          rs.push_back({t->name, t->type, &t->shape, 0, t->elements(), o->shard.frozen_bytes(t->name)});
-    return codec::attestation_digest(std::span<const codec::attested_range>(rs));
+      for (const tensor_info* t : o->shard.owned()) frozen[t->name] = o->shard.frozen_bytes(t->name);
+    auto bits = [&](const tensor_info& t) { return frozen.at(t.name); };
+    if (opt_.placements.empty()) return std::vector<digest128>(opt_.receivers, expected_attestation(manifest_, placement{}, bits));
+    std::vector<digest128> out(opt_.receivers);
+    for (std::uint32_t r = 0; r < opt_.receivers; ++r) {
+      std::uint32_t same = r;
+      for (std::uint32_t q = 0; q < r && same == r; ++q)
+        if (opt_.placements[q] == opt_.placements[r]) same = q;
+      out[r] = same == r ? expected_attestation(manifest_, opt_.placements[r], bits) : out[same];
+    }
+    return out;
+  }
+
+  /// Refuses to start a transition while a receiver announced a placement other than the one this
+  /// sender was configured with: that transition could never commit (see placement.hpp).
+  void check_placements() {
+    receive_control(std::chrono::milliseconds(0));
+    for (const auto& [r, d] : announced_placements_) {
+      if (r >= opt_.receivers) continue;
+      const digest128 want = r < opt_.placements.size() ? opt_.placements[r].digest() : placement{}.digest();
+      if (d != want)
+        throw error(errc::mismatch,
+                    "receiver " + std::to_string(r) + " announced a placement (held ranges, bit-preserving tensors) that differs from "
+                    "sender_options::placements; configure it with refit::declare(that receiver's loader)",
+                    {.file = {}, .tensor = {}, .field = "placements"});
+    }
   }
 
   // ---- coordinator ------------------------------------------------------------------------------
@@ -465,6 +568,13 @@ class sender {
       extend_deadline();  // a member made progress
       step_coordinator(protocol::message_event{env});
     }
+    for (auto& bytes : transport_.receive(placement_mailbox, std::chrono::milliseconds(0))) {
+      try {
+        const auto x = nlohmann::json::parse(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+        announced_placements_[x.at("receiver").get<std::uint32_t>()] = {x.at("low").get<std::uint64_t>(), x.at("high").get<std::uint64_t>()};
+      } catch (const std::exception&) {
+      }
+    }
     for (auto& bytes : transport_.receive(stats_mailbox, std::chrono::milliseconds(0))) {
       try {
         const auto x = nlohmann::json::parse(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
@@ -548,7 +658,10 @@ class sender {
     }
   }
 
+  P proj_;
   model_manifest manifest_;
+  std::set<std::string, std::less<>> overwrite_only_;
+  std::map<std::uint32_t, digest128> announced_placements_;
   T transport_;
   L log_;
   sender_options opt_;

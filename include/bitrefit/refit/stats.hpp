@@ -3,7 +3,8 @@
 // Phases (seconds, wall clock of the coordinator's process): compare (change detection), encode
 // (location/value coding + zstd), transfer (from the first publish until every member reported
 // every payload applied/staged), apply (receivers' decode + placement, summed as reported in acks),
-// sync (receivers' flush + attestation), commit (compare-and-set until durable). compare and
+// sync (receivers' flush + attestation), commit (compare-and-set until durable), persist (owners
+// saving the frozen target to their durable baseline store, BEFORE encoding). compare and
 // encode run fused per chunk on the pool and are summed over threads; they overlap transfer.
 #pragma once
 
@@ -18,7 +19,7 @@
 namespace bitrefit::refit {
 
 struct phase_times {
-  double compare_s = 0, encode_s = 0, transfer_s = 0, apply_s = 0, sync_s = 0, commit_s = 0;
+  double compare_s = 0, encode_s = 0, transfer_s = 0, apply_s = 0, sync_s = 0, commit_s = 0, persist_s = 0;
 };
 
 struct transition_stats {
@@ -54,21 +55,22 @@ struct transition_stats {
               {"transfer", phases.transfer_s},
               {"apply", phases.apply_s},
               {"sync", phases.sync_s},
-              {"commit", phases.commit_s}}},
+              {"commit", phases.commit_s},
+              {"persist", phases.persist_s}}},
             {"total_s", total_s},
             {"gate_closed_s", gate_closed_s}};
   }
 
   /// One human line: "v=3 attempts=1 changed=2.10% payload=1.2 MiB dense=64.0 MiB (53.3x) ...".
   std::string line() const {
-    char buf[320];
+    char buf[400];
     std::snprintf(buf, sizeof buf,
                   "v=%llu attempts=%u changed=%.2f%% payload=%.2f MiB dense=%.2f MiB (%.1fx) "
-                  "compare=%.3fs encode=%.3fs transfer=%.3fs apply=%.3fs sync=%.3fs commit=%.3fs total=%.3fs%s",
+                  "compare=%.3fs encode=%.3fs transfer=%.3fs apply=%.3fs sync=%.3fs commit=%.3fs persist=%.3fs total=%.3fs%s",
                   static_cast<unsigned long long>(version), attempts, 100.0 * change_rate(),
                   double(payload_bytes) / 1048576.0, double(dense_bytes) / 1048576.0,
                   payload_bytes ? double(dense_bytes) / double(payload_bytes) : 0.0, phases.compare_s,
-                  phases.encode_s, phases.transfer_s, phases.apply_s, phases.sync_s, phases.commit_s, total_s,
+                  phases.encode_s, phases.transfer_s, phases.apply_s, phases.sync_s, phases.commit_s, phases.persist_s, total_s,
                   mode == "async" ? (" gate_closed=" + std::to_string(gate_closed_s) + "s").c_str() : "");
     return buf;
   }
