@@ -28,6 +28,7 @@
 #include "bitrefit/core/canonical.hpp"
 #include "bitrefit/core/error.hpp"
 #include "bitrefit/core/manifest.hpp"
+#include "bitrefit/durability/change_set.hpp"
 #include "bitrefit/durability/concepts.hpp"
 #include "bitrefit/layout/ownership.hpp"
 #include "bitrefit/refit/projection.hpp"
@@ -140,6 +141,12 @@ class owner_shard {
     }
     for (; i < bytes; i += E) n += std::memcmp(a.data() + i, b.data() + i, E) != 0;
     return n;
+  }
+  /// The frozen change set against B^v: positions and absolute new bits of every element whose
+  /// stored bits differ (what a durability::DeltaBaselineStore persists for the transition).
+  /// @pre frozen()
+  durability::change_set changes() const {
+    return durability::diff_images(baseline_, frozen_, [this](const std::string& n) { return element_size(manifest_.at(n).type); });
   }
   bool frozen() const noexcept { return !frozen_.empty(); }
   /// The frozen target bits of a tensor this owner owns (for expected attestation digests).
