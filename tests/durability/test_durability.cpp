@@ -334,12 +334,19 @@ TEST(BaselineStore, FilesystemChangeSetChainFoldsEveryMaxChainVersions) {
     fs::remove_all(dir);
     check_change_set_chain(filesystem_baseline_store(dir, {.max_chain = max_chain, .crash_at = {}}),
                            filesystem_baseline_store(dir, {.max_chain = max_chain, .crash_at = {}}), 20);
-    // 20 versions: the chain behind v20 is 20 mod max_chain deltas long, on the last fold's image
+    // after 20 versions: one full image (the last fold's) and a chain shorter than the bound, whose
+    // deltas weigh less than the full image
     const auto files = files_in(dir);
-    const std::size_t deltas = 20 % max_chain;
-    ASSERT_EQ(files.size(), deltas + 1) << max_chain;
-    EXPECT_EQ(files.front().rfind("delta-", 0) == 0 || deltas == 0, true);
-    EXPECT_EQ(std::count_if(files.begin(), files.end(), [](auto& n) { return n.rfind("full-v", 0) == 0; }), 1);
+    std::uintmax_t delta_bytes = 0, full_bytes = 0;
+    std::size_t fulls = 0, deltas = 0;
+    for (auto& n : files) {
+      if (n.rfind("full-v", 0) == 0) ++fulls, full_bytes += fs::file_size(dir / n);
+      if (n.rfind("delta-v", 0) == 0) ++deltas, delta_bytes += fs::file_size(dir / n);
+    }
+    EXPECT_EQ(fulls, 1u) << max_chain;
+    EXPECT_EQ(fulls + deltas, files.size()) << max_chain;
+    EXPECT_LT(deltas, std::max(max_chain, 1u)) << max_chain;
+    EXPECT_LT(delta_bytes, full_bytes) << max_chain;
   }
   fs::remove_all(dir);
 }
@@ -370,8 +377,9 @@ TEST(BaselineStore, FilesystemCrashAtEveryStepNeverYieldsWrongBits) {
   image_model m;
   auto width = [&](const std::string& n) { return m.width(n); };
 
-  // save_changes (K.v = 2 on a chain of 2 deltas; an older full image of the target 3 with other
+  // save_changes (K.v = 2 on a chain of 2 deltas; an older image of the target 3, full or a delta, with other
   // bits exists, as a failed transition's freeze would leave it)
+  for (bool stale_full : {true, false})
   for (const auto& p : delta_points) {
     fs::remove_all(dir);
     filesystem_baseline_store s(dir, {.max_chain = 8, .crash_at = {}});
@@ -382,7 +390,8 @@ TEST(BaselineStore, FilesystemCrashAtEveryStepNeverYieldsWrongBits) {
       s.save_changes(v - 1, v, diff_images(ref[v - 1], ref[v], width));
       s.retain_only(v);
     }
-    s.save(3, m.step(ref[2]));  // the stale image of version 3
+    if (stale_full) s.save(3, m.step(ref[2]));  // the stale image of version 3, full or as a delta
+    else s.save_changes(2, 3, diff_images(ref[2], m.step(ref[2]), width));
     ref.push_back(m.step(ref[2]));
     s.opts().crash_at = p.name;
     EXPECT_THROW(s.save_changes(2, 3, diff_images(ref[2], ref[3], width)), injected_crash) << p.name;

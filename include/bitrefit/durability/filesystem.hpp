@@ -150,15 +150,16 @@ static_assert(CommitLog<filesystem_commit_log>);
 
 struct baseline_store_options {
   /// The longest delta chain behind one image. retain_only(v) (called when K advances to v) folds
-  /// v's chain into a full image once it is this long: a refit then durably writes its change set
-  /// only (a few percent of the model), and a full image every max_chain versions. A load reads one
-  /// full image and at most max_chain deltas. 0 or 1: every retained version is folded at once.
-  std::uint32_t max_chain = 8;
+  /// v's chain into a full image once it is this long, or once its deltas weigh as much as the full
+  /// image, whichever comes first: a refit then durably writes its change set only (a few percent
+  /// of the model), and a full image every max_chain versions at most. A load reads one full image
+  /// and at most max_chain deltas. 0 or 1: every retained version is folded at once.
+  std::uint32_t max_chain = 16;
   /// Test hook: simulate a crash at one named point of the next write that passes it. Points:
   /// "<kind>_after_temp" (temp written and fsync'd, before the rename), "<kind>_after_rename"
   /// (renamed, before the directory fsync) for kind "full" (save), "delta" (save_changes) and
-  /// "fold" (retain_only's full image); "delta_after_unlink" (save_changes removed a full image
-  /// of the target, before writing the delta); "fold_before_cleanup" (folded image durable, older
+  /// "fold" (retain_only's full image); "delta_after_unlink" (save_changes removed the earlier
+  /// images of the target, before writing the delta); "fold_before_cleanup" (folded image durable, older
   /// files not yet removed).
   std::string crash_at;
 };
@@ -181,7 +182,7 @@ struct baseline_store_options {
 /// serves a load); the cleanup only removes files nothing links to. A background fold would need a
 /// second writer and its own crash analysis for a saving that is 1/max_chain of a full write.
 ///
-/// Invariant (kept by save and save_changes removing the other form of t BEFORE writing theirs):
+/// Invariant (kept by save and save_changes removing any image of t BEFORE writing theirs):
 /// when full-v<v> and delta-v<v> both exist, they hold the same bits (only a fold creates the pair).
 class filesystem_baseline_store {
  public:
@@ -196,7 +197,8 @@ class filesystem_baseline_store {
   /// built), fsyncs it, renames it over full-v<v>.bin and fsyncs the directory. A delta of v is
   /// removed first (durably), so no crash leaves two different images of v.
   void save(version_t v, const baseline_image& img) {
-    remove_durably(delta_path(v));
+    remove_durably(delta_path(v));  // law 4: no crash leaves an earlier image of v loadable
+    remove_durably(full_path(v));
     write_full(v, img, "full");
   }
 
@@ -208,7 +210,9 @@ class filesystem_baseline_store {
     if (!link)
       throw error(errc::mismatch, "save_changes: no durable image of base version " + std::to_string(b),
                   {.file = dir_.string(), .tensor = {}, .field = "base"});
-    remove_durably(full_path(t));  // a full image of t from an earlier freeze must not outlive this one
+    // an image of t from an earlier freeze must not outlive this one, whatever point a crash hits
+    remove_durably(full_path(t));
+    remove_durably(delta_path(t));
     if (take_crash("delta_after_unlink")) throw injected_crash("baseline store: crashed after removing the old full image of the target");
     write_file(delta_path(t), "delta", [&](auto&& put_bytes) {
       byte_writer w;
@@ -297,8 +301,18 @@ class filesystem_baseline_store {
   /// temp file; folds v's chain into full-v<v>.bin first when it reached max_chain deltas.
   void retain_only(version_t v) {
     std::set<std::string> keep = chain_files(v);
-    const auto deltas = static_cast<std::uint32_t>(std::count_if(keep.begin(), keep.end(), [](const std::string& n) { return n.rfind("delta-", 0) == 0; }));
-    if (deltas > 0 && deltas >= std::max<std::uint32_t>(opt_.max_chain, 1)) {
+    std::uint32_t deltas = 0;
+    std::uintmax_t delta_bytes = 0, full_bytes = 0;
+    for (const auto& n : keep) {
+      std::error_code ec;
+      const auto size = std::filesystem::file_size(dir_ / n, ec);
+      if (n.rfind("delta-", 0) == 0) ++deltas, delta_bytes += ec ? 0 : size;
+      else full_bytes = ec ? 0 : size;
+    }
+    // Fold when the chain reached its bound, or when its deltas together weigh as much as the full
+    // image: the fold's write then costs no more than the deltas already written, so the durable
+    // bytes per refit stay within twice the change sets' (and a load reads at most 2 images' worth).
+    if (deltas > 0 && (deltas >= std::max<std::uint32_t>(opt_.max_chain, 1) || delta_bytes >= full_bytes)) {
       if (auto img = load(v)) {
         write_full(v, *img, "fold");
         if (take_crash("fold_before_cleanup")) throw injected_crash("baseline store: crashed after the fold, before removing the chain");
@@ -397,6 +411,17 @@ class filesystem_baseline_store {
     return x;
   }
 
+  /// The first n bytes of a file (fewer when it is shorter or unreadable).
+  static std::vector<std::byte> read_head(const std::filesystem::path& p, std::size_t n) {
+    std::vector<std::byte> out(n);
+    int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return {};
+    const ssize_t got = ::pread(fd, out.data(), n, 0);
+    ::close(fd);
+    out.resize(got > 0 ? static_cast<std::size_t>(got) : 0);
+    return out;
+  }
+
   /// Which file holds b's image now, with its digest: the full image if any (a fold's twin holds the
   /// same bits), else the delta.
   std::optional<std::pair<std::filesystem::path, std::uint64_t>> image_file(version_t b) const {
@@ -479,13 +504,15 @@ class filesystem_baseline_store {
       }
       if (!exists(delta) || (want && stored_digest(delta) != *want)) return out;
       out.insert(delta.filename().string());
-      try {
-        const delta_file d = parse_delta(read_verified(delta), cur, delta);
-        want = d.link;
-        cur = d.base;
-      } catch (const error&) {
-        return out;  // a damaged link: keep what is there (load reports the loss)
-      }
+      // the header only (magic, target, base, link): the files are verified by load, not here
+      const auto h = read_head(delta, 32);
+      if (h.size() != 32 || std::memcmp(h.data(), "BRDELT01", 8) != 0) return out;  // damaged: load reports the loss
+      byte_reader r{h, 8, delta};
+      if (r.u64() != cur) return out;
+      const version_t base = r.u64();
+      if (base >= cur) return out;
+      want = r.u64();
+      cur = base;
     }
     return out;
   }
