@@ -25,8 +25,8 @@
 // was published under its payload id the moment it was encoded, before chunk_encoded_event);
 // freeze_change_set_action saves the frozen target durably BEFORE anything is encoded (once per
 // target: retries reuse the image; as the sparse change set against B^v when the store is a
-// durability::DeltaBaselineStore, so that write scales with the changes, not the model), so a crashed owner recovers it (protocol::owner::recovered)
-// without the trainer, and K never names v+1 before every owner can recover v+1;
+// durability::DeltaBaselineStore, so that write scales with the changes, not the model), so a
+// crashed owner recovers it (protocol::owner::recovered) without the trainer, and K never names v+1 before every owner can recover v+1;
 // advance_baseline_action swaps B := frozen and drops older durable images; encode_action queues
 // every chunk on the bounded thread pool (each worker publishes its frame as soon as it is built,
 // so encoding overlaps transfer); cancel_encoding_action stops the attempt's remaining chunks;
