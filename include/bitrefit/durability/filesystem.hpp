@@ -275,14 +275,14 @@ class filesystem_baseline_store {
       if (has_full && (!want || stored_digest(full) == *want)) {
         try {
           baseline_image img = parse_full(read_verified(full), cur, full);
-          for (auto it = chain.rbegin(); it != chain.rend(); ++it) apply_changes(img, it->changes, it->path.string());
+          for (auto it = chain.rbegin(); it != chain.rend(); ++it) apply_delta(img, *it);
           return img;
         } catch (const error&) {
           if (!has_delta || want) throw;  // else: the fold's twin is damaged, the chain may still serve
         }
       }
       if (has_delta && (!want || stored_digest(delta) == *want)) {
-        delta_file d = parse_delta(read_verified(delta), cur, delta);
+        delta_file d = delta_head(read_verified(delta), cur, delta);
         want = d.link;
         cur = d.base;
         chain.push_back(std::move(d));
@@ -336,9 +336,9 @@ class filesystem_baseline_store {
  private:
   struct delta_file {
     std::filesystem::path path;
-    version_t base = 0;
+    version_t target = 0, base = 0;
     std::uint64_t link = 0;
-    change_set changes;
+    std::vector<std::byte> body;  // verified (digest stripped)
   };
 
   struct byte_writer {
@@ -458,37 +458,47 @@ class filesystem_baseline_store {
     return img;
   }
 
-  static delta_file parse_delta(const std::vector<std::byte>& d, version_t t, const std::filesystem::path& p) {
+  /// A verified delta's header (magic, target, base, link); the body is decoded by apply_delta.
+  static delta_file delta_head(std::vector<std::byte> d, version_t t, const std::filesystem::path& p) {
     byte_reader r{d, 0, p};
     if (std::memcmp(r.take(8).data(), "BRDELT01", 8) != 0) throw error(errc::format, "not a baseline delta (bad magic)", {.file = p.string(), .tensor = {}, .field = "magic"});
     if (r.u64() != t) throw error(errc::format, "delta of another version", {.file = p.string(), .tensor = {}, .field = "version"});
-    delta_file f{p, r.u64(), r.u64(), {}};
+    delta_file f{p, t, r.u64(), r.u64(), {}};
     if (f.base >= t) throw error(errc::format, "delta's base is not older than its target", {.file = p.string(), .tensor = {}, .field = "base"});
+    f.body = std::move(d);
+    return f;
+  }
+
+  /// img := img + the delta's change set, decoded and applied in one pass (no change_set is built:
+  /// a chain load touches each change once). Every position is range-checked before its write; on
+  /// a throw `img` is a scratch copy the caller discards.
+  static void apply_delta(baseline_image& img, const delta_file& f) {
+    const auto& p = f.path;
+    byte_reader r{f.body, 32, p};
+    std::set<std::string, std::less<>> seen;
     for (std::uint64_t i = 0, n = r.u64(); i < n; ++i) {
       const auto name_b = r.take(r.u64());
       const std::string name(reinterpret_cast<const char*>(name_b.data()), name_b.size());
-      tensor_changes c;
-      const std::uint64_t E = r.u64();
-      c.elements = r.u64();
-      const std::uint64_t count = r.u64(), pos_bytes = r.u64();
-      if (E == 0 || E > 8 || count > c.elements || count > pos_bytes)
+      const std::uint64_t E = r.u64(), elements = r.u64(), count = r.u64(), pos_bytes = r.u64();
+      if (E == 0 || E > 8 || count > elements || count > pos_bytes)
         throw error(errc::format, "delta: implausible element size or count", {.file = p.string(), .tensor = name, .field = "elements"});
-      c.element_size = static_cast<std::uint32_t>(E);
+      if (!seen.insert(name).second) throw error(errc::format, "delta: tensor listed twice", {.file = p.string(), .tensor = name, .field = {}});
+      auto it = img.find(name);
+      if (it == img.end() || it->second.size() != elements * E)
+        throw error(errc::mismatch, "delta names a tensor the base image does not hold, or of another size", {.file = p.string(), .tensor = name, .field = "elements"});
       byte_reader pr{r.take(pos_bytes), 0, p};
-      c.positions.resize(count);
+      const std::byte* val = r.take(count * E).data();
+      std::byte* dst = it->second.data();
       std::uint64_t next = 0;
-      for (auto& x : c.positions) {
-        x = next + pr.leb128();
-        if (x < next || x >= c.elements) throw error(errc::format, "delta: position outside the tensor", {.file = p.string(), .tensor = name, .field = "positions"});
+      for (std::uint64_t k = 0; k < count; ++k, val += E) {
+        const std::uint64_t x = next + pr.leb128();
+        if (x < next || x >= elements) throw error(errc::format, "delta: position outside the tensor", {.file = p.string(), .tensor = name, .field = "positions"});
+        std::memcpy(dst + x * E, val, E);
         next = x + 1;
       }
       if (pr.at != pos_bytes) throw error(errc::format, "delta: stray bytes after the positions", {.file = p.string(), .tensor = name, .field = "positions"});
-      const auto vals = r.take(count * E);
-      c.values.assign(vals.begin(), vals.end());
-      if (!f.changes.emplace(name, std::move(c)).second) throw error(errc::format, "delta: tensor listed twice", {.file = p.string(), .tensor = name, .field = {}});
     }
-    if (r.at != d.size()) throw error(errc::format, "trailing bytes after the last tensor", {.file = p.string(), .tensor = {}, .field = {}});
-    return f;
+    if (r.at != f.body.size()) throw error(errc::format, "trailing bytes after the last tensor", {.file = p.string(), .tensor = {}, .field = {}});
   }
 
   /// The file names load(v) would read (headers of deltas only; nothing is verified here beyond
