@@ -16,8 +16,9 @@
 // After every commit the trainer waits until every rollout process holds the committed version and
 // checks it two ways: the attestation digest it reports, and a full byte comparison of its mapped
 // weights with the trainer's own dense BF16 copy.
-// The owners keep their baselines in the durable filesystem baseline store (<dir>/baseline/owner-i,
-// consistent with the filesystem commit log in <dir>/log), so the trainer side survives restarts:
+// The owners keep their baselines in the durable filesystem baseline store (<dir>/baseline/owner-i:
+// a full image plus each refit's sparse change set since, folded into a new full image every 16
+// versions at most; consistent with the filesystem commit log in <dir>/log), so the trainer side survives restarts:
 // every K refits (--restart-trainer-every, default 10) the refit engine (coordinator + owners) is
 // torn down and started again from the durable state alone — no trainer copy — taking over with a
 // new epoch; and with --crash-owner-every K an owner dies mid-stream every K refits and recovers

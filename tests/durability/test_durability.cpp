@@ -13,6 +13,8 @@
 #include "bitrefit/durability/filesystem.hpp"
 #include "bitrefit/durability/memory.hpp"
 
+#include <random>
+
 using namespace bitrefit;
 using namespace bitrefit::durability;
 namespace fs = std::filesystem;
@@ -208,10 +210,294 @@ TEST(BaselineStore, FilesystemLawsAndCorruptionReadsAsLost) {
   auto dir = fresh_dir("baseline");
   check_baseline_laws(filesystem_baseline_store(dir), filesystem_baseline_store(dir));
   // Flip one byte: the image no longer verifies, and the owner must report lost state.
-  auto p = dir / "baseline-v11.bin";
+  auto p = filesystem_baseline_store(dir).full_path(11);
   auto data = *transport::detail::read_file(p);
   data[data.size() / 2] ^= std::byte{1};
   transport::detail::atomic_write(p, data, false);
   EXPECT_FALSE(filesystem_baseline_store(dir).load(11));
+  fs::remove_all(dir);
+}
+
+// ---- sparse persistence of transitions: change sets, delta chains, folds, crashes ----------------
+
+namespace {
+
+/// A small owner image covering every element width a checkpoint carries: FP8 (1 byte), BF16/F16
+/// (2), F32 (4), integer buffers (8); an empty tensor too.
+struct image_model {
+  std::map<std::string, std::size_t> widths{{"fp8", 1}, {"bf16", 2}, {"f16", 2}, {"f32", 4}, {"i64", 8}, {"empty", 2}};
+  std::map<std::string, std::size_t> elements{{"fp8", 1500}, {"bf16", 2048}, {"f16", 777}, {"f32", 1000}, {"i64", 300}, {"empty", 0}};
+  std::mt19937_64 rng{1234};
+
+  std::size_t width(const std::string& n) const { return widths.at(n); }
+  baseline_image initial() {
+    baseline_image img;
+    for (auto& [n, e] : elements) {
+      auto& b = img[n];
+      b.resize(e * widths.at(n));
+      for (auto& x : b) x = static_cast<std::byte>(rng());
+    }
+    return img;
+  }
+  /// The next version: ~3% of elements take new bits, among them the special patterns of floats
+  /// (-0.0 vs +0.0 differ in one byte only, NaN payloads, infinities, subnormals).
+  baseline_image step(baseline_image img) {
+    static const std::uint64_t special[] = {0x8000, 0x0000, 0x7FC1, 0xFFFF, 0x7F80, 0xFF80, 0x0001, 0x7FA5, 0x80000000, 0x7FC00001};
+    for (auto& [n, b] : img) {
+      const std::size_t E = widths.at(n), count = b.size() / E;
+      for (std::size_t k = 0; k < count / 33 + 1 && count; ++k) {
+        const std::size_t i = rng() % count;
+        std::uint64_t x = rng() % 4 == 0 ? special[rng() % std::size(special)] : rng();
+        std::memcpy(b.data() + i * E, &x, E);
+      }
+    }
+    return img;
+  }
+};
+
+bool same_bits(const std::optional<baseline_image>& got, const baseline_image& want) {
+  if (!got || got->size() != want.size()) return false;
+  for (auto& [n, b] : want) {
+    auto it = got->find(n);
+    if (it == got->end() || it->second.size() != b.size() || std::memcmp(it->second.data(), b.data(), b.size()) != 0) return false;
+  }
+  return true;
+}
+
+std::vector<std::string> files_in(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+/// Law 4 across many versions: each transition saved as its change set, the baseline advanced by
+/// retain_only as the sender does; every version loads bit-identically, from this handle and from a
+/// fresh one (a restarted owner).
+template <class S>
+void check_change_set_chain(S s, S restarted, int versions) {
+  image_model m;
+  std::vector<baseline_image> ref{m.initial()};
+  s.save(0, ref[0]);
+  for (int v = 1; v <= versions; ++v) {
+    ref.push_back(m.step(ref.back()));
+    const change_set cs = diff_images(ref[v - 1], ref[v], [&](const std::string& n) { return m.width(n); });
+    ASSERT_GT(changed_elements(cs), 0u);
+    s.save_changes(version_t(v - 1), version_t(v), cs);
+    ASSERT_TRUE(same_bits(restarted.load(v), ref[v])) << "v" << v;
+    ASSERT_TRUE(same_bits(restarted.load(v - 1), ref[v - 1])) << "K.v stays loadable until K names v+1 (law 2), v" << v;
+    s.retain_only(version_t(v));
+    ASSERT_TRUE(same_bits(restarted.load(v), ref[v])) << "after retain_only, v" << v;
+    ASSERT_FALSE(restarted.load(v + 1));
+  }
+}
+
+}  // namespace
+
+TEST(ChangeSet, DiffThenApplyIsBitExactForEveryWidth) {
+  image_model m;
+  baseline_image a = m.initial(), b = m.step(a);
+  const change_set cs = diff_images(a, b, [&](const std::string& n) { return m.width(n); });
+  // every listed position really differs, and only those (counted bytewise per element)
+  std::uint64_t differing = 0;
+  for (auto& [n, bytes] : a)
+    for (std::size_t i = 0; i < bytes.size(); i += m.width(n)) differing += std::memcmp(&bytes[i], &b.at(n)[i], m.width(n)) != 0;
+  EXPECT_EQ(changed_elements(cs), differing);
+  baseline_image c = a;
+  apply_changes(c, cs);
+  EXPECT_TRUE(same_bits(c, b));
+  // an unchanged image yields an empty set; a set that does not fit is refused, nothing written
+  EXPECT_TRUE(diff_images(a, a, [&](const std::string& n) { return m.width(n); }).empty());
+  change_set bad = cs;
+  bad.begin()->second.positions.back() = bad.begin()->second.elements;  // one past the end
+  baseline_image d = a;
+  try {
+    apply_changes(d, bad);
+    FAIL() << "expected a mismatch";
+  } catch (const error& e) {
+    EXPECT_EQ(e.code(), errc::mismatch);
+    EXPECT_EQ(e.where().tensor, bad.begin()->first);
+  }
+  EXPECT_TRUE(same_bits(d, a));
+}
+
+TEST(BaselineStore, MemoryChangeSetChain) {
+  memory_baseline_store s;
+  check_change_set_chain(s, s, 12);
+  EXPECT_EQ(s.size(), 1u);
+  EXPECT_THROW(s.save_changes(99, 100, {}), error);  // base absent: law 4 refuses
+}
+
+TEST(BaselineStore, FilesystemChangeSetChainFoldsEveryMaxChainVersions) {
+  auto dir = fresh_dir("chain");
+  for (std::uint32_t max_chain : {1u, 3u, 8u}) {
+    fs::remove_all(dir);
+    check_change_set_chain(filesystem_baseline_store(dir, {.max_chain = max_chain, .crash_at = {}}),
+                           filesystem_baseline_store(dir, {.max_chain = max_chain, .crash_at = {}}), 20);
+    // after 20 versions: one full image (the last fold's) and a chain shorter than the bound, whose
+    // deltas weigh less than the full image
+    const auto files = files_in(dir);
+    std::uintmax_t delta_bytes = 0, full_bytes = 0;
+    std::size_t fulls = 0, deltas = 0;
+    for (auto& n : files) {
+      if (n.rfind("full-v", 0) == 0) ++fulls, full_bytes += fs::file_size(dir / n);
+      if (n.rfind("delta-v", 0) == 0) ++deltas, delta_bytes += fs::file_size(dir / n);
+    }
+    EXPECT_EQ(fulls, 1u) << max_chain;
+    EXPECT_EQ(fulls + deltas, files.size()) << max_chain;
+    EXPECT_LT(deltas, std::max(max_chain, 1u)) << max_chain;
+    EXPECT_LT(delta_bytes, full_bytes) << max_chain;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(BaselineStore, FilesystemDeltaIsSmallerThanTheImage) {
+  auto dir = fresh_dir("small");
+  image_model m;
+  filesystem_baseline_store s(dir);
+  const baseline_image a = m.initial(), b = m.step(a);
+  s.save(0, a);
+  s.save_changes(0, 1, diff_images(a, b, [&](const std::string& n) { return m.width(n); }));
+  EXPECT_LT(fs::file_size(s.delta_path(1)) * 5, fs::file_size(s.full_path(0)));
+  fs::remove_all(dir);
+}
+
+// A crash at every step of save, save_changes and the fold: afterwards (a fresh handle, as a
+// restarted owner) K.v loads bit-identically, the target loads either not at all or exactly, and
+// the store goes on working and sweeps leftover temp files.
+TEST(BaselineStore, FilesystemCrashAtEveryStepNeverYieldsWrongBits) {
+  struct point {
+    const char* name;
+    bool target_durable;  // whether the interrupted write already took effect
+  };
+  const point delta_points[] = {{"delta_after_unlink", false}, {"delta_after_temp", false}, {"delta_after_rename", true}};
+  const point fold_points[] = {{"fold_after_temp", true}, {"fold_after_rename", true}, {"fold_before_cleanup", true}};
+  const point full_points[] = {{"full_after_temp", false}, {"full_after_rename", true}};
+  auto dir = fresh_dir("crashes");
+  image_model m;
+  auto width = [&](const std::string& n) { return m.width(n); };
+
+  // save_changes (K.v = 2 on a chain of 2 deltas; an older image of the target 3, full or a delta, with other
+  // bits exists, as a failed transition's freeze would leave it)
+  for (bool stale_full : {true, false})
+  for (const auto& p : delta_points) {
+    fs::remove_all(dir);
+    filesystem_baseline_store s(dir, {.max_chain = 8, .crash_at = {}});
+    std::vector<baseline_image> ref{m.initial()};
+    s.save(0, ref[0]);
+    for (version_t v = 1; v <= 2; ++v) {
+      ref.push_back(m.step(ref.back()));
+      s.save_changes(v - 1, v, diff_images(ref[v - 1], ref[v], width));
+      s.retain_only(v);
+    }
+    if (stale_full) s.save(3, m.step(ref[2]));  // the stale image of version 3, full or as a delta
+    else s.save_changes(2, 3, diff_images(ref[2], m.step(ref[2]), width));
+    ref.push_back(m.step(ref[2]));
+    s.opts().crash_at = p.name;
+    EXPECT_THROW(s.save_changes(2, 3, diff_images(ref[2], ref[3], width)), injected_crash) << p.name;
+    filesystem_baseline_store restarted(dir);
+    EXPECT_TRUE(same_bits(restarted.load(2), ref[2])) << p.name;
+    auto t = restarted.load(3);
+    if (p.target_durable) EXPECT_TRUE(same_bits(t, ref[3])) << p.name;
+    else EXPECT_FALSE(t) << p.name << ": the stale target or a torn one must never load";
+    // the owner retries the save and commits; the store sweeps the leftovers
+    restarted.save_changes(2, 3, diff_images(ref[2], ref[3], width));
+    restarted.retain_only(3);
+    EXPECT_TRUE(same_bits(filesystem_baseline_store(dir).load(3), ref[3])) << p.name;
+    for (auto& n : files_in(dir)) EXPECT_NE(n.rfind(".tmp.", 0), 0u) << p.name << ": " << n;
+  }
+
+  // the fold: K advances to 3, whose chain reached max_chain = 3
+  for (const auto& p : fold_points) {
+    fs::remove_all(dir);
+    filesystem_baseline_store s(dir, {.max_chain = 3, .crash_at = {}});
+    std::vector<baseline_image> ref{m.initial()};
+    s.save(0, ref[0]);
+    for (version_t v = 1; v <= 3; ++v) {
+      ref.push_back(m.step(ref.back()));
+      s.save_changes(v - 1, v, diff_images(ref[v - 1], ref[v], width));
+      if (v < 3) s.retain_only(v);
+    }
+    s.opts().crash_at = p.name;
+    EXPECT_THROW(s.retain_only(3), injected_crash) << p.name;
+    filesystem_baseline_store restarted(dir, {.max_chain = 3, .crash_at = {}});
+    EXPECT_TRUE(same_bits(restarted.load(3), ref[3])) << p.name;
+    // the restarted owner retains K.v again (recover_owner does): the store ends folded and clean
+    restarted.retain_only(3);
+    EXPECT_EQ(files_in(dir), std::vector<std::string>{"full-v3.bin"}) << p.name;
+    EXPECT_TRUE(same_bits(restarted.load(3), ref[3])) << p.name;
+  }
+
+  // a full save of a target whose delta exists with other bits
+  for (const auto& p : full_points) {
+    fs::remove_all(dir);
+    filesystem_baseline_store s(dir);
+    const baseline_image a = m.initial(), stale = m.step(a), fresh = m.step(a);
+    s.save(0, a);
+    s.save_changes(0, 1, diff_images(a, stale, width));
+    s.opts().crash_at = p.name;
+    EXPECT_THROW(s.save(1, fresh), injected_crash) << p.name;
+    filesystem_baseline_store restarted(dir);
+    EXPECT_TRUE(same_bits(restarted.load(0), a)) << p.name;
+    auto t = restarted.load(1);
+    if (p.target_durable) EXPECT_TRUE(same_bits(t, fresh)) << p.name;
+    else EXPECT_FALSE(t) << p.name;
+  }
+  fs::remove_all(dir);
+}
+
+// Torn or flipped delta files are refused by their digest with an error that names the file; a
+// delta whose base image was replaced is refused by its link; never are wrong bits returned.
+TEST(BaselineStore, FilesystemTornCorruptOrUnlinkedDeltaReadsAsNamedLoss) {
+  auto dir = fresh_dir("torn");
+  image_model m;
+  auto width = [&](const std::string& n) { return m.width(n); };
+  const baseline_image a = m.initial(), b = m.step(a), c = m.step(b);
+  auto setup = [&] {
+    fs::remove_all(dir);
+    filesystem_baseline_store s(dir);
+    s.save(0, a);
+    s.save_changes(0, 1, diff_images(a, b, width));
+    s.save_changes(1, 2, diff_images(b, c, width));
+    return s;
+  };
+  auto expect_loss = [&](version_t v, errc code, const fs::path& file, const std::string& what) {
+    filesystem_baseline_store s(dir);
+    EXPECT_FALSE(s.load(v)) << what;
+    ASSERT_TRUE(s.last_error()) << what;
+    EXPECT_EQ(s.last_error()->code(), code) << what << ": " << s.last_error()->what();
+    EXPECT_EQ(s.last_error()->where().file, file.string()) << what;
+    EXPECT_THROW(s.load_checked(v), error) << what;
+  };
+  {
+    auto s = setup();
+    const auto p = s.delta_path(1);
+    fs::resize_file(p, fs::file_size(p) / 2);  // torn: a write that never completed
+    expect_loss(1, errc::integrity, p, "torn delta");
+    expect_loss(2, errc::integrity, p, "a chain through a torn delta");
+    EXPECT_TRUE(same_bits(filesystem_baseline_store(dir).load(0), a));
+  }
+  for (std::size_t at : {std::size_t{0}, std::size_t{20}, std::size_t{100}}) {
+    auto s = setup();
+    const auto p = s.delta_path(2);
+    auto data = *transport::detail::read_file(p);
+    data[std::min(at, data.size() - 1)] ^= std::byte{0x10};
+    transport::detail::atomic_write(p, data, false);
+    expect_loss(2, errc::integrity, p, "flipped byte " + std::to_string(at));
+    EXPECT_TRUE(same_bits(filesystem_baseline_store(dir).load(1), b));
+  }
+  {
+    auto s = setup();
+    s.save(1, m.step(a));  // version 1 replaced by other bits: delta 2 was built on the old ones
+    expect_loss(2, errc::mismatch, s.delta_path(2), "replaced base");
+  }
+  {
+    auto s = setup();
+    fs::remove(s.full_path(0));
+    expect_loss(2, errc::mismatch, s.delta_path(1), "root image gone");
+    filesystem_baseline_store t(dir);
+    EXPECT_THROW(t.save_changes(5, 6, {}), error);  // no base: law 4 refuses, nothing written
+    EXPECT_FALSE(fs::exists(t.delta_path(6)));
+  }
   fs::remove_all(dir);
 }

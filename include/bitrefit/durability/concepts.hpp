@@ -18,12 +18,25 @@
 // BaselineStore laws (the owners' B^v, kept consistent with the commit log across crashes). Images
 // are keyed by VERSION: every attempt that commits v+1 commits the same frozen bits, whatever its g'.
 //  1. save(v, image) is atomic and durable before it returns; load(v) then returns the same image.
-//  2. An owner saves the frozen target image of v+1 BEFORE it encodes anything of the transition
+//  2. An owner makes the frozen target of v+1 durable BEFORE it encodes anything of the transition
 //     (so before any commit record can name v+1, and a crashed owner recovers its frozen set as
 //     protocol::owner::recovered assumes), and keeps K.v's image until it has read
 //     K = (v+1, g'); so after any crash, load(K.v) returns K.v's baseline — or nullopt, which the
-//     owner reports as a lost state.
-//  3. retain_only(v) removes every other image; it is idempotent.
+//     owner reports as a lost state. Never another version's bits, never a mix.
+//  3. retain_only(v) drops every image that load(v) does not need: every version above v, and every
+//     version below v except the links of v's delta chain (DeltaBaselineStore; at most the store's
+//     chain bound). It never changes what load(v) returns and is idempotent; a store may rewrite
+//     v's image in another form there (fold a delta chain into a full image).
+//
+// DeltaBaselineStore (a BaselineStore that persists a transition in proportion to its CHANGES, not
+// to the model: DESIGN's owner freezes "positions and absolute new values against K.v"):
+//  4. save_changes(b, t, cs) requires that load(b) returns an image I (else it throws
+//     errc::mismatch and changes nothing); it is atomic and durable before it returns, and load(t)
+//     then returns exactly apply_changes(I, cs) (change_set.hpp). A later save or save_changes of t
+//     replaces the earlier one (a failed transition's frozen target is never reused); no crash
+//     point leaves load(t) returning the replaced bits or a mix.
+//  5. A change set is bound to the very image it was computed against: if b's image is replaced or
+//     damaged afterwards, load(t) reports loss (nullopt) rather than applying cs to other bits.
 #pragma once
 
 #include <concepts>
@@ -34,6 +47,7 @@
 #include <vector>
 
 #include "bitrefit/core/ids.hpp"
+#include "bitrefit/durability/change_set.hpp"
 #include "bitrefit/protocol/commit_log.hpp"
 
 namespace bitrefit::durability {
@@ -43,14 +57,16 @@ concept CommitLog = requires(L& l, const protocol::log_request& req) {
   { l.apply(req) } -> std::same_as<protocol::log_reply>;
 };
 
-/// An owner's baseline image: tensor name -> stored bytes of the canonical elements it owns.
-using baseline_image = std::map<std::string, std::vector<std::byte>>;
-
 template <class S>
 concept BaselineStore = requires(S& s, version_t v, const baseline_image& img) {
   { s.save(v, img) } -> std::same_as<void>;
   { s.load(v) } -> std::same_as<std::optional<baseline_image>>;
   { s.retain_only(v) } -> std::same_as<void>;
+};
+
+template <class S>
+concept DeltaBaselineStore = BaselineStore<S> && requires(S& s, version_t v, const change_set& cs) {
+  { s.save_changes(v, v, cs) } -> std::same_as<void>;
 };
 
 /// Convenience for callers outside the protocol driver (tools, tests): the current contents.

@@ -1,6 +1,7 @@
 // bitrefit/durability/durability.hpp — the durability area in one include.
 #pragma once
 
+#include "bitrefit/durability/change_set.hpp"
 #include "bitrefit/durability/concepts.hpp"
 #include "bitrefit/durability/filesystem.hpp"
 #include "bitrefit/durability/memory.hpp"

@@ -8,6 +8,8 @@
 #include <memory>
 #include <mutex>
 
+#include "bitrefit/core/error.hpp"
+#include "bitrefit/durability/change_set.hpp"
 #include "bitrefit/durability/concepts.hpp"
 
 namespace bitrefit::durability {
@@ -40,6 +42,17 @@ class memory_baseline_store {
     std::lock_guard lock(s_->mu);
     s_->images[v] = img;
   }
+  /// Law 4: the target is the base image with the changes applied (kept whole: memory costs no
+  /// durable write). Throws errc::mismatch, changing nothing, when `base` is absent or cs does not fit.
+  void save_changes(version_t base, version_t target, const change_set& cs) {
+    std::lock_guard lock(s_->mu);
+    auto it = s_->images.find(base);
+    if (it == s_->images.end())
+      throw error(errc::mismatch, "save_changes: no image of base version " + std::to_string(base), {.file = {}, .tensor = {}, .field = "base"});
+    baseline_image img = it->second;
+    apply_changes(img, cs);
+    s_->images[target] = std::move(img);
+  }
   std::optional<baseline_image> load(version_t v) {
     std::lock_guard lock(s_->mu);
     auto it = s_->images.find(v);
@@ -63,7 +76,7 @@ class memory_baseline_store {
   std::shared_ptr<shared> s_;
 };
 
-static_assert(BaselineStore<memory_baseline_store>);
+static_assert(DeltaBaselineStore<memory_baseline_store>);
 
 }  // namespace bitrefit::durability
 

@@ -28,6 +28,7 @@
 #include "bitrefit/core/canonical.hpp"
 #include "bitrefit/core/error.hpp"
 #include "bitrefit/core/manifest.hpp"
+#include "bitrefit/durability/change_set.hpp"
 #include "bitrefit/durability/concepts.hpp"
 #include "bitrefit/layout/ownership.hpp"
 #include "bitrefit/refit/projection.hpp"
@@ -83,6 +84,7 @@ class owner_shard {
   void load_baseline(const tensor_source& src) {
     for (auto* t : owned_) src(*t, baseline_[t->name]);
     frozen_.clear();
+    changes_.clear();
   }
   /// Sets B^v from a durable image; false when the image does not match the owned tensors.
   bool load_baseline(const durability::baseline_image& img) {
@@ -92,6 +94,7 @@ class owner_shard {
     }
     for (auto* t : owned_) baseline_[t->name] = img.at(t->name);
     frozen_.clear();
+    changes_.clear();
     return true;
   }
   /// B^v or the frozen target as a baseline image, without copying (owner_shard keeps exactly the
@@ -104,6 +107,7 @@ class owner_shard {
       if (it == img.end() || it->second.size() != t->bytes()) return false;
     }
     for (auto* t : owned_) frozen_[t->name] = img.at(t->name);
+    changes_ = durability::diff_images(baseline_, frozen_, [this](const std::string& n) { return element_size(manifest_.at(n).type); });
     return true;
   }
   durability::baseline_image baseline_image_of(bool frozen) const {
@@ -114,16 +118,22 @@ class owner_shard {
 
   /// Freezes the transition's target bits. @pre no transition is frozen (or it is being replaced
   /// by the same target after an owner restart).
-  /// Returns how many elements differ bitwise from B^v (the change set's size).
+  /// Returns how many elements differ bitwise from B^v (the change set's size). The comparison
+  /// that counts them also records them (changes()), so persisting the change set costs no
+  /// second pass over the model.
   std::uint64_t freeze(const tensor_source& src) {
-    std::uint64_t changed = 0;
+    changes_.clear();
     for (auto* t : owned_) {
       auto& buf = frozen_[t->name];
       buf.resize(t->bytes());
       src(*t, buf);
-      changed += count_changed(baseline_.at(t->name), buf, element_size(t->type));
+      durability::tensor_changes c;
+      c.element_size = static_cast<std::uint32_t>(element_size(t->type));
+      c.elements = t->elements();
+      durability::diff_tensor(baseline_.at(t->name), buf, c.element_size, c);
+      if (!c.positions.empty()) changes_.emplace(t->name, std::move(c));
     }
-    return changed;
+    return durability::changed_elements(changes_);
   }
   /// Elements whose stored bits differ (E-byte elements; compares 8 bytes at a time).
   static std::uint64_t count_changed(std::span<const std::byte> a, std::span<const std::byte> b, std::size_t E) {
@@ -141,6 +151,10 @@ class owner_shard {
     for (; i < bytes; i += E) n += std::memcmp(a.data() + i, b.data() + i, E) != 0;
     return n;
   }
+  /// The frozen change set against B^v: positions and absolute new bits of every element whose
+  /// stored bits differ (what a durability::DeltaBaselineStore persists for the transition).
+  /// @pre frozen()
+  const durability::change_set& changes() const noexcept { return changes_; }
   bool frozen() const noexcept { return !frozen_.empty(); }
   /// The frozen target bits of a tensor this owner owns (for expected attestation digests).
   std::span<const std::byte> frozen_bytes(const std::string& t) const { return frozen_.at(t); }
@@ -171,9 +185,13 @@ class owner_shard {
     if (frozen_.empty()) return;
     for (auto& [name, bits] : frozen_) baseline_[name].swap(bits);
     frozen_.clear();
+    changes_.clear();
   }
   /// Drops the frozen change set (transition aborted or cleaned up without commit).
-  void thaw() { frozen_.clear(); }
+  void thaw() {
+    frozen_.clear();
+    changes_.clear();
+  }
 
  private:
   std::span<const std::byte> range_bytes(const std::map<std::string, std::vector<std::byte>>& m,
@@ -207,6 +225,7 @@ class owner_shard {
   std::vector<std::vector<canonical_range>> plan_;
   std::vector<bool> chunk_xor_;
   durability::baseline_image baseline_, frozen_;  // owned tensors only
+  durability::change_set changes_;                // frozen_ against baseline_ (set by freeze / load_frozen)
 };
 
 }  // namespace bitrefit::refit

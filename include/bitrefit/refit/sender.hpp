@@ -24,8 +24,9 @@
 // send_action posts to the transport (payload_msg sends are carried by the data plane: each frame
 // was published under its payload id the moment it was encoded, before chunk_encoded_event);
 // freeze_change_set_action saves the frozen target durably BEFORE anything is encoded (once per
-// target: retries reuse the image), so a crashed owner recovers it (protocol::owner::recovered)
-// without the trainer, and K never names v+1 before every owner can recover v+1;
+// target: retries reuse the image; as the sparse change set against B^v when the store is a
+// durability::DeltaBaselineStore, so that write scales with the changes, not the model), so a
+// crashed owner recovers it (protocol::owner::recovered) without the trainer, and K never names v+1 before every owner can recover v+1;
 // advance_baseline_action swaps B := frozen and drops older durable images; encode_action queues
 // every chunk on the bounded thread pool (each worker publishes its frame as soon as it is built,
 // so encoding overlaps transfer); cancel_encoding_action stops the attempt's remaining chunks;
@@ -326,7 +327,9 @@ class sender {
             } else if constexpr (std::is_same_v<A, protocol::advance_baseline_action>) {
               o.shard.advance();
               o.frozen_version = 0;
-              o.store.retain_only(act.record.version);
+              const auto tr = clock::now();
+              o.store.retain_only(act.record.version);  // may fold a delta chain into a full image
+              stats_.phases.persist_s += seconds(clock::now() - tr);
             } else if constexpr (std::is_same_v<A, protocol::freeze_change_set_action>) {
               if (o.frozen_version != act.target) {  // e.g. a restarted trainer-side engine
                 if (!next_) throw error(errc::protocol, "owner asked to freeze without the trainer's target bits");
@@ -335,7 +338,7 @@ class sender {
               }
               if (o.persisted != act.target) {  // retries of the same target reuse the saved image
                 const auto tp = clock::now();
-                o.store.save(act.target, o.shard.image(true));  // durable BEFORE encoding
+                persist_frozen(o, act);  // durable BEFORE encoding
                 o.persisted = act.target;
                 stats_.phases.persist_s += seconds(clock::now() - tp);
               }
@@ -347,6 +350,22 @@ class sender {
           },
           a);
     }
+  }
+
+  /// Makes the frozen target durable. A DeltaBaselineStore gets only the change set against B^v
+  /// (law 4: positions and absolute new bits; K.v's image is durable there by law 2), so the
+  /// before-encoding write scales with the changes, not the model. Should the store no longer
+  /// hold B^v (errc::mismatch), the target is saved whole instead: slower, never unrecoverable.
+  void persist_frozen(owner_slot& o, const protocol::freeze_change_set_action& act) {
+    if constexpr (durability::DeltaBaselineStore<B>) {
+      try {
+        o.store.save_changes(act.base, act.target, o.shard.changes());
+        return;
+      } catch (const error& e) {
+        if (e.code() != errc::mismatch) throw;
+      }
+    }
+    o.store.save(act.target, o.shard.image(true));
   }
 
   void start_encoding(std::uint32_t i, const protocol::encode_action& act) {

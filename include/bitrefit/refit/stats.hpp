@@ -3,8 +3,10 @@
 // Phases (seconds, wall clock of the coordinator's process): compare (change detection), encode
 // (location/value coding + zstd), transfer (from the first publish until every member reported
 // every payload applied/staged), apply (receivers' decode + placement, summed as reported in acks),
-// sync (receivers' flush + attestation), commit (compare-and-set until durable), persist (owners
-// saving the frozen target to their durable baseline store, BEFORE encoding). compare and
+// sync (receivers' flush + attestation), commit (compare-and-set until durable), persist (owners'
+// durable baseline store work: the frozen target saved BEFORE encoding — only its change set with a
+// durability::DeltaBaselineStore — plus retain_only when the baseline advances, where the
+// filesystem store folds its delta chain into a full image every max_chain versions). compare and
 // encode run fused per chunk on the pool and are summed over threads; they overlap transfer.
 #pragma once
 
