@@ -363,10 +363,10 @@ struct receiver {
       return;
     }
     if (!commit_news(p.base, out)) return;                 // the base is a commit record too
-    if (early && early->attempt <= p.attempt &&
-        (early->attempt < p.attempt || std::find(p.members.begin(), p.members.end(), self()) == p.members.end()))
+    const bool named = std::find(p.members.begin(), p.members.end(), self()) != p.members.end();
+    if (early && (early->attempt < p.attempt || (early->attempt == p.attempt && !named)))
       drop_early(out);  // passed, or this member was not admitted to it
-    if (std::find(p.members.begin(), p.members.end(), self()) == p.members.end()) return;
+    if (!named) return;
     highest_seen = p.attempt;
     if (phase == receiver_phase::stopping) {  // still waiting for the device: admit afterwards
       deferred = p;
@@ -413,7 +413,7 @@ struct receiver {
     early_attempt e = std::move(*early);
     early.reset();
     for (const auto& m : e.payloads) take_payload(m, out, /*staged=*/true);
-    if (e.conflict && attempt && !attempt->failed) fail(failure_reason::conflicting_payload, out);
+    if (e.conflict) fail(failure_reason::conflicting_payload, out);  // fail() reports once
     if (e.open && phase == receiver_phase::member && attempt) on_msg(*e.open, out);
     if (e.flush && phase == receiver_phase::member && attempt) on_msg(flush_msg{e.attempt}, out);
   }
