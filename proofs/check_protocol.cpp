@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   std::printf("{\"world\": \"%s\", \"verdict\": \"%s\", \"states\": %llu, \"transitions\": %llu, \"depth\": %u, "
               "\"goal_states\": %llu, \"terminal_states\": %llu, \"seconds\": %.2f, \"collision_bound\": %.3g, "
               "\"counterexample_moves\": %zu",
-              protocol::sim::world_line(b.world()).c_str(), proofs::to_string(r.outcome),
+              protocol::model::world_line(b.world()).c_str(), proofs::to_string(r.outcome),
               (unsigned long long)r.states, (unsigned long long)r.transitions, r.depth,
               (unsigned long long)r.goal_states, (unsigned long long)r.terminal_states, r.seconds, r.collision_bound,
               r.counterexample.size());

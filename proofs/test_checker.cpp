@@ -3,7 +3,7 @@
 // 1. The engine on a toy world whose state graph is known in closed form: exact counts, fingerprint
 //    mode agrees with exact mode, a shortest counterexample, a trap found by reverse reachability,
 //    a witness.
-// 2. The real protocol (sim::cluster over the real coordinator/owner/receiver/commit-log machines)
+// 2. The real protocol (model::cluster over the real coordinator/owner/receiver/commit-log machines)
 //    under the bounds of proofs/README.md: no violation, the end of the transition reachable from
 //    every state, and the unique state / transition / depth counts pinned (a behaviour change in
 //    the protocol shows up here as a diff; update the numbers deliberately, with the reason).
@@ -130,7 +130,7 @@ std::string report(const std::string& name, const auto& r) {
 
 void expect_pinned(const pinned& p) {
   const auto r = check(cluster_world(p.bounds));
-  std::cout << report(p.name, r) << "\n  " << protocol::sim::world_line(p.bounds.world()) << std::endl;
+  std::cout << report(p.name, r) << "\n  " << protocol::model::world_line(p.bounds.world()) << std::endl;
   ASSERT_TRUE(r.ok()) << p.name << ": " << r.violation << "\n"
                       << proofs::counterexample_scenario(p.bounds, r.counterexample, r.violation);
   EXPECT_EQ(r.states, p.states) << p.name;
@@ -157,7 +157,7 @@ TEST(Protocol, WitnessCommitAfterCrashAndOverwriteRetry) {
            std::count_if(s.attempts.begin(), s.attempts.end(), [](const auto& a) { return a.target == 1; }) >= 2;
   });
   ASSERT_TRUE(w.has_value());
-  const std::string text = protocol::sim::to_scenario(b.world(), *w, "witness: commit reached after a crash and an overwrite retry (pinned by proofs/test_checker.cpp)");
+  const std::string text = protocol::model::to_scenario(b.world(), *w, "witness: commit reached after a crash and an overwrite retry (pinned by proofs/test_checker.cpp)");
   EXPECT_NE(text.find("\ncrash r"), std::string::npos);
   EXPECT_NE(text.find(" overwrite "), std::string::npos);
   EXPECT_EQ(text.find("VIOLATION"), std::string::npos);

@@ -1,9 +1,9 @@
-// RapidCheck properties over sim::cluster: the real coordinator, owners, receivers and commit log
+// RapidCheck properties over model::cluster: the real coordinator, owners, receivers and commit log
 // on a network that drops, duplicates, corrupts, delays and reorders, with receiver crashes and
 // restarts, coordinator failovers, commit-log faults and early deadlines. Weights are abstract
 // regions holding a version or garbage.
 //
-// Safety: after every move, every invariant of DESIGN.md holds (sim::cluster::check_invariants).
+// Safety: after every move, every invariant of DESIGN.md holds (model::cluster::check_invariants).
 // Liveness: once faults stop, a fair fault-free schedule settles the world (K reached the goal,
 // every live receiver serves it with the gate open) within a bounded number of moves.
 // Mutations: a deliberately broken protocol variant makes the safety property fail.
@@ -15,13 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "bitrefit/protocol/sim/script.hpp"
+#include "bitrefit/protocol/model/script.hpp"
 
 namespace {
 
 using namespace bitrefit::protocol;
-using sim::cluster;
-using sim::world_config;
+using model::cluster;
+using model::world_config;
 
 constexpr int min_cases = 1000;
 constexpr std::size_t liveness_bound = 4000;
@@ -78,7 +78,7 @@ void cluster_property(protocol_mutation mutation, std::uint32_t min_duplicates =
   cluster w(cfg);
   std::vector<std::string> path;
   auto fail = [&](const std::string& what) {
-    std::string s = what + "\nreplay:\n" + sim::world_line(cfg) + "\n";
+    std::string s = what + "\nreplay:\n" + model::world_line(cfg) + "\n";
     for (const auto& p : path) s += p + "\n";
     RC_FAIL(s);
   };
@@ -94,7 +94,7 @@ void cluster_property(protocol_mutation mutation, std::uint32_t min_duplicates =
   // operator abort (the transition then waits for the operator), safety does not.
   const bool aborted = w.budget.aborts != cfg.aborts;  // an operator abort was issued
   for (std::size_t i = 0; i < liveness_bound && !w.settled() && !aborted; ++i) {
-    auto m = sim::fair_move(w);
+    auto m = model::fair_move(w);
     if (!m) break;
     path.push_back(w.describe(*m));
     w.apply(*m);

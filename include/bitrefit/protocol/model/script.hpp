@@ -1,4 +1,4 @@
-// bitrefit/protocol/sim/script.hpp — the scenario command language over sim::cluster.
+// bitrefit/protocol/model/script.hpp — the scenario command language over model::cluster.
 //
 // Scenario files (tests/protocol/scenarios/*.txt) are etcd-raft "datadriven" style:
 //
@@ -13,7 +13,7 @@
 //                     attest=0|1 xor=0|1 ordered_device=0|1 max_attempts mutation=<name> and the fault
 //                     budgets drops duplicates corruptions conflicts crashes failovers log_faults
 //                     early_deadlines aborts. Prints the world summary.
-//   <move>            any move text as sim::cluster::describe prints it, or a prefix of it in whole
+//   <move>            any move text as model::cluster::describe prints it, or a prefix of it in whole
 //                     words (the first enabled match in canonical order), e.g. `deliver c->r0 prepare`,
 //                     `drop o1->r0 payload 1.1/1/0`, `device r0`, `crash r1`, `restart r1`,
 //                     `deadline c`, `failover`, `log unknown-lost compare_and_set`. Prints the trace:
@@ -39,9 +39,9 @@
 #include <string>
 #include <vector>
 
-#include "bitrefit/protocol/sim/cluster.hpp"
+#include "bitrefit/protocol/model/cluster.hpp"
 
-namespace bitrefit::protocol::sim {
+namespace bitrefit::protocol::model {
 
 /// Parse the arguments of a `world` line (without the word `world`). Throws std::invalid_argument
 /// naming the bad key or value.
@@ -210,4 +210,4 @@ inline std::string to_scenario(const world_config& cfg, const std::vector<move>&
   return s;
 }
 
-}  // namespace bitrefit::protocol::sim
+}  // namespace bitrefit::protocol::model

@@ -1,4 +1,4 @@
-// bitrefit/protocol/sim/cluster.hpp — a deterministic, pure "cluster world" that composes the REAL
+// bitrefit/protocol/model/cluster.hpp — a deterministic, pure "cluster world" that composes the REAL
 // coordinator, owners, receivers and commit log with an in-flight message multiset, per-receiver
 // device queues and abstract weight regions, under bounded fault budgets.
 //
@@ -48,7 +48,7 @@
 #include "bitrefit/protocol/owner.hpp"
 #include "bitrefit/protocol/receiver.hpp"
 
-namespace bitrefit::protocol::sim {
+namespace bitrefit::protocol::model {
 
 /// Region content: a version, or garbage (an XOR on the wrong base or applied twice).
 using region_t = std::int32_t;
@@ -709,21 +709,21 @@ inline std::optional<move> fair_move(const cluster& w, bool with_deadlines = tru
   return best;
 }
 
-}  // namespace bitrefit::protocol::sim
+}  // namespace bitrefit::protocol::model
 
 namespace bitrefit::protocol::detail {
-inline void hash_append(hasher& h, const sim::pending_write& w) {
+inline void hash_append(hasher& h, const model::pending_write& w) {
   hash_append(h, w.id); hash_append(h, w.mode); h.mix(w.base); h.mix(w.target); h.mix(w.incarnation);
 }
-inline void hash_append(hasher& h, const sim::pending_log& p) { hash_append(h, p.request); h.mix(p.epoch); }
-inline void hash_append(hasher& h, const sim::attempt_note& a) { hash_append(h, a.attempt); h.mix(a.target); hash_append(h, a.members); }
+inline void hash_append(hasher& h, const model::pending_log& p) { hash_append(h, p.request); h.mix(p.epoch); }
+inline void hash_append(hasher& h, const model::attempt_note& a) { hash_append(h, a.attempt); h.mix(a.target); hash_append(h, a.members); }
 inline void hash_append(hasher& h, const std::pair<attempt_id, member>& p) { hash_append(h, p.first); hash_append(h, p.second); }
 inline void hash_append(hasher& h, const std::string& s) { for (char c : s) h.mix(static_cast<unsigned char>(c)); h.mix(s.size()); }
-inline void hash_append(hasher& h, const sim::fault_budget& b) {
+inline void hash_append(hasher& h, const model::fault_budget& b) {
   h.mix(b.drops); h.mix(b.duplicates); h.mix(b.corruptions); h.mix(b.conflicts); h.mix(b.crashes); h.mix(b.failovers);
   h.mix(b.log_faults); h.mix(b.early_deadlines); h.mix(b.aborts); h.mix(b.owner_crashes);
 }
-inline void hash_append(hasher& h, const sim::cluster& c) {
+inline void hash_append(hasher& h, const model::cluster& c) {
   hash_append(h, c.log); hash_append(h, c.coord); hash_append(h, c.owners); hash_append(h, c.receivers);
   hash_append(h, c.incarnations); hash_append(h, c.regions); hash_append(h, c.device); hash_append(h, c.sync_waiting);
   hash_append(h, c.inflight); hash_append(h, c.log_queue); h.mix(c.coord_deadline); hash_append(h, c.receiver_deadline);
@@ -733,6 +733,6 @@ inline void hash_append(hasher& h, const sim::cluster& c) {
 }  // namespace bitrefit::protocol::detail
 
 template <>
-struct std::hash<bitrefit::protocol::sim::cluster> {
-  std::size_t operator()(const bitrefit::protocol::sim::cluster& c) const { return bitrefit::protocol::hash_of(c); }
+struct std::hash<bitrefit::protocol::model::cluster> {
+  std::size_t operator()(const bitrefit::protocol::model::cluster& c) const { return bitrefit::protocol::hash_of(c); }
 };
