@@ -169,6 +169,28 @@ struct coordinator {
     return out;
   }
 
+  /// Does a message still count, judged by its sender alone? Nothing from a receiver incarnation
+  /// that was evicted (fenced) or replaced by a newer one counts (DESIGN op. 8).
+  bool counts(const envelope& env) const {
+    const auto from = sender_member(env.msg);
+    if (!from) return true;  // owners' messages
+    if (from->receiver >= roster.size()) return false;
+    const roster_entry& e = roster[from->receiver];
+    if (!e.known) return true;
+    if (from->incarnation < e.incarnation) return false;
+    return !(e.evicted && from->incarnation == e.incarnation);
+  }
+
+  /// The receiver incarnation a message speaks for, if it is a receiver's message.
+  static std::optional<member> sender_member(const message& m) {
+    return std::visit(
+        [](const auto& x) -> std::optional<member> {
+          if constexpr (requires { x.from; }) return x.from;
+          else return std::nullopt;
+        },
+        m);
+  }
+
  private:
   using out_t = std::vector<coordinator_action>;
   bool mutated(protocol_mutation m) const noexcept { return config.mutation == m; }

@@ -44,6 +44,7 @@
 
 #include "bitrefit/protocol/commit_log.hpp"
 #include "bitrefit/protocol/coordinator.hpp"
+#include "bitrefit/protocol/driver.hpp"
 #include "bitrefit/protocol/format.hpp"
 #include "bitrefit/protocol/owner.hpp"
 #include "bitrefit/protocol/receiver.hpp"
@@ -570,119 +571,133 @@ struct cluster {
   }
 
   // ---- run the local work queue to completion
+  // ---- the world's side of protocol::drive: the Effects of every role --------------------------
+  //
+  // Nothing here looks at an action: protocol::drive (driver.hpp) turns each one into one of these
+  // operations, exactly as it does for the engine. Local completions go back onto the work queue
+  // `q` (processed in FIFO order after the current step), never into the machine directly.
+  struct effects {
+    cluster& w;
+    std::vector<work>& q;
+    std::vector<std::string>* trace;
+
+    template <class Event, class Actions>
+    void on_step(const endpoint& self, const Event& ev, const Actions& actions) {
+      if (!trace) return;
+      const std::string who = fmt::str(self);
+      // Messages are shown by the move that delivered them; owners' local events are implied.
+      if constexpr (!std::is_same_v<Event, owner_event>)
+        if (!std::holds_alternative<message_event>(ev)) trace->push_back(who + " <- " + fmt::str(ev));
+      for (const auto& a : actions) trace->push_back(who + ": " + fmt::str(a));
+    }
+
+    // -- every role
+    void send(const endpoint& self, const envelope& env) {
+      if (self.role == role::receiver)
+        if (const auto* ack = std::get_if<ack_msg>(&env.msg)) {  // monitor: acks sent
+          auto p = std::make_pair(ack->attempt, ack->from);
+          if (!std::binary_search(w.acks.begin(), w.acks.end(), p)) w.acks.insert(std::upper_bound(w.acks.begin(), w.acks.end(), p), p);
+        }
+      w.insert_inflight(env);
+    }
+    void arm_deadline(const endpoint& self) { w.set_deadline(self, true); }
+    void disarm_deadline(const endpoint& self) { w.set_deadline(self, false); }
+    /// Deadlines are moves here: the checker fires them at every quiet point (and early, with the
+    /// early-deadline budget), which covers every extension a wall-clock timer would make.
+    void progress(const endpoint&) {}
+
+    // -- coordinator
+    void ask_log(const endpoint&, const log_request& req) {
+      pending_log p{req, w.coord.epoch};
+      w.log_queue.insert(std::upper_bound(w.log_queue.begin(), w.log_queue.end(), p), p);
+    }
+    void fence(const endpoint&, const member& m) {
+      w.fenced.insert(std::upper_bound(w.fenced.begin(), w.fenced.end(), m), m);
+    }
+    void cleanup(const endpoint&, const attempt_id& a) {
+      if (!std::binary_search(w.stopped.begin(), w.stopped.end(), a))
+        w.stopped.insert(std::upper_bound(w.stopped.begin(), w.stopped.end(), a), a);
+    }
+    void committed(const endpoint&, const commit_record&) {}
+    void deposed(const endpoint&) {}
+    void aborted(const endpoint&, const attempt_id&) {}
+    void needs_operator(const endpoint&, const std::string&) { w.stuck = true; }
+
+    // -- owners
+    void advance_baseline(const endpoint& self, const commit_record& k) {
+      if (k.version > w.log.state.record.version)
+        w.fail("owner o" + std::to_string(self.index) + " advanced its baseline to " + fmt::str(k) +
+               " before the commit record (K is " + fmt::str(w.log.state.record) + ")");
+    }
+    void freeze_change_set(const endpoint&, const freeze_change_set_action&) {}  // regions abstract the bits
+    /// Every chunk at once, in seq order, then encode_finished; zero chunks when the delta base
+    /// already is the target. A chunk's content names (owner, seq, target, mode, base).
+    void encode(const endpoint& self, const encode_action& x) {
+      const std::uint32_t o = self.index;
+      const std::uint32_t n = x.base == x.target ? 0 : w.config.chunks_per_owner;
+      for (std::uint32_t s = 0; s < n; ++s) {
+        digest128 content{(std::uint64_t(o) << 16 | s) + 1,
+                          (x.target << 8) | (x.mode == mode::xor_delta ? 1u : 2u) | (x.base << 32)};
+        q.push_back({node_ref::own(o), owner_event{chunk_encoded_event{x.attempt, s, content}}});
+      }
+      q.push_back({node_ref::own(o), owner_event{encode_finished_event{x.attempt, n}}});
+    }
+    void cancel_encoding(const endpoint&, const attempt_id&) {}  // encoding completes at once here
+
+    // -- receivers
+    void persist_incarnation(const endpoint& self, std::uint64_t inc) {
+      w.incarnations[self.index] = std::max(w.incarnations[self.index], inc);
+    }
+    void close_gate(const endpoint&) {}
+    void open_gate(const endpoint&, bool) {}
+    void drain_requests(const endpoint& self) { q.push_back({node_ref::recv(self.index), receiver_event{drained_event{}}}); }
+    void stage_payload(const endpoint&, const payload_id&) {}
+    void apply_payload(const endpoint& self, const apply_payload_action& x) {
+      const std::uint32_t r = self.index;
+      pending_write pw{x.id, x.mode, x.base, x.target, w.receivers[r]->incarnation};
+      auto& d = w.device[r];
+      if (w.config.ordered_device) d.push_back(pw);
+      else d.insert(std::upper_bound(d.begin(), d.end(), pw), pw);
+    }
+    void discard_staged(const endpoint&, const attempt_id&) {}
+    void sync_device(const endpoint& self, bool) {
+      w.sync_waiting[self.index] = 1;
+      w.maybe_synced(self.index, q);
+    }
+    void read_commit(const endpoint& self) {
+      q.push_back({node_ref::recv(self.index), receiver_event{commit_read_event{w.log.state.record}}});
+    }
+    void dense_restore(const endpoint& self, const commit_record& k) {
+      const std::uint32_t r = self.index;
+      while (!w.device[r].empty()) w.complete_write(r, 0, q, trace);  // waits for issued applies first
+      w.sync_waiting[r] = 0;
+      for (std::uint32_t i = 0; i < w.regions_per_receiver(); ++i)
+        w.regions[std::size_t(r) * w.regions_per_receiver() + i] = region_t(k.version);
+      q.push_back({node_ref::recv(r), receiver_event{restored_event{k}}});
+    }
+  };
+  static_assert(Effects<effects>);
+
+  void set_deadline(const endpoint& e, bool armed) {
+    if (e.role == role::coordinator) coord_deadline = armed;
+    else receiver_deadline.at(e.index) = armed;
+  }
+
+  // ---- run the local work queue to completion, every step through protocol::drive
   void run(std::vector<work> q, std::vector<std::string>* trace) {
     for (std::size_t k = 0; k < q.size(); ++k) {
       work w = q[k];  // copy: q may grow
+      effects fx{*this, q, trace};
       if (w.node.kind == role::coordinator) {
-        const auto& ev = std::get<coordinator_event>(w.ev);
-        if (trace && !std::holds_alternative<message_event>(ev)) trace->push_back("c <- " + fmt::str(ev));
-        for (const auto& a : coord.step(ev)) on_coord_action(a, q, trace);
+        drive(coord, std::get<coordinator_event>(w.ev), fx);
       } else if (w.node.kind == role::owner) {
-        const auto& ev = std::get<owner_event>(w.ev);
-        auto& o = owners.at(w.node.index);
-        for (const auto& a : o.step(ev)) on_owner_action(w.node.index, a, q, trace);
+        drive(owners.at(w.node.index), std::get<owner_event>(w.ev), fx);
       } else {
         auto& slot = receivers.at(w.node.index);
         if (!slot) continue;  // delivered to a dead process: lost
-        const auto& ev = std::get<receiver_event>(w.ev);
-        if (trace && !std::holds_alternative<message_event>(ev))
-          trace->push_back("r" + std::to_string(w.node.index) + " <- " + fmt::str(ev));
-        for (const auto& a : slot->step(ev)) on_receiver_action(w.node.index, a, q, trace);
+        drive(*slot, std::get<receiver_event>(w.ev), fx);
       }
     }
-  }
-
-  void on_coord_action(const coordinator_action& a, std::vector<work>& q, std::vector<std::string>* trace) {
-    if (trace) trace->push_back("c: " + fmt::str(a));
-    std::visit(
-        [&](const auto& x) {
-          using A = std::decay_t<decltype(x)>;
-          if constexpr (std::is_same_v<A, log_action>) {
-            pending_log p{x.request, coord.epoch};
-            log_queue.insert(std::upper_bound(log_queue.begin(), log_queue.end(), p), p);
-          } else if constexpr (std::is_same_v<A, send_action>) {
-            insert_inflight(x.env);
-          } else if constexpr (std::is_same_v<A, arm_deadline_action>) {
-            coord_deadline = true;
-          } else if constexpr (std::is_same_v<A, disarm_deadline_action>) {
-            coord_deadline = false;
-          } else if constexpr (std::is_same_v<A, fence_receiver_action>) {
-            fenced.insert(std::upper_bound(fenced.begin(), fenced.end(), x.fenced), x.fenced);
-          } else if constexpr (std::is_same_v<A, cleanup_action>) {
-            if (!std::binary_search(stopped.begin(), stopped.end(), x.attempt))
-              stopped.insert(std::upper_bound(stopped.begin(), stopped.end(), x.attempt), x.attempt);
-          } else if constexpr (std::is_same_v<A, needs_operator_action>) {
-            stuck = true;
-          }
-        },
-        a);
-    (void)q;
-  }
-
-  void on_owner_action(std::uint32_t o, const owner_action& a, std::vector<work>& q, std::vector<std::string>* trace) {
-    if (trace) trace->push_back("o" + std::to_string(o) + ": " + fmt::str(a));
-    std::visit(
-        [&](const auto& x) {
-          using A = std::decay_t<decltype(x)>;
-          if constexpr (std::is_same_v<A, send_action>) {
-            insert_inflight(x.env);
-          } else if constexpr (std::is_same_v<A, encode_action>) {
-            const std::uint32_t n = x.base == x.target ? 0 : config.chunks_per_owner;
-            for (std::uint32_t s = 0; s < n; ++s) {
-              digest128 content{(std::uint64_t(o) << 16 | s) + 1, (x.target << 8) | (x.mode == mode::xor_delta ? 1u : 2u) |
-                                                                      (x.base << 32)};
-              q.push_back({node_ref::own(o), owner_event{chunk_encoded_event{x.attempt, s, content}}});
-            }
-            q.push_back({node_ref::own(o), owner_event{encode_finished_event{x.attempt, n}}});
-          } else if constexpr (std::is_same_v<A, advance_baseline_action>) {
-            if (x.record.version > log.state.record.version)
-              fail("owner o" + std::to_string(o) + " advanced its baseline to " + fmt::str(x.record) +
-                   " before the commit record (K is " + fmt::str(log.state.record) + ")");
-          }
-        },
-        a);
-  }
-
-  void on_receiver_action(std::uint32_t r, const receiver_action& a, std::vector<work>& q,
-                          std::vector<std::string>* trace) {
-    if (trace) trace->push_back("r" + std::to_string(r) + ": " + fmt::str(a));
-    const std::uint64_t inc = receivers[r]->incarnation;
-    std::visit(
-        [&](const auto& x) {
-          using A = std::decay_t<decltype(x)>;
-          if constexpr (std::is_same_v<A, send_action>) {
-            if (const auto* ack = std::get_if<ack_msg>(&x.env.msg)) {
-              auto p = std::make_pair(ack->attempt, ack->from);
-              if (!std::binary_search(acks.begin(), acks.end(), p)) acks.insert(std::upper_bound(acks.begin(), acks.end(), p), p);
-            }
-            insert_inflight(x.env);
-          } else if constexpr (std::is_same_v<A, persist_incarnation_action>) {
-            incarnations[r] = std::max(incarnations[r], x.incarnation);
-          } else if constexpr (std::is_same_v<A, drain_requests_action>) {
-            q.push_back({node_ref::recv(r), receiver_event{drained_event{}}});
-          } else if constexpr (std::is_same_v<A, apply_payload_action>) {
-            pending_write w{x.id, x.mode, x.base, x.target, inc};
-            auto& d = device[r];
-            if (config.ordered_device) d.push_back(w);
-            else d.insert(std::upper_bound(d.begin(), d.end(), w), w);
-          } else if constexpr (std::is_same_v<A, sync_device_action>) {
-            sync_waiting[r] = 1;
-            maybe_synced(r, q);
-          } else if constexpr (std::is_same_v<A, read_commit_action>) {
-            q.push_back({node_ref::recv(r), receiver_event{commit_read_event{log.state.record}}});
-          } else if constexpr (std::is_same_v<A, dense_restore_action>) {
-            while (!device[r].empty()) complete_write(r, 0, q, trace);  // waits for issued applies first
-            sync_waiting[r] = 0;
-            for (std::uint32_t i = 0; i < regions_per_receiver(); ++i)
-              regions[std::size_t(r) * regions_per_receiver() + i] = region_t(x.record.version);
-            q.push_back({node_ref::recv(r), receiver_event{restored_event{x.record}}});
-          } else if constexpr (std::is_same_v<A, arm_deadline_action>) {
-            receiver_deadline[r] = 1;
-          } else if constexpr (std::is_same_v<A, disarm_deadline_action>) {
-            receiver_deadline[r] = 0;
-          }
-        },
-        a);
   }
 };
 
