@@ -140,6 +140,20 @@ void expect_pinned(const pinned& p) {
 
 #include "pinned_counts.inc"
 
+// Fingerprint mode deduplicates by hash_of alone, exact mode by ==. If a hash_append left out a
+// field that == compares, two reachable states differing only there would merge under fingerprints
+// and the counts would differ (the field lists are also checked at compile time, BITREFIT_HASH_FIELDS).
+TEST(Protocol, FingerprintAndExactModeAgree) {
+  for (auto b : {with(base(), [](auto& b) { b.owners = 1; b.chunks = 1; b.transitions = 2; b.owner_crashes = 1; }),
+                 with(base(), [](auto& b) { b.owners = 1; b.chunks = 1; b.transitions = 1; b.duplicates = 1; b.drops = 1; })}) {
+    const auto exact = check(cluster_world(b), check_options{false, true});
+    const auto fingerprints = check(cluster_world(b), check_options{false, false});
+    ASSERT_TRUE(exact.ok()) << exact.violation;
+    EXPECT_EQ(exact.states, fingerprints.states) << protocol::model::world_line(b.world());
+    EXPECT_EQ(exact.transitions, fingerprints.transitions);
+  }
+}
+
 // ---- 3. the witness
 std::string read_file(const std::string& path) {
   std::ifstream f(path);
@@ -179,18 +193,19 @@ struct mutation_case {
 void expect_caught(const mutation_case& m) {
   cluster_bounds b = m.bounds;
   b.mutation = m.mutation;
-  const auto r = check(cluster_world(b));
+  const auto r = check(proofs::mutated_cluster_world(b));
   const std::string name = std::string(protocol::to_string(m.mutation));
   std::cout << report("mutation " + name, r) << std::endl;
   ASSERT_FALSE(r.ok()) << name << " was not caught";
   ASSERT_NE(r.outcome, verdict::state_limit);
   // The counterexample replays on a fresh world and ends in the violation.
-  const cluster_world end = proofs::replay(cluster_world(b), r.counterexample);
+  const proofs::mutated_cluster_world end = proofs::replay(proofs::mutated_cluster_world(b), r.counterexample);
   if (r.outcome == verdict::invariant_violated) {
     EXPECT_EQ(end.check_invariants(), r.violation);
   }
   // It prints as a scenario of the protocol's scenario tests; an invariant violation is its last line.
-  const std::string text = proofs::counterexample_scenario(b, r.counterexample, name + ": " + r.violation);
+  const std::string text =
+      proofs::counterexample_scenario<protocol::model::mutated_cluster>(b, r.counterexample, name + ": " + r.violation);
   if (r.outcome == verdict::invariant_violated) {
     EXPECT_NE(text.find("VIOLATION: " + r.violation), std::string::npos);
   }

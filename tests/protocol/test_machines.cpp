@@ -420,7 +420,7 @@ TEST(CommitLog, CompareAndSetLaws) {
 }
 
 TEST(CommitLog, BlindWriteMutationIgnoresFenceAndExpectation) {
-  commit_log log(commit_record{}, protocol_mutation::blind_write_commit);
+  basic_commit_log<runtime_mutation> log(commit_record{}, runtime_mutation{protocol_mutation::blind_write_commit});
   log.apply(claim_epoch_request{3});
   auto r = log.apply(compare_and_set_request{1, {}, commit_record{9, {}}, commit_record{5, {}}});
   EXPECT_EQ(r.outcome, log_outcome::ok);

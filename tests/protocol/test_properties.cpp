@@ -54,7 +54,7 @@ world_config gen_world(protocol_mutation mutation, std::uint32_t min_duplicates 
   c.protocol.receivers = *rc::gen::inRange<std::uint32_t>(2, 5);
   c.protocol.owners = 2;
   c.protocol.gate = *rc::gen::element(gate_policy::synchronous, gate_policy::asynchronous);
-  c.protocol.mutation = mutation;
+  c.mutation = mutation;
   c.chunks_per_owner = *rc::gen::inRange<std::uint32_t>(1, 3);
   c.transitions = *rc::gen::inRange<std::uint32_t>(1, 3);
   c.drops = *rc::gen::inRange<std::uint32_t>(0, 3);
@@ -71,11 +71,13 @@ world_config gen_world(protocol_mutation mutation, std::uint32_t min_duplicates 
 }
 
 /// Random faulty prefix, then a fair fault-free suffix. Fails with a replayable scenario.
+/// W: model::cluster (the shipped protocol) or model::mutated_cluster (a mutation test policy).
+template <class W = cluster>
 void cluster_property(protocol_mutation mutation, std::uint32_t min_duplicates = 0) {
   const world_config cfg = gen_world(mutation, min_duplicates);
   const auto choices = *rc::gen::container<std::vector<std::uint32_t>>(
       *rc::gen::inRange<std::size_t>(0, 250), rc::gen::arbitrary<std::uint32_t>());
-  cluster w(cfg);
+  W w(cfg);
   std::vector<std::string> path;
   auto fail = [&](const std::string& what) {
     std::string s = what + "\nreplay:\n" + model::world_line(cfg) + "\n";
@@ -118,7 +120,7 @@ TEST(ClusterProperties, BrokenVariantsAreCaught) {
                                           protocol_mutation::delta_against_uncommitted_base};
   for (auto m : must_catch) {
     const bool passed = run_property(std::string("mutation ") + std::string(to_string(m)) + " (expected to FAIL)",
-                                     [m] { cluster_property(m, 2); });
+                                     [m] { cluster_property<model::mutated_cluster>(m, 2); });
     EXPECT_FALSE(passed) << "mutation " << to_string(m) << " was not caught";
   }
 }

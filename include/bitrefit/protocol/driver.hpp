@@ -168,8 +168,8 @@ void perform_all(F& fx, const endpoint& self, const Actions& actions) {
 }  // namespace detail
 
 /// Step the coordinator with `ev` and perform its actions (header comment: 1, 2, 3).
-template <CoordinatorEffects F>
-void drive(coordinator& c, const coordinator_event& ev, F& fx) {
+template <class Mut, CoordinatorEffects F>
+void drive(basic_coordinator<Mut>& c, const coordinator_event& ev, F& fx) {
   const endpoint self = endpoint::coord();
   // Decided on the state BEFORE the step: did a live remote machine speak to us?
   const auto* msg = std::get_if<message_event>(&ev);
@@ -181,8 +181,8 @@ void drive(coordinator& c, const coordinator_event& ev, F& fx) {
 }
 
 /// Step owner `o` with `ev` and perform its actions. An encoded chunk is a sign of life.
-template <OwnerEffects F>
-void drive(owner& o, const owner_event& ev, F& fx) {
+template <class Mut, OwnerEffects F>
+void drive(basic_owner<Mut>& o, const owner_event& ev, F& fx) {
   const endpoint self = endpoint::owner_(o.id);
   const auto actions = o.step(ev);
   detail::observe(fx, self, ev, actions);
@@ -191,8 +191,8 @@ void drive(owner& o, const owner_event& ev, F& fx) {
 }
 
 /// Step receiver `r` with `ev` and perform its actions.
-template <ReceiverEffects F>
-void drive(receiver& r, const receiver_event& ev, F& fx) {
+template <class Mut, ReceiverEffects F>
+void drive(basic_receiver<Mut>& r, const receiver_event& ev, F& fx) {
   const endpoint self = endpoint::receiver_(r.id);
   const auto actions = r.step(ev);
   detail::observe(fx, self, ev, actions);

@@ -68,7 +68,7 @@ class receiver {
  public:
   receiver(Ld& loader, T transport, L log, receiver_options o)
       : store_(loader), transport_(std::move(transport)), log_(std::move(log)), opt_(std::move(o)) {
-    protocol::protocol_config cfg{opt_.gate, 1, opt_.index + 1, opt_.attest, 0, protocol::protocol_mutation::none};
+    protocol::protocol_config cfg{opt_.gate, 1, opt_.index + 1, opt_.attest, 0};
     sm_ = protocol::receiver::restarted(opt_.index, opt_.incarnation, cfg);
   }
 

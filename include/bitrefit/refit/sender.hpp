@@ -90,7 +90,6 @@ struct sender_options {
   std::uint32_t max_attempts = 0;  // 0: retry until commit (DESIGN); else needs_operator after that many
   fault_injector* faults = nullptr;
   std::function<void()> idle;  // called once per loop iteration (the demo reaps and restarts processes)
-  protocol::protocol_mutation mutation = protocol::protocol_mutation::none;  // tests only
 };
 
 template <transport::Transport T, durability::CommitLog L, durability::BaselineStore B,
@@ -148,7 +147,7 @@ class sender {
     if (r.outcome != protocol::log_outcome::ok) throw error(errc::io, "commit log unreadable at start", {.file = {}, .tensor = {}, .field = "commit_log"});
     committed_ = r.snapshot.record;
     for (std::uint32_t i = 0; i < owners_.size(); ++i) recover_owner(i, committed_bits);
-    protocol::protocol_config cfg{opt_.gate, opt_.owners, opt_.receivers, opt_.attest, opt_.max_attempts, opt_.mutation};
+    protocol::protocol_config cfg{opt_.gate, opt_.owners, opt_.receivers, opt_.attest, opt_.max_attempts};
     coord_ = protocol::coordinator(cfg, r.snapshot.epoch + 1, {}, committed_);
     step_coordinator(protocol::start_event{});
     run_until([&] { return coord_.phase != protocol::coordinator_phase::claiming && local_.empty(); });
@@ -314,7 +313,7 @@ class sender {
     }
     o.store.retain_only(committed_.version);
     o.frozen_version = 0;
-    o.sm = protocol::owner(i, committed_, opt_.mutation);
+    o.sm = protocol::owner(i, committed_);
   }
 
   void step_owner(std::uint32_t i, const protocol::owner_event& ev) {

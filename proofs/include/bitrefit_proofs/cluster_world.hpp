@@ -57,7 +57,7 @@ struct cluster_bounds {
     c.protocol.receivers = receivers;
     c.protocol.attest = true;
     c.protocol.max_attempts = max_attempts;
-    c.protocol.mutation = mutation;
+    c.mutation = mutation;
     c.chunks_per_owner = chunks;
     c.transitions = transitions;
     c.xor_allowed = true;
@@ -76,12 +76,15 @@ struct cluster_bounds {
   }
 };
 
-class cluster_world {
+/// The checker's view of a world of type W: model::cluster (the shipped protocol) or
+/// model::mutated_cluster (the machines with a mutation chosen at run time, for mutation runs).
+template <class W>
+class basic_cluster_world {
  public:
-  explicit cluster_world(const cluster_bounds& b)
+  explicit basic_cluster_world(const cluster_bounds& b)
       : w_(b.world()), max_attempts_(b.max_attempts), causal_payloads_(b.causal_payloads) {}
 
-  const protocol::model::cluster& world() const noexcept { return w_; }
+  const W& world() const noexcept { return w_; }
 
   /// Attempts persisted for the transition in progress (target K.v + 1), over all coordinators.
   std::uint32_t attempts_of_current_transition() const {
@@ -146,26 +149,30 @@ class cluster_world {
   std::optional<std::string> check_invariants() const { return w_.check_invariants(); }
   bool transition_done() const { return w_.transition_done(); }
 
-  friend bool operator==(const cluster_world& a, const cluster_world& b) { return a.w_ == b.w_; }
+  friend bool operator==(const basic_cluster_world& a, const basic_cluster_world& b) { return a.w_ == b.w_; }
 
  private:
-  protocol::model::cluster w_;
+  W w_;
   std::uint32_t max_attempts_ = 2;
   bool causal_payloads_ = false;
 };
 
+using cluster_world = basic_cluster_world<protocol::model::cluster>;
+using mutated_cluster_world = basic_cluster_world<protocol::model::mutated_cluster>;
+
 /// A counterexample as a scenario file of the protocol's scenario tests (world line, then one move
 /// per command, with the expected output), so it replays as a regression scenario.
-inline std::string counterexample_scenario(const cluster_bounds& b, const std::vector<protocol::model::move>& path,
-                                           const std::string& title) {
-  return protocol::model::to_scenario(b.world(), path, title);
+template <class W = protocol::model::cluster>
+std::string counterexample_scenario(const cluster_bounds& b, const std::vector<protocol::model::move>& path,
+                                    const std::string& title) {
+  return protocol::model::to_scenario<W>(b.world(), path, title);
 }
 
 }  // namespace bitrefit::proofs
 
-template <>
-struct std::hash<bitrefit::proofs::cluster_world> {
-  std::size_t operator()(const bitrefit::proofs::cluster_world& w) const {
+template <class W>
+struct std::hash<bitrefit::proofs::basic_cluster_world<W>> {
+  std::size_t operator()(const bitrefit::proofs::basic_cluster_world<W>& w) const {
     return bitrefit::protocol::hash_of(w.world());
   }
 };

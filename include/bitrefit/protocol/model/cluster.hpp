@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <variant>
 #include <vector>
@@ -56,7 +57,10 @@ using region_t = std::int32_t;
 inline constexpr region_t garbage = -1;
 
 struct world_config {
-  protocol_config protocol{gate_policy::synchronous, 2, 2, true, 0, protocol_mutation::none};
+  protocol_config protocol{gate_policy::synchronous, 2, 2, true, 0};
+  /// A deliberately broken protocol (tests only): needs the world instantiated with
+  /// runtime_mutation (`mutated_cluster`); the shipped world refuses anything but `none`.
+  protocol_mutation mutation = protocol_mutation::none;
   std::uint32_t chunks_per_owner = 1;
   std::uint32_t transitions = 1;  // goal: K.v == transitions (starting from v0)
   bool xor_allowed = true;
@@ -121,12 +125,19 @@ struct attempt_note {
   friend auto operator<=>(const attempt_note&, const attempt_note&) = default;
 };
 
-struct cluster {
+/// The world over the machines instantiated with mutation policy `Mut` (mutation.hpp): `cluster`
+/// is the shipped protocol, `mutated_cluster` the one the mutation tests break.
+template <MutationPolicy Mut = no_mutation>
+struct basic_cluster {
+  using coordinator_t = basic_coordinator<Mut>;
+  using owner_t = basic_owner<Mut>;
+  using receiver_t = basic_receiver<Mut>;
+
   world_config config;
-  commit_log log;
-  coordinator coord;
-  std::vector<owner> owners;
-  std::vector<std::optional<receiver>> receivers;  // nullopt: crashed
+  basic_commit_log<Mut> log;
+  coordinator_t coord;
+  std::vector<owner_t> owners;
+  std::vector<std::optional<receiver_t>> receivers;  // nullopt: crashed
   std::vector<std::uint64_t> incarnations;         // durable incarnation counter per receiver
   std::vector<region_t> regions;                   // receiver-major
   std::vector<std::vector<pending_write>> device;  // per receiver, sorted (or issue order)
@@ -145,15 +156,18 @@ struct cluster {
   std::optional<std::string> violation;             // the first invariant violated
   bool stuck = false;                               // coordinator needs an operator
 
-  cluster() = default;
-  explicit cluster(const world_config& cfg) : config(cfg) {
+  basic_cluster() = default;
+  explicit basic_cluster(const world_config& cfg) : config(cfg) {
+    if (!Mut::enabled && cfg.mutation != protocol_mutation::none)
+      throw std::invalid_argument("world: mutation=" + std::string(to_string(cfg.mutation)) +
+                                  " needs the mutated world (model::mutated_cluster)");
     const auto& p = cfg.protocol;
-    log = commit_log(commit_record{0, baseline_id{0}}, p.mutation);
+    log = basic_commit_log<Mut>(commit_record{0, baseline_id{0}}, mut());
     std::vector<member> roster;
     for (std::uint32_t r = 0; r < p.receivers; ++r) roster.push_back(member{r, 0});
-    coord = coordinator(p, 1, roster, commit_record{});
-    for (std::uint32_t o = 0; o < p.owners; ++o) owners.emplace_back(o, commit_record{}, p.mutation);
-    for (std::uint32_t r = 0; r < p.receivers; ++r) receivers.emplace_back(receiver(r, 0, p, commit_record{}));
+    coord = coordinator_t(p, 1, roster, commit_record{}, mut());
+    for (std::uint32_t o = 0; o < p.owners; ++o) owners.emplace_back(o, commit_record{}, mut());
+    for (std::uint32_t r = 0; r < p.receivers; ++r) receivers.emplace_back(receiver_t(r, 0, p, commit_record{}, mut()));
     incarnations.assign(p.receivers, 0);
     regions.assign(std::size_t(p.receivers) * regions_per_receiver(), 0);
     device.assign(p.receivers, {});
@@ -170,15 +184,11 @@ struct cluster {
   }
   region_t region(std::uint32_t r, std::uint32_t i) const { return regions[std::size_t(r) * regions_per_receiver() + i]; }
 
-  /// Equality for deduplication ignores nothing but the (constant) configuration.
-  friend bool operator==(const cluster& a, const cluster& b) {
-    return a.log == b.log && a.coord == b.coord && a.owners == b.owners && a.receivers == b.receivers &&
-           a.incarnations == b.incarnations && a.regions == b.regions && a.device == b.device &&
-           a.sync_waiting == b.sync_waiting && a.inflight == b.inflight && a.log_queue == b.log_queue &&
-           a.coord_deadline == b.coord_deadline && a.receiver_deadline == b.receiver_deadline &&
-           a.budget == b.budget && a.max_epoch == b.max_epoch && a.attempts == b.attempts && a.acks == b.acks &&
-           a.stopped == b.stopped && a.fenced == b.fenced && a.violation == b.violation && a.stuck == b.stuck;
-  }
+  /// The mutation policy value of this world's machines.
+  Mut mut() const noexcept { return mutation_policy<Mut>(config.mutation); }
+
+  /// Equality for deduplication: every field (the configuration is constant within one run).
+  friend bool operator==(const basic_cluster&, const basic_cluster&) = default;
 
   /// The trainer may start the next transition: the coordinator is idle and K.v < goal.
   bool can_begin() const {
@@ -286,12 +296,12 @@ struct cluster {
       }
       case move_kind::owner_crash: {
         --budget.owner_crashes;
-        owners[m.index] = owner::recovered(owners[m.index]);
+        owners[m.index] = owner_t::recovered(owners[m.index]);
         return;
       }
       case move_kind::restart: {
         std::uint64_t inc = ++incarnations[m.index];
-        receivers[m.index] = receiver::restarted(m.index, inc, config.protocol);
+        receivers[m.index] = receiver_t::restarted(m.index, inc, config.protocol, mut());
         q.push_back({node_ref::recv(m.index), receiver_event{boot_event{}}});
         break;
       }
@@ -303,7 +313,7 @@ struct cluster {
       case move_kind::failover: {
         --budget.failovers;
         max_epoch = std::max(max_epoch, coord.epoch) + 1;
-        coord = coordinator(config.protocol, max_epoch, {}, commit_record{});
+        coord = coordinator_t(config.protocol, max_epoch, {}, commit_record{}, mut());
         coord_deadline = false;
         stuck = false;
         q.push_back({node_ref::coord(), coordinator_event{start_event{}}});
@@ -577,7 +587,7 @@ struct cluster {
   // operations, exactly as it does for the engine. Local completions go back onto the work queue
   // `q` (processed in FIFO order after the current step), never into the machine directly.
   struct effects {
-    cluster& w;
+    basic_cluster& w;
     std::vector<work>& q;
     std::vector<std::string>* trace;
 
@@ -705,7 +715,8 @@ struct cluster {
 /// deliver messages (control before data: lowest message kind first, in canonical order), then
 /// restart crashed receivers, then fire deadlines (only possible once the world is quiet).
 /// Used for "a transition ends once faults stop" and by scenario `settle` / `run`.
-inline std::optional<move> fair_move(const cluster& w, bool with_deadlines = true, bool with_log = true) {
+template <class Mut>
+std::optional<move> fair_move(const basic_cluster<Mut>& w, bool with_deadlines = true, bool with_log = true) {
   std::optional<move> best;
   std::size_t best_rank = ~std::size_t{0};
   for (const auto& m : w.enabled_moves()) {
@@ -724,30 +735,32 @@ inline std::optional<move> fair_move(const cluster& w, bool with_deadlines = tru
   return best;
 }
 
+/// The shipped protocol's world, and the world whose machines take a mutation chosen at run time.
+using cluster = basic_cluster<no_mutation>;
+using mutated_cluster = basic_cluster<runtime_mutation>;
+
 }  // namespace bitrefit::protocol::model
 
 namespace bitrefit::protocol::detail {
-inline void hash_append(hasher& h, const model::pending_write& w) {
-  hash_append(h, w.id); hash_append(h, w.mode); h.mix(w.base); h.mix(w.target); h.mix(w.incarnation);
-}
-inline void hash_append(hasher& h, const model::pending_log& p) { hash_append(h, p.request); h.mix(p.epoch); }
-inline void hash_append(hasher& h, const model::attempt_note& a) { hash_append(h, a.attempt); h.mix(a.target); hash_append(h, a.members); }
-inline void hash_append(hasher& h, const std::pair<attempt_id, member>& p) { hash_append(h, p.first); hash_append(h, p.second); }
+inline void hash_append(hasher& h, const model::pending_write& x) BITREFIT_HASH_FIELDS(id, mode, base, target, incarnation)
+inline void hash_append(hasher& h, const model::pending_log& x) BITREFIT_HASH_FIELDS(request, epoch)
+inline void hash_append(hasher& h, const model::attempt_note& x) BITREFIT_HASH_FIELDS(attempt, target, members)
+inline void hash_append(hasher& h, const std::pair<attempt_id, member>& x) BITREFIT_HASH_FIELDS(first, second)
 inline void hash_append(hasher& h, const std::string& s) { for (char c : s) h.mix(static_cast<unsigned char>(c)); h.mix(s.size()); }
-inline void hash_append(hasher& h, const model::fault_budget& b) {
-  h.mix(b.drops); h.mix(b.duplicates); h.mix(b.corruptions); h.mix(b.conflicts); h.mix(b.crashes); h.mix(b.failovers);
-  h.mix(b.log_faults); h.mix(b.early_deadlines); h.mix(b.aborts); h.mix(b.owner_crashes);
-}
-inline void hash_append(hasher& h, const model::cluster& c) {
-  hash_append(h, c.log); hash_append(h, c.coord); hash_append(h, c.owners); hash_append(h, c.receivers);
-  hash_append(h, c.incarnations); hash_append(h, c.regions); hash_append(h, c.device); hash_append(h, c.sync_waiting);
-  hash_append(h, c.inflight); hash_append(h, c.log_queue); h.mix(c.coord_deadline); hash_append(h, c.receiver_deadline);
-  hash_append(h, c.budget); h.mix(c.max_epoch); hash_append(h, c.attempts); hash_append(h, c.acks);
-  hash_append(h, c.stopped); hash_append(h, c.fenced); hash_append(h, c.violation); h.mix(c.stuck);
-}
+inline void hash_append(hasher& h, const model::fault_budget& x)
+    BITREFIT_HASH_FIELDS(drops, duplicates, corruptions, conflicts, crashes, failovers, log_faults, early_deadlines, aborts,
+                         owner_crashes)
+inline void hash_append(hasher& h, const model::world_config& x)
+    BITREFIT_HASH_FIELDS(protocol, mutation, chunks_per_owner, transitions, xor_allowed, ordered_device, drops, duplicates,
+                         corruptions, conflicts, crashes, owner_crashes, failovers, log_faults, early_deadlines, aborts)
+template <class M>
+void hash_append(hasher& h, const model::basic_cluster<M>& x)
+    BITREFIT_HASH_FIELDS(config, log, coord, owners, receivers, incarnations, regions, device, sync_waiting, inflight,
+                         log_queue, coord_deadline, receiver_deadline, budget, max_epoch, attempts, acks, stopped, fenced,
+                         violation, stuck)
 }  // namespace bitrefit::protocol::detail
 
-template <>
-struct std::hash<bitrefit::protocol::model::cluster> {
-  std::size_t operator()(const bitrefit::protocol::model::cluster& c) const { return bitrefit::protocol::hash_of(c); }
+template <class M>
+struct std::hash<bitrefit::protocol::model::basic_cluster<M>> {
+  std::size_t operator()(const bitrefit::protocol::model::basic_cluster<M>& c) const { return bitrefit::protocol::hash_of(c); }
 };
