@@ -194,10 +194,10 @@ int main(int argc, char** argv) {
     std::vector<change_item> mat_ws, streamed_ws;
     for (std::uint32_t rep = 0; rep < reps; ++rep) {
       timed(direct_t, [&] {
-        for (std::size_t k = 0; k < projs.size(); ++k) direct_delta_into(projs[k], spans[k], baseline, write_mode::xor_mask, direct_ws[k]);
+        for (std::size_t k = 0; k < projs.size(); ++k) direct_delta_into(projs[k], spans[k], baseline, value_mode::xor_mask, direct_ws[k]);
       });
-      timed(mat_t, [&] { mat.build_into(baseline, write_mode::xor_mask, mat_ws); });
-      timed(streamed_t, [&] { streamed.build_into(baseline, write_mode::xor_mask, streamed_ws); });
+      timed(mat_t, [&] { mat.build_into(baseline, value_mode::xor_mask, mat_ws); });
+      timed(streamed_t, [&] { streamed.build_into(baseline, value_mode::xor_mask, streamed_ws); });
     }
     auto compact = [](std::vector<change_item>& ws) {
       std::vector<change_item> out;

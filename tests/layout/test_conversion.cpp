@@ -171,7 +171,7 @@ TEST(Fp8BlockConversion, ResidualDeltaAppliedToPreviousEqualsConvertingNew) {
   ASSERT_EQ(items.size(), 2u);
   bool scale_item = false;
   for (const change_item& it : items) {
-    EXPECT_EQ(it.mode, write_mode::overwrite);
+    EXPECT_EQ(it.mode, value_mode::overwrite);
     if (it.tensor == m.name + "_scale_inv") {
       scale_item = true;
       EXPECT_NE(std::find(it.positions.begin(), it.positions.end(), 1 * 3 + 2), it.positions.end());
@@ -199,14 +199,14 @@ RC_GTEST_PROP(CollectChanged, EqualsPerElementComparison, ()) {
   b = a;
   for (std::uint64_t e = 0; e < len; ++e)
     if (g() % 100 < density) b[e * es + g() % es] ^= std::byte(1u << (g() % 8));  // one flipped bit: -0.0/+0.0 style
-  change_item want{"t", write_mode::overwrite, {}, {}};
+  change_item want{"t", value_mode::overwrite, {}, {}};
   for (std::uint64_t e = 0; e < len; ++e)
     if (std::memcmp(&a[e * es], &b[e * es], es) != 0) {
       want.positions.push_back(1000 + e);
       for (std::size_t k = 0; k < es; ++k) want.values.push_back(x ? a[e * es + k] ^ b[e * es + k] : b[e * es + k]);
     }
   // In two runs through one cursor, as the delta builders call it.
-  change_item got{"t", write_mode::overwrite, {}, {}};
+  change_item got{"t", value_mode::overwrite, {}, {}};
   change_cursor c = change_cursor::at_end(got);
   const std::uint64_t split = len ? g() % (len + 1) : 0;
   collect_changed(a.data(), b.data(), split, es, 1000, x, got, c);

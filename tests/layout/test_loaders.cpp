@@ -69,18 +69,18 @@ RC_GTEST_PROP(Apply, XorThenXorRestoresAndOverwriteIsIdempotent, ()) {
     if (mask[i]) pos.push_back(i);
   const auto vals = random_bytes(pos.size() * 2, *rc::gen::arbitrary<std::uint32_t>());
 
-  auto st = apply_positions(s, t.name, write_mode::xor_mask, pos, vals);
+  auto st = apply_positions(s, t.name, value_mode::xor_mask, pos, vals);
   RC_ASSERT(st.applied == pos.size());
   RC_ASSERT(st.not_held == 0u);
   for (std::size_t k = 0; k < pos.size(); ++k)
     for (int b = 0; b < 2; ++b)
       RC_ASSERT(s.bytes(t.name)[pos[k] * 2 + b] == (init[pos[k] * 2 + b] ^ vals[k * 2 + b]));
-  apply_positions(s, t.name, write_mode::xor_mask, pos, vals);
+  apply_positions(s, t.name, value_mode::xor_mask, pos, vals);
   RC_ASSERT(std::equal(init.begin(), init.end(), s.bytes(t.name).begin()));
 
-  apply_positions(s, t.name, write_mode::overwrite, pos, vals);
+  apply_positions(s, t.name, value_mode::overwrite, pos, vals);
   std::vector<std::byte> once(s.bytes(t.name).begin(), s.bytes(t.name).end());
-  apply_positions(s, t.name, write_mode::overwrite, pos, vals);
+  apply_positions(s, t.name, value_mode::overwrite, pos, vals);
   RC_ASSERT(std::equal(once.begin(), once.end(), s.bytes(t.name).begin()));
   for (std::size_t k = 0; k < pos.size(); ++k)
     RC_ASSERT(0 == std::memcmp(&once[pos[k] * 2], &vals[k * 2], 2));
@@ -93,14 +93,14 @@ TEST(Apply, RunsEqualPositions) {
   for (auto r : runs)
     for (auto i = r.begin; i < r.end; ++i) pos.push_back(i);
   auto vals = random_bytes(pos.size() * 8, 7);
-  EXPECT_EQ(apply_runs(a, "d.ids", write_mode::overwrite, std::span<const index_range>(runs.data(), 2), std::span(vals).first(4 * 8)).applied, 4u);
-  (void)apply_runs(b, "d.ids", write_mode::overwrite, std::span<const index_range>(runs.data(), 2), std::span(vals).first(4 * 8));
+  EXPECT_EQ(apply_runs(a, "d.ids", value_mode::overwrite, std::span<const index_range>(runs.data(), 2), std::span(vals).first(4 * 8)).applied, 4u);
+  (void)apply_runs(b, "d.ids", value_mode::overwrite, std::span<const index_range>(runs.data(), 2), std::span(vals).first(4 * 8));
   EXPECT_TRUE(bit_equal(a, b));
   canonical_store c(small_manifest()), d(small_manifest());
   std::vector<std::byte> v16(pos.size() * 2);
   std::memcpy(v16.data(), vals.data(), v16.size());
-  (void)apply_runs(c, "b.weight", write_mode::xor_mask, runs, v16);
-  (void)apply_positions(d, "b.weight", write_mode::xor_mask, pos, v16);
+  (void)apply_runs(c, "b.weight", value_mode::xor_mask, runs, v16);
+  (void)apply_positions(d, "b.weight", value_mode::xor_mask, pos, v16);
   EXPECT_TRUE(bit_equal(c, d));
 }
 
@@ -111,11 +111,11 @@ TEST(Apply, RejectsBadItemsWithoutWriting) {
   std::vector<std::byte> two(4, std::byte{0xFF});
   auto expect_untouched = [&] { EXPECT_TRUE(std::equal(init.begin(), init.end(), s.bytes("b.weight").begin())); };
   std::vector<std::uint64_t> unsorted{3, 1};
-  EXPECT_THROW(apply_positions(s, "b.weight", write_mode::overwrite, unsorted, two), error);
+  EXPECT_THROW(apply_positions(s, "b.weight", value_mode::overwrite, unsorted, two), error);
   expect_untouched();
   std::vector<std::uint64_t> out_of_range{1, 30};
   try {
-    apply_positions(s, "b.weight", write_mode::overwrite, out_of_range, two);
+    apply_positions(s, "b.weight", value_mode::overwrite, out_of_range, two);
     FAIL();
   } catch (const error& e) {
     EXPECT_EQ(e.code(), errc::invalid_argument);
@@ -123,10 +123,10 @@ TEST(Apply, RejectsBadItemsWithoutWriting) {
   }
   expect_untouched();
   std::vector<std::uint64_t> ok{1, 2};
-  EXPECT_THROW(apply_positions(s, "b.weight", write_mode::overwrite, ok, std::span(two).first(3)), error);
-  EXPECT_THROW(apply_positions(s, "zz", write_mode::overwrite, ok, two), error);
+  EXPECT_THROW(apply_positions(s, "b.weight", value_mode::overwrite, ok, std::span(two).first(3)), error);
+  EXPECT_THROW(apply_positions(s, "zz", value_mode::overwrite, ok, two), error);
   std::vector<index_range> overlapping{{0, 2}, {1, 3}};
-  EXPECT_THROW(apply_runs(s, "b.weight", write_mode::overwrite, overlapping, random_bytes(8, 1)), error);
+  EXPECT_THROW(apply_runs(s, "b.weight", value_mode::overwrite, overlapping, random_bytes(8, 1)), error);
   expect_untouched();
   std::vector<std::byte> out(4);
   EXPECT_THROW(read_canonical(s, "b.weight", {29, 31}, out), error);
@@ -294,8 +294,8 @@ TEST(VllmLoader, XorItemsLandInPlaceOnEveryRank) {
       for (std::uint64_t i = 0; i < t.elements(); ++i)
         if (g() % 8 == 0) pos.push_back(i);
       auto vals = random_bytes(pos.size() * 2, g());
-      const auto st = apply_positions(eng, t.name, write_mode::xor_mask, pos, vals);
-      (void)apply_positions(expect, t.name, write_mode::xor_mask, pos, vals);
+      const auto st = apply_positions(eng, t.name, value_mode::xor_mask, pos, vals);
+      (void)apply_positions(expect, t.name, value_mode::xor_mask, pos, vals);
       std::uint64_t in_held = 0;
       for (auto q : pos)
         for (auto h : eng.held(t.name)) in_held += h.contains(q);
@@ -319,13 +319,13 @@ TEST(VllmLoader, UpcastNormsAreNotBitPreservingAndRefuseXor) {
   std::vector<std::uint64_t> pos{0, 1, 5};
   std::vector<std::byte> vals{std::byte{1}, std::byte{0x80}, std::byte{0}, std::byte{0x80}, std::byte{0xC0}, std::byte{0x7F}};
   try {
-    apply_positions(eng, hf_final_norm, write_mode::xor_mask, pos, vals);
+    apply_positions(eng, hf_final_norm, value_mode::xor_mask, pos, vals);
     FAIL() << "XOR accepted on a non-bit-preserving placement";
   } catch (const error& e) {
     EXPECT_EQ(e.code(), errc::mismatch);
     EXPECT_EQ(e.where().tensor, hf_final_norm);
   }
-  EXPECT_EQ(apply_positions(eng, hf_final_norm, write_mode::overwrite, pos, vals).applied, 3u);
+  EXPECT_EQ(apply_positions(eng, hf_final_norm, value_mode::overwrite, pos, vals).applied, 3u);
   std::vector<std::byte> back(6 * 2);
   read_canonical(eng, hf_final_norm, {0, 6}, back);
   EXPECT_EQ(0, std::memcmp(&back[0], &vals[0], 4));  // -0.0 (0x8000) and a NaN payload (0x7FC0) survive

@@ -250,7 +250,7 @@ TEST(DeltaBuild, DirectEqualsMaterialisedEqualsCanonicalDiff) {
       for (std::uint64_t i = 0; i < t.elements(); ++i)
         if (g() % 25 == 0) new_c.bytes(t.name)[i * 2 + g() % 2] ^= std::byte(1 + g() % 255);
     }
-    for (write_mode mode : {write_mode::xor_mask, write_mode::overwrite}) {
+    for (value_mode mode : {value_mode::xor_mask, value_mode::overwrite}) {
       std::vector<megatron_projection> projs;
       std::vector<std::vector<std::vector<std::byte>>> data;
       for (const trainer_rank& r : all_ranks(p)) {
@@ -289,7 +289,7 @@ TEST(DeltaBuild, DirectEqualsMaterialisedEqualsCanonicalDiff) {
       std::vector<change_item> expect;
       for (auto& t : manifest->tensors()) {
         change_item it{t.name, mode, {}, {}};
-        collect_changed(old_c.bytes(t.name).data(), new_c.bytes(t.name).data(), t.elements(), 2, 0, mode == write_mode::xor_mask, it);
+        collect_changed(old_c.bytes(t.name).data(), new_c.bytes(t.name).data(), t.elements(), 2, 0, mode == value_mode::xor_mask, it);
         if (!it.positions.empty()) expect.push_back(std::move(it));
       }
       EXPECT_EQ(merged, expect);

@@ -114,7 +114,7 @@ TEST(ValueSemantics, ReplayingTheSameMovesIsDeterministic) {
 TEST(ValueSemantics, StepDoesNotTouchOtherCopies) {
   receiver r(0, 0, two_by_two());
   const receiver before = r;
-  auto acts = r.step(from_coord(0, prepare_msg{record_of({1, 1}, mode::xor_delta, {{0, 0}})}));
+  auto acts = r.step(from_coord(0, prepare_msg{record_of({1, 1}, mode::xor_mask, {{0, 0}})}));
   EXPECT_EQ(count_of<close_gate_action>(acts), 1u);
   EXPECT_NE(r, before);
   EXPECT_EQ(before.phase, receiver_phase::serving);
@@ -127,11 +127,11 @@ struct ReceiverTest : ::testing::Test {
   receiver r{0, 0, two_by_two()};
   attempt_id tau{1, 1};
   void SetUp() override {
-    r.step(from_coord(0, prepare_msg{record_of(tau, mode::xor_delta, {{0, 0}, {1, 0}})}));
+    r.step(from_coord(0, prepare_msg{record_of(tau, mode::xor_mask, {{0, 0}, {1, 0}})}));
     r.step(from_coord(0, open_msg{tau, {1, 1}}));
   }
   payload_msg payload(std::uint32_t owner, digest128 content = {1, 2}) {
-    return payload_msg{payload_id{tau, owner, 0}, 0, 1, mode::xor_delta, content};
+    return payload_msg{payload_id{tau, owner, 0}, 0, 1, mode::xor_mask, content};
   }
 };
 
@@ -176,7 +176,7 @@ TEST_F(ReceiverTest, DuplicateIgnoredConflictFailsOtherAttemptDropped) {
 TEST(ReceiverEarly, MessagesBeforeThePrepareAreKeptAndReplayedInOrder) {
   receiver r{0, 0, two_by_two()};
   const attempt_id tau{1, 1};
-  auto pay = [&](std::uint32_t owner) { return payload_msg{payload_id{tau, owner, 0}, 0, 1, mode::xor_delta, {owner + 1u, 2}}; };
+  auto pay = [&](std::uint32_t owner) { return payload_msg{payload_id{tau, owner, 0}, 0, 1, mode::xor_mask, {owner + 1u, 2}}; };
   auto s1 = r.step(payload_to(1, pay(1)));
   ASSERT_EQ(s1.size(), 1u);
   EXPECT_EQ(std::get<stage_payload_action>(s1[0]).id, pay(1).id);  // staged at once: the frame verified
@@ -187,7 +187,7 @@ TEST(ReceiverEarly, MessagesBeforeThePrepareAreKeptAndReplayedInOrder) {
   ASSERT_TRUE(r.early.has_value());
   EXPECT_EQ(r.early->payloads.size(), 1u);
   EXPECT_TRUE(r.step(payload_to(0, pay(0))).size() == 1u);
-  auto a = r.step(from_coord(0, prepare_msg{record_of(tau, mode::xor_delta, {{0, 0}, {1, 0}})}));
+  auto a = r.step(from_coord(0, prepare_msg{record_of(tau, mode::xor_mask, {{0, 0}, {1, 0}})}));
   EXPECT_FALSE(r.early.has_value());
   ASSERT_GE(a.size(), 4u);
   EXPECT_TRUE(std::holds_alternative<close_gate_action>(a[0]));  // the gate closes BEFORE any apply
@@ -231,11 +231,11 @@ TEST(ReceiverEarly, BufferHoldsOneAttemptAndIsDroppedWhenPassed) {
 TEST(ReceiverEarly, ConflictKeptBeforeThePrepareFailsTheAttempt) {
   receiver r{0, 0, two_by_two()};
   const attempt_id tau{1, 1};
-  payload_msg m{payload_id{tau, 0, 0}, 0, 1, mode::xor_delta, {1, 1}};
+  payload_msg m{payload_id{tau, 0, 0}, 0, 1, mode::xor_mask, {1, 1}};
   r.step(payload_to(0, m));
   m.content = digest128{2, 2};
   r.step(payload_to(0, m));
-  auto a = r.step(from_coord(0, prepare_msg{record_of(tau, mode::xor_delta, {{0, 0}})}));
+  auto a = r.step(from_coord(0, prepare_msg{record_of(tau, mode::xor_mask, {{0, 0}})}));
   auto f = sent<failed_msg>(a);
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].reason, failure_reason::conflicting_payload);
@@ -267,7 +267,7 @@ TEST(Receiver, XorPayloadInAnOverwriteAttemptFails) {
   receiver r{0, 0, two_by_two()};
   const attempt_id tau{1, 2};
   r.step(from_coord(0, prepare_msg{record_of(tau, mode::overwrite, {{0, 0}, {1, 0}})}));
-  auto f = sent<failed_msg>(r.step(payload_to(0, payload_msg{payload_id{tau, 0, 0}, 0, 1, mode::xor_delta, {1, 2}})));
+  auto f = sent<failed_msg>(r.step(payload_to(0, payload_msg{payload_id{tau, 0, 0}, 0, 1, mode::xor_mask, {1, 2}})));
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].reason, failure_reason::wrong_base);
 }
@@ -276,7 +276,7 @@ TEST(Receiver, TimerWatchesKOutsideARestore) {
   // Admitted: the timer is armed; at every deadline the receiver reads K and re-arms (a lost
   // announcement or obsolete costs one deadline); while restoring it does nothing.
   receiver r{0, 0, two_by_two()};
-  auto adm = r.step(from_coord(0, prepare_msg{record_of({1, 1}, mode::xor_delta, {{0, 0}, {1, 0}})}));
+  auto adm = r.step(from_coord(0, prepare_msg{record_of({1, 1}, mode::xor_mask, {{0, 0}, {1, 0}})}));
   EXPECT_EQ(count_of<arm_deadline_action>(adm), 1u);
   auto d = r.step(deadline_event{});
   EXPECT_EQ(count_of<read_commit_action>(d), 1u);
@@ -415,7 +415,7 @@ TEST_F(CoordinatorTest, FencedByANewerEpochIsDeposed) {
 
 TEST(Owner, FreezesOnceAdvancesOnlyOnTheCommitRecord) {
   owner o(0, commit_record{});
-  auto p1 = record_of({1, 1}, mode::xor_delta, {{0, 0}});
+  auto p1 = record_of({1, 1}, mode::xor_mask, {{0, 0}});
   auto a = o.step(message_event{envelope{endpoint::coord(), endpoint::owner_(0), prepare_msg{p1}}});
   EXPECT_EQ(count_of<freeze_change_set_action>(a), 1u);
   EXPECT_EQ(count_of<encode_action>(a), 1u);

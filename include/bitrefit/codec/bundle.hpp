@@ -33,6 +33,7 @@
 #include "bitrefit/core/error.hpp"
 #include "bitrefit/core/manifest.hpp"
 #include "bitrefit/core/tensor.hpp"
+#include "bitrefit/io/atomic_file.hpp"
 
 namespace bitrefit::codec {
 
@@ -284,19 +285,11 @@ inline std::vector<std::byte> read_all(const std::filesystem::path& p) {
   return v;
 }
 
+/// io/atomic_file.hpp: temp file in the same directory, fsync, rename, fsync the directory.
 inline void write_all_atomic(const std::filesystem::path& p, std::span<const std::span<const std::byte>> parts) {
-  auto tmp = p;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw error(errc::io, "cannot open for writing", {.file = tmp.string(), .tensor = {}, .field = {}});
-    for (auto s : parts) out.write(reinterpret_cast<const char*>(s.data()), static_cast<std::streamsize>(s.size()));
-    out.flush();
-    if (!out) throw error(errc::io, "write failed", {.file = tmp.string(), .tensor = {}, .field = {}});
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, p, ec);
-  if (ec) throw error(errc::io, "rename failed: " + ec.message(), {.file = p.string(), .tensor = {}, .field = {}});
+  io::atomic_file out(p);
+  for (auto part : parts) out.write(part);
+  out.commit();
 }
 
 inline std::string frame_file_name(std::uint32_t seq) {
@@ -306,7 +299,7 @@ inline std::string frame_file_name(std::uint32_t seq) {
 
 }  // namespace detail
 
-/// Writes the single-file form (atomically: temp file, then rename).
+/// Writes the single-file form (atomically and durably: io::atomic_file).
 inline void write_bundle_file(const delta_bundle& b, const std::filesystem::path& path) {
   const std::string json = b.manifest.to_json().dump(1);
   std::vector<std::byte> head(bundle_file_header_size);

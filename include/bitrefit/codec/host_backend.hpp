@@ -1,10 +1,8 @@
 // bitrefit/codec/host_backend.hpp — the reference execution backend: plain C++ on host memory.
 //
-// Change detection compares 64-byte blocks as eight 64-bit words and skips equal blocks with one
-// branch (the common case for sparse deltas); inside a block that differs, nonzero lanes of each
-// XOR word are found with count-trailing-zeros, so the work per unchanged element is a fraction
-// of a word compare and the pass is bound by memory bandwidth, like memcmp. Detection and value
-// gathering are fused so each byte of old and new is read exactly once.
+// Change detection is the one diff kernel (core/bit_diff.hpp: 64-byte blocks, one branch per equal
+// block, AVX2 where the CPU has it), so the pass is bound by memory bandwidth, like memcmp; the
+// values of the few changed elements are gathered as they are found.
 #pragma once
 
 #include <bit>
@@ -14,14 +12,10 @@
 #include <span>
 #include <string_view>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define BITREFIT_CODEC_X86_AVX2 1
-#endif
-
 #include "bitrefit/codec/concepts.hpp"
 #include "bitrefit/codec/hash.hpp"
 #include "bitrefit/codec/types.hpp"
+#include "bitrefit/core/bit_diff.hpp"
 #include "bitrefit/core/error.hpp"
 
 namespace bitrefit::codec {
@@ -35,146 +29,29 @@ inline T load_lane(const std::byte* p) noexcept {
   return v;
 }
 
-// Scans [0, m) elements of width sizeof(T); emits changed positions (and optionally XOR / new
-// values). WantXor / WantNew are template parameters so the hot loop has no per-element branch.
+// Scans [0, m) elements of width sizeof(T) with the one diff kernel (core/bit_diff.hpp) and emits
+// changed positions (and optionally XOR / new values). WantXor / WantNew are template parameters
+// so the per-change work has no branch.
 template <class T, bool WantXor, bool WantNew>
-std::size_t collect_lanes(const std::byte* a, const std::byte* b, std::size_t m, std::uint32_t* pos,
-                          std::byte* xo, std::byte* no) noexcept {
+std::size_t collect_dispatch(const std::byte* a, const std::byte* b, std::size_t m, std::uint32_t* pos, std::byte* xo,
+                             std::byte* no) {
   constexpr std::size_t E = sizeof(T);
-  constexpr unsigned lane_bits = 8 * E;
-  constexpr std::uint64_t lane_mask = E == 8 ? ~0ull : ((1ull << lane_bits) - 1);
-  const std::size_t nbytes = m * E;
   std::size_t c = 0;
-  std::size_t i = 0;
-
-  auto emit_word = [&](std::uint64_t x, std::size_t byte_off) {
-    // little-endian: lane j of the word is element byte_off/E + j
-    const std::size_t e0 = byte_off / E;
-    if constexpr (E == 8) {
-      pos[c] = static_cast<std::uint32_t>(e0);
-      if constexpr (WantXor) std::memcpy(xo + c * E, &x, E);
-      if constexpr (WantNew) std::memcpy(no + c * E, b + byte_off, E);
-      ++c;
-    } else {
-      while (x) {
-        const unsigned lane = static_cast<unsigned>(std::countr_zero(x)) / lane_bits;
-        const std::uint64_t lx = (x >> (lane * lane_bits)) & lane_mask;
-        pos[c] = static_cast<std::uint32_t>(e0 + lane);
-        if constexpr (WantXor) {
-          const T t = static_cast<T>(lx);
-          std::memcpy(xo + c * E, &t, E);
-        }
-        if constexpr (WantNew) std::memcpy(no + c * E, b + byte_off + lane * E, E);
-        ++c;
-        x &= ~(lane_mask << (lane * lane_bits));
-      }
+  for_each_changed(a, b, m, E, [&](std::size_t i) {
+    pos[c] = static_cast<std::uint32_t>(i);
+    if constexpr (WantXor) {
+      const T x = static_cast<T>(load_lane<T>(a + i * E) ^ load_lane<T>(b + i * E));
+      std::memcpy(xo + c * E, &x, E);
     }
-  };
-
-  for (; i + 64 <= nbytes; i += 64) {
-    std::uint64_t wa[8], wb[8];
-    std::memcpy(wa, a + i, 64);
-    std::memcpy(wb, b + i, 64);
-    std::uint64_t any = 0;
-    for (int k = 0; k < 8; ++k) any |= wa[k] ^ wb[k];
-    if (!any) [[likely]] continue;
-    for (int k = 0; k < 8; ++k) {
-      const std::uint64_t x = wa[k] ^ wb[k];
-      if (x) emit_word(x, i + 8 * static_cast<std::size_t>(k));
-    }
-  }
-  for (; i + 8 <= nbytes; i += 8) {
-    const std::uint64_t x = load_lane<std::uint64_t>(a + i) ^ load_lane<std::uint64_t>(b + i);
-    if (x) emit_word(x, i);
-  }
-  for (; i < nbytes; i += E) {  // fewer than 8 bytes left: whole elements (E < 8 here)
-    const T x = static_cast<T>(load_lane<T>(a + i) ^ load_lane<T>(b + i));
-    if (x) {
-      pos[c] = static_cast<std::uint32_t>(i / E);
-      if constexpr (WantXor) std::memcpy(xo + c * E, &x, E);
-      if constexpr (WantNew) std::memcpy(no + c * E, b + i, E);
-      ++c;
-    }
-  }
+    if constexpr (WantNew) std::memcpy(no + c * E, b + i * E, E);
+    ++c;
+  });
   return c;
-}
-
-#ifdef BITREFIT_CODEC_X86_AVX2
-// AVX2 variant: 64-byte blocks compared with two 256-bit XORs and one vptest; in a block that
-// differs, a per-element "changed" bit mask comes from cmpeq at the element width + movemask, and
-// set bits are visited with count-trailing-zeros. Same outputs as collect_lanes, bit for bit.
-template <std::size_t E>
-__attribute__((target("avx2"))) inline std::uint32_t changed_mask_avx2(__m256i x) noexcept {
-  const __m256i zero = _mm256_setzero_si256();
-  __m256i eq;
-  if constexpr (E == 1) eq = _mm256_cmpeq_epi8(x, zero);
-  else if constexpr (E == 2) eq = _mm256_cmpeq_epi16(x, zero);
-  else if constexpr (E == 4) eq = _mm256_cmpeq_epi32(x, zero);
-  else eq = _mm256_cmpeq_epi64(x, zero);
-  return ~static_cast<std::uint32_t>(_mm256_movemask_epi8(eq));
-}
-
-template <class T, bool WantXor, bool WantNew>
-__attribute__((target("avx2,bmi"))) std::size_t collect_avx2(const std::byte* a, const std::byte* b, std::size_t m,
-                                                             std::uint32_t* pos, std::byte* xo, std::byte* no) noexcept {
-  constexpr std::size_t E = sizeof(T);
-  // one bit per element in a movemask of 32 bytes
-  constexpr std::uint32_t pick = E == 1 ? 0xFFFFFFFFu : E == 2 ? 0x55555555u : E == 4 ? 0x11111111u : 0x01010101u;
-  const std::size_t nbytes = m * E;
-  std::size_t c = 0, i = 0;
-  auto emit = [&](std::uint64_t bits, std::size_t byte_off) {
-    while (bits) {
-      const std::size_t off = byte_off + static_cast<std::size_t>(std::countr_zero(bits));
-      bits &= bits - 1;
-      pos[c] = static_cast<std::uint32_t>(off / E);
-      if constexpr (WantXor) {
-        const T x = static_cast<T>(load_lane<T>(a + off) ^ load_lane<T>(b + off));
-        std::memcpy(xo + c * E, &x, E);
-      }
-      if constexpr (WantNew) std::memcpy(no + c * E, b + off, E);
-      ++c;
-    }
-  };
-  for (; i + 64 <= nbytes; i += 64) {
-    const __m256i x0 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i)),
-                                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i)));
-    const __m256i x1 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i + 32)),
-                                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i + 32)));
-    const __m256i any = _mm256_or_si256(x0, x1);
-    if (_mm256_testz_si256(any, any)) continue;
-    emit((static_cast<std::uint64_t>(changed_mask_avx2<E>(x1) & pick) << 32) | (changed_mask_avx2<E>(x0) & pick), i);
-  }
-  // tail: fewer than 64 bytes, element by element
-  for (; i < nbytes; i += E) {
-    const T x = static_cast<T>(load_lane<T>(a + i) ^ load_lane<T>(b + i));
-    if (x) {
-      pos[c] = static_cast<std::uint32_t>(i / E);
-      if constexpr (WantXor) std::memcpy(xo + c * E, &x, E);
-      if constexpr (WantNew) std::memcpy(no + c * E, b + i, E);
-      ++c;
-    }
-  }
-  return c;
-}
-
-inline bool cpu_has_avx2() noexcept {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi");
-  return has;
-}
-#endif
-
-template <class T, bool WantXor, bool WantNew>
-std::size_t collect_dispatch(const std::byte* a, const std::byte* b, std::size_t m, std::uint32_t* pos,
-                             std::byte* xo, std::byte* no) noexcept {
-#ifdef BITREFIT_CODEC_X86_AVX2
-  if (cpu_has_avx2()) return collect_avx2<T, WantXor, WantNew>(a, b, m, pos, xo, no);
-#endif
-  return collect_lanes<T, WantXor, WantNew>(a, b, m, pos, xo, no);
 }
 
 template <class T>
 std::size_t collect_typed(const std::byte* a, const std::byte* b, std::size_t m, std::uint32_t* pos,
-                          std::byte* xo, std::byte* no) noexcept {
+                          std::byte* xo, std::byte* no) {
   if (xo && no) return collect_dispatch<T, true, true>(a, b, m, pos, xo, no);
   if (xo) return collect_dispatch<T, true, false>(a, b, m, pos, xo, no);
   if (no) return collect_dispatch<T, false, true>(a, b, m, pos, xo, no);

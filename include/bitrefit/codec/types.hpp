@@ -8,13 +8,12 @@
 #include <cstdint>
 #include <string_view>
 
+#include "bitrefit/core/value_mode.hpp"
+
 namespace bitrefit::codec {
 
-/// How the values of one frame item are meant to be applied.
-/// - xor_mask:  target[i] ^= value   (only on a receiver exactly at the base version, placed
-///              bit-preservingly; applying it twice or on another base yields garbage).
-/// - overwrite: target[i]  = value   (idempotent; correct whatever the receiver holds).
-enum class value_mode : std::uint8_t { xor_mask = 0, overwrite = 1 };
+/// How the values of one frame item are applied (one byte in the frame): core/value_mode.hpp.
+using bitrefit::value_mode;
 
 /// What an attempt allows the encoder to do (bound at prepare): `xor_allowed` lets the encoder
 /// choose per item between XOR and overwrite (whichever is smaller); `overwrite_only` forbids XOR.
@@ -45,9 +44,7 @@ inline constexpr std::uint8_t section_compression_count = 2;
 /// restores a receiver without a usable base.
 enum class frame_kind : std::uint8_t { delta = 0, dense = 1 };
 
-constexpr std::string_view to_string(value_mode m) noexcept {
-  return m == value_mode::xor_mask ? "xor" : "overwrite";
-}
+using bitrefit::to_string;
 constexpr std::string_view to_string(location_coding c) noexcept {
   switch (c) {
     case location_coding::all: return "all";

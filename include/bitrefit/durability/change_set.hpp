@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bitrefit/core/bit_diff.hpp"
 #include "bitrefit/core/error.hpp"
 
 namespace bitrefit::durability {
@@ -44,27 +45,11 @@ inline std::uint64_t changed_elements(const change_set& cs) {
   return n;
 }
 
-/// Appends to `out` the elements of E-byte tensors a -> b that differ bitwise, in one pass over both:
-/// 8 bytes compared at a time (a change rate of a few percent leaves most words equal); the new
-/// bits are gathered afterwards from the (few) positions found.
+/// Appends to `out` the elements of E-byte tensors a -> b that differ bitwise (the one diff
+/// kernel, core/bit_diff.hpp), then gathers their new bits from the (few) positions found.
 inline void diff_tensor(std::span<const std::byte> a, std::span<const std::byte> b, std::size_t E, tensor_changes& out) {
-  const std::size_t bytes = a.size();
-  const std::uint64_t lane = E >= 8 ? ~0ull : ((1ull << (8 * E)) - 1);
   const std::size_t p0 = out.positions.size();
-  out.positions.reserve(p0 + bytes / E / 32);
-  std::size_t i = 0;
-  if (8 % E == 0)
-    for (; i + 8 <= bytes; i += 8) {
-      std::uint64_t x, y;
-      std::memcpy(&x, a.data() + i, 8);
-      std::memcpy(&y, b.data() + i, 8);
-      const std::uint64_t d = x ^ y;
-      if (!d) [[likely]] continue;
-      for (std::size_t k = 0; k < 8; k += E)
-        if ((d >> (8 * k)) & lane) out.positions.push_back((i + k) / E);
-    }
-  for (; i + E <= bytes; i += E)
-    if (std::memcmp(a.data() + i, b.data() + i, E) != 0) out.positions.push_back(i / E);
+  for_each_changed(a.data(), b.data(), a.size() / E, E, [&](std::size_t i) { out.positions.push_back(i); });
   const std::size_t v0 = out.values.size();
   out.values.resize(v0 + (out.positions.size() - p0) * E);
   std::byte* val = out.values.data() + v0;

@@ -1,9 +1,14 @@
 // bitrefit/io/atomic_file.hpp — write a file or a directory so that readers see all of it or none.
+// The one home of this rule: checkpoints (io/), the directory object store (transport/), the
+// commit log and baseline files (durability/) and delta bundles (codec/) all write through it.
 //
 // The recipe: write under a hidden temporary name in the target's own directory (same filesystem,
 // so rename is atomic), fsync the data, rename over the target, fsync the directory. Until
 // commit() the target is untouched; if anything throws before, the destructor deletes the
 // temporary, so a failed write leaves no partial file under the target name and no litter.
+// Temporary names start with ".tmp." (readers that list a directory skip them; owners of a
+// directory may sweep them) and are unique across threads and processes. A writer that does not
+// need durability (payload objects that may be lost) can skip both fsyncs; atomicity stays.
 #pragma once
 
 #include <fcntl.h>
@@ -15,11 +20,13 @@
 #include <cerrno>
 #include <cstddef>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "bitrefit/core/error.hpp"
 #include "bitrefit/io/mapped_file.hpp"  // detail::os_error
@@ -28,14 +35,18 @@ namespace bitrefit::io {
 
 namespace detail {
 
-/// A hidden sibling name that no other writer (thread or process) picks: ".<name>.tmp.<pid>.<n>".
+/// A hidden sibling name that no other writer (thread or process) picks:
+/// ".tmp.<pid>.<n>.<name>" (the pid and a per-process counter make it unique).
 inline std::filesystem::path temporary_sibling(const std::filesystem::path& target) {
   static std::atomic<unsigned long> counter{0};
   std::filesystem::path dir = target.parent_path();
-  std::string name = "." + target.filename().string() + ".tmp." + std::to_string(::getpid()) + "." +
-                     std::to_string(counter.fetch_add(1));
+  std::string name = ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1)) + "." +
+                     target.filename().string();
   return dir.empty() ? std::filesystem::path(name) : dir / name;
 }
+
+/// Whether a directory entry is such a temporary (a reader skips it; a sweep may remove it).
+inline bool is_temporary_name(std::string_view name) noexcept { return name.rfind(".tmp.", 0) == 0; }
 
 inline void fsync_directory(const std::filesystem::path& dir) {
   int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -76,9 +87,9 @@ class fd_writer {
   }
   void write(std::string_view s) { write(std::as_bytes(std::span<const char>(s.data(), s.size()))); }
 
-  /// fsync and close; errors are reported (a close error can mean lost data on NFS).
-  void finish() {
-    if (::fsync(fd_) != 0) throw os_error("cannot fsync", path_);
+  /// fsync (when `durable`) and close; errors are reported (a close error can mean lost data on NFS).
+  void finish(bool durable = true) {
+    if (durable && ::fsync(fd_) != 0) throw os_error("cannot fsync", path_);
     int fd = std::exchange(fd_, -1);
     if (::close(fd) != 0) throw os_error("cannot close", path_);
   }
@@ -97,14 +108,16 @@ class fd_writer {
 /// One file written atomically: write(...) any number of times, then commit().
 /// @post before commit() the target is unchanged; after a successful commit() it holds exactly the
 ///       bytes written; if the object is destroyed without commit(), the temporary is removed.
+/// `durable`: fsync the data before the rename and the directory after it (default). Without it
+/// the file is still atomic, but a machine crash may lose it.
 class atomic_file {
  public:
-  explicit atomic_file(std::filesystem::path target)
-      : target_(std::move(target)), temp_(detail::temporary_sibling(target_)), out_(temp_) {}
+  explicit atomic_file(std::filesystem::path target, bool durable = true)
+      : target_(std::move(target)), temp_(detail::temporary_sibling(target_)), out_(temp_), durable_(durable) {}
   atomic_file(const atomic_file&) = delete;
   atomic_file& operator=(const atomic_file&) = delete;
   ~atomic_file() {
-    if (!committed_) {
+    if (!committed_ && !released_) {
       std::error_code ec;
       std::filesystem::remove(temp_, ec);
     }
@@ -116,11 +129,26 @@ class atomic_file {
 
   /// Makes the new content visible under the target name, replacing any old file atomically.
   void commit() {
-    out_.finish();
+    commit([](std::string_view) {});
+  }
+  /// Same, calling `between(step)` at the two points a crash tests must reach: "after_temp" (data
+  /// written and synced, target untouched) and "after_rename" (visible, directory not yet synced).
+  /// If it throws, the file stays as a process killed there would leave it (the destructor
+  /// removes an unrenamed temporary, as a restarted owner's sweep would).
+  template <class Between>
+  void commit(Between&& between) {
+    out_.finish(durable_);
+    between(std::string_view("after_temp"));
     if (::rename(temp_.c_str(), target_.c_str()) != 0) throw detail::os_error("cannot rename into place", target_);
     committed_ = true;
-    detail::fsync_directory(target_.parent_path());
+    between(std::string_view("after_rename"));
+    if (durable_) detail::fsync_directory(target_.parent_path());
   }
+  /// Whether the rename happened (after a commit() that threw: the new content may be visible).
+  bool renamed() const noexcept { return committed_; }
+  /// Leaves the temporary file behind, as a process killed now would (crash tests; the directory's
+  /// owner sweeps ".tmp." names).
+  void release() noexcept { released_ = true; }
 
   const std::filesystem::path& target() const noexcept { return target_; }
   const std::filesystem::path& temp_path() const noexcept { return temp_; }
@@ -129,14 +157,42 @@ class atomic_file {
   std::filesystem::path target_;
   std::filesystem::path temp_;
   detail::fd_writer out_;
+  bool durable_ = true;
   bool committed_ = false;
+  bool released_ = false;
 };
 
-/// Writes `bytes` to `target` atomically.
-inline void write_file_atomically(const std::filesystem::path& target, std::span<const std::byte> bytes) {
-  atomic_file f(target);
+/// Writes `bytes` to `target` atomically (durably unless `durable` is false).
+inline void write_file_atomically(const std::filesystem::path& target, std::span<const std::byte> bytes, bool durable = true) {
+  atomic_file f(target, durable);
   f.write(bytes);
   f.commit();
+}
+
+/// A whole file's bytes; nullopt when it does not exist. @throws errc::io naming the file otherwise.
+inline std::optional<std::vector<std::byte>> read_whole_file(const std::filesystem::path& p) {
+  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return std::nullopt;
+    throw detail::os_error("cannot open", p);
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    throw detail::os_error("cannot stat", p, e);
+  }
+  std::vector<std::byte> out(static_cast<std::size_t>(st.st_size));
+  std::size_t got = 0;
+  while (got < out.size()) {
+    const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  out.resize(got);
+  return out;
 }
 
 /// A directory populated under a temporary name and then renamed into place as a whole.

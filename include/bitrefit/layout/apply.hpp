@@ -18,16 +18,13 @@
 #include "bitrefit/core/canonical.hpp"
 #include "bitrefit/core/error.hpp"
 #include "bitrefit/core/manifest.hpp"
+#include "bitrefit/core/value_mode.hpp"
 #include "bitrefit/layout/concepts.hpp"
 
 namespace bitrefit::layout {
 
-/// How an item's values combine with what the receiver holds.
-/// Numerically equal to codec::value_mode (static_cast between them is exact).
-enum class write_mode : std::uint8_t {
-  xor_mask = 0,   // new = old ^ value; only on bit-preserving placements, only on the item's own base
-  overwrite = 1,  // new = value; idempotent
-};
+// How an item's values combine with what the receiver holds: bitrefit::value_mode
+// (core/value_mode.hpp; XOR only on bit-preserving placements, only on the item's own base).
 
 /// What an apply did. Positions outside the loader's held ranges are skipped, not errors: a
 /// tensor-parallel rank takes its part of an item that was sent to the whole engine.
@@ -44,16 +41,16 @@ inline const tensor_info& item_tensor(const model_manifest& m, std::string_view 
   throw error(errc::mismatch, "item names a tensor this loader does not serve", {.file = {}, .tensor = std::string(tensor), .field = "tensor"});
 }
 
-inline void check_mode(bool bit_preserving, write_mode mode, std::string_view tensor) {
-  if (mode == write_mode::xor_mask && !bit_preserving)
+inline void check_mode(bool bit_preserving, value_mode mode, std::string_view tensor) {
+  if (mode == value_mode::xor_mask && !bit_preserving)
     throw error(errc::mismatch, "XOR item for a tensor whose placement is not bit-preserving (send it as overwrite)",
                 {.file = {}, .tensor = std::string(tensor), .field = "mode"});
-  if (mode != write_mode::xor_mask && mode != write_mode::overwrite)
+  if (mode != value_mode::xor_mask && mode != value_mode::overwrite)
     throw error(errc::invalid_argument, "unknown write mode", {.file = {}, .tensor = std::string(tensor), .field = "mode"});
 }
 
-inline void combine(std::byte* dst, const std::byte* src, std::size_t bytes, write_mode mode) noexcept {
-  if (mode == write_mode::overwrite) {
+inline void combine(std::byte* dst, const std::byte* src, std::size_t bytes, value_mode mode) noexcept {
+  if (mode == value_mode::overwrite) {
     std::memcpy(dst, src, bytes);
   } else {
     std::size_t i = 0;
@@ -87,7 +84,7 @@ std::size_t advance_to(std::span<const R> rs, std::size_t from, std::uint64_t i)
 /// positions relative to the item's range begin): element = base + positions[k].
 template <Loader L, class Pos>
   requires std::same_as<Pos, std::uint32_t> || std::same_as<Pos, std::uint64_t>
-apply_stats apply_positions(L& l, std::string_view tensor, write_mode mode, std::span<const Pos> positions,
+apply_stats apply_positions(L& l, std::string_view tensor, value_mode mode, std::span<const Pos> positions,
                             std::span<const std::byte> values, std::uint64_t base = 0) {
   const tensor_info& info = detail::item_tensor(l.canonical(), tensor);
   const bool bp = l.bit_preserving(tensor);
@@ -144,7 +141,7 @@ apply_stats apply_positions(L& l, std::string_view tensor, write_mode mode, std:
 
 /// Same, for positions held in a std::vector (deduces Pos).
 template <Loader L, class Pos>
-apply_stats apply_positions(L& l, std::string_view tensor, write_mode mode, const std::vector<Pos>& positions,
+apply_stats apply_positions(L& l, std::string_view tensor, value_mode mode, const std::vector<Pos>& positions,
                             std::span<const std::byte> values, std::uint64_t base = 0) {
   return apply_positions(l, tensor, mode, std::span<const Pos>(positions), values, base);
 }
@@ -152,7 +149,7 @@ apply_stats apply_positions(L& l, std::string_view tensor, write_mode mode, cons
 /// Applies one decoded item given as ascending, disjoint runs of positions; `values` holds the
 /// values of all runs, concatenated in run order. Same checks and guarantees as apply_positions.
 template <Loader L>
-apply_stats apply_runs(L& l, std::string_view tensor, write_mode mode, std::span<const index_range> runs,
+apply_stats apply_runs(L& l, std::string_view tensor, value_mode mode, std::span<const index_range> runs,
                        std::span<const std::byte> values) {
   const tensor_info& info = detail::item_tensor(l.canonical(), tensor);
   const bool bp = l.bit_preserving(tensor);
@@ -248,7 +245,7 @@ template <Loader L>
 void write_canonical(L& l, std::string_view tensor, index_range r, std::span<const std::byte> in) {
   (void)detail::check_held(l, tensor, r, in.size(), "write");
   const index_range one[1] = {r};
-  (void)apply_runs(l, tensor, write_mode::overwrite, std::span<const index_range>(one), in);
+  (void)apply_runs(l, tensor, value_mode::overwrite, std::span<const index_range>(one), in);
 }
 
 /// Every canonical range the loader holds, in canonical (tensor-name, index) order: what it

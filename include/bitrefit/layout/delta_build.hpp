@@ -61,7 +61,7 @@ inline void sort_item(change_item& it, std::size_t es) {
 /// to the next, so a steady-state owner allocates nothing. `local[k]` holds the bytes of
 /// proj.tensors()[k]; `mode` chooses XOR masks or absolute values.
 template <Projection P>
-void direct_delta_into(const P& proj, std::span<const std::span<const std::byte>> local, const canonical_store& baseline, write_mode mode,
+void direct_delta_into(const P& proj, std::span<const std::span<const std::byte>> local, const canonical_store& baseline, value_mode mode,
                        std::vector<change_item>& items) {
   detail::check_shard_bytes(proj, local);
   const auto& canon = proj.canonical().tensors();
@@ -71,7 +71,7 @@ void direct_delta_into(const P& proj, std::span<const std::span<const std::byte>
     if (items[t].tensor != canon[t].name) items[t].tensor = canon[t].name;
     items[t].mode = mode;
   }
-  const bool x = mode == write_mode::xor_mask;
+  const bool x = mode == value_mode::xor_mask;
   std::vector<std::uint8_t> touched(canon.size(), 0);
   for (std::size_t k = 0; k < proj.tensors().size(); ++k) {
     const shard_tensor& st = proj.tensors()[k];
@@ -94,7 +94,7 @@ void direct_delta_into(const P& proj, std::span<const std::span<const std::byte>
 /// Same, returning only the non-empty items, in manifest order (allocates per call).
 template <Projection P>
 std::vector<change_item> direct_delta(const P& proj, std::span<const std::span<const std::byte>> local, const canonical_store& baseline,
-                                      write_mode mode) {
+                                      value_mode mode) {
   std::vector<change_item> ws, out;
   direct_delta_into(proj, local, baseline, mode, ws);
   for (auto& it : ws)
@@ -130,7 +130,7 @@ class materialising_delta {
 
   /// Writes items[t] = the changes of canonical tensor t (empty when none) into a reusable
   /// workspace, like direct_delta_into.
-  void build_into(const canonical_store& baseline, write_mode mode, std::vector<change_item>& items) {
+  void build_into(const canonical_store& baseline, value_mode mode, std::vector<change_item>& items) {
     const auto& canon = canonical_->tensors();
     items.resize(canon.size());
     std::vector<std::uint64_t> offset(canon.size(), 0);
@@ -168,7 +168,7 @@ class materialising_delta {
       it.mode = mode;
       change_cursor c{};
       collect_changed(baseline.bytes(canon[t].name).data(), scratch + offset[t], canon[t].elements(), element_size(canon[t].type), 0,
-                      mode == write_mode::xor_mask, it, c);
+                      mode == value_mode::xor_mask, it, c);
       c.finish(it);
     };
     if (whole) {
@@ -182,7 +182,7 @@ class materialising_delta {
   /// One item per canonical tensor with changes, in manifest order.
   /// @throws errc::mismatch when the registered shards' owned runs do not cover a tensor (a gap
   ///         would diff stale scratch bytes).
-  std::vector<change_item> build(const canonical_store& baseline, write_mode mode) {
+  std::vector<change_item> build(const canonical_store& baseline, value_mode mode) {
     std::vector<change_item> ws, out;
     build_into(baseline, mode, ws);
     for (auto& it : ws)

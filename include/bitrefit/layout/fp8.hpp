@@ -170,7 +170,7 @@ std::vector<change_item> conversion_delta(const C& c, tensor_view master, const 
   std::vector<change_item> items;
   for (const tensor_info& t : c.outputs({master.name(), master.type(), master.shape()})) {
     const std::span<const std::byte> old_b = residual.bytes(t.name), new_b = std::as_const(converted).bytes(t.name);
-    change_item it{t.name, write_mode::overwrite, {}, {}};
+    change_item it{t.name, value_mode::overwrite, {}, {}};
     collect_changed(old_b.data(), new_b.data(), t.elements(), element_size(t.type), 0, false, it);
     if (!it.positions.empty()) items.push_back(std::move(it));
   }

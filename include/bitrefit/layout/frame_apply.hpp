@@ -8,14 +8,17 @@
 // manifest by dtype and element count, XOR only where placement is bit-preserving) before the
 // first byte is written; a rejected frame leaves the engine bit-identical to before.
 // Positions outside the loader's held ranges are skipped (a TP rank takes its part).
-// Also here: the attestation digest of what a Loader holds (codec's definition over its declared
+// The refit receiver (refit/receiver_store.hpp) applies through this class too: one home for frame
+// apply with held ranges. Also here: the attestation digest of what a Loader holds (codec's definition over its declared
 // held ranges), read in place where a range is one contiguous segment.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
-#include <vector>
+#include <optional>
+#include <utility>
 #include <span>
+#include <vector>
 #include <string>
 #include <string_view>
 
@@ -28,8 +31,13 @@
 
 namespace bitrefit::layout {
 
-static_assert(static_cast<std::uint8_t>(codec::value_mode::xor_mask) == static_cast<std::uint8_t>(write_mode::xor_mask));
-static_assert(static_cast<std::uint8_t>(codec::value_mode::overwrite) == static_cast<std::uint8_t>(write_mode::overwrite));
+/// What verification learned about a frame: enough to tell the protocol about it.
+struct frame_check {
+  codec::frame_header header;
+  digest128 content;         // the frame's own XXH3-128 (identical bytes <=> identical digest)
+  bool any_xor = false;      // some item is XOR (the payload's mode is XOR)
+  std::uint64_t changed = 0; // elements the frame carries
+};
 
 struct frame_apply_result {
   codec::frame_header header;
@@ -38,41 +46,81 @@ struct frame_apply_result {
   std::uint64_t not_held = 0;  // elements of the frame this loader does not hold
 };
 
-/// Verifies and applies frames to a Loader. Holds the decoder's scratch (bounded by one frame's
-/// canonical input), so keep one per receiver thread.
+/// Verifies and applies frames to a Loader: the one place a payload frame reaches an engine's
+/// weights (the refit receiver's payloads and dense restores, the layout tests). Holds the
+/// decoder's scratch (bounded by one frame's canonical input), so keep one per receiver thread.
+///
+/// Held ranges: positions a loader does not hold are skipped (a tensor-parallel rank takes its
+/// part); an item of a tensor the loader holds nothing of is checked but touches nothing (so an
+/// XOR item for it is no error). XOR on a tensor the loader holds but places non-bit-preservingly
+/// is refused.
+///
+/// Parse once, decode once. inspect() parses a frame (size, digest, every descriptor) and matches
+/// its items to the loader without decompressing anything: what a receiver needs to accept a
+/// payload when it arrives. apply_parsed() later decodes that parsed frame once, checks the decoded
+/// positions and values, and only then writes. verify() and apply() do both steps on raw bytes.
+/// decodes() counts decodes, so tests can see that a payload was decoded once.
 class loader_frame_applier {
  public:
-  /// Full verification without writing. Throws bitrefit::error naming the tensor and field.
+  /// Parses `bytes` and matches every item to the loader; nothing is decompressed or written.
+  /// The view refers to `bytes`, which must stay alive and unchanged while it is used.
   template <Loader L>
-  codec::frame_view verify(const L& l, std::span<const std::byte> bytes, std::string_view source = {}) {
+  std::pair<codec::frame_view, frame_check> inspect(const L& l, std::span<const std::byte> bytes, std::string_view source = {}) const {
     codec::frame_view f = codec::frame_view::parse(bytes, source);
-    check(l, decoder_.decode(f, source), source);
-    return f;
+    const frame_check c = check_items(l, f, source);
+    return {std::move(f), c};
   }
 
-  /// Verify everything, then write. On any error the loader's tensors are untouched.
+  /// Full verification without writing (every section decoded). Throws bitrefit::error naming the
+  /// tensor and field.
   template <Loader L>
-  frame_apply_result apply(L& l, std::span<const std::byte> bytes, std::string_view source = {}) {
-    codec::frame_view f = codec::frame_view::parse(bytes, source);
-    const auto decoded = decoder_.decode(f, source);
-    check(l, decoded, source);
+  frame_check verify(const L& l, std::span<const std::byte> bytes, std::string_view source = {}) {
+    auto [f, c] = inspect(l, bytes, source);
+    decode_checked(f, source);
+    return c;
+  }
+
+  /// Decodes a frame that inspect() accepted, checks the decoded items, then writes every item.
+  /// On any error the loader's tensors are untouched.
+  template <Loader L>
+  frame_apply_result apply_parsed(L& l, const codec::frame_view& f, std::string_view source = {}) {
+    const auto decoded = decode_checked(f, source);
     frame_apply_result r{f.header(), 0, 0, 0};
     for (const codec::decoded_item& d : decoded) {
-      const apply_stats st = apply_positions(l, d.item->tensor, static_cast<write_mode>(d.item->mode), d.positions, d.values, d.item->begin);
+      const codec::frame_item& it = *d.item;
       r.items += 1;
+      if (l.held(it.tensor).empty()) {  // a partial holder: nothing of this tensor here
+        r.not_held += it.changed;
+        continue;
+      }
+      apply_stats st;
+      if (it.locations == codec::location_coding::all) {  // every element of the range: one run
+        const index_range run[1] = {{it.begin, it.end}};
+        st = apply_runs(l, it.tensor, it.mode, std::span<const index_range>(run), d.values);
+      } else {
+        st = apply_positions(l, it.tensor, it.mode, d.positions, d.values, it.begin);
+      }
       r.applied += st.applied;
       r.not_held += st.not_held;
     }
     return r;
   }
 
+  /// Verify everything, then write. On any error the loader's tensors are untouched.
+  template <Loader L>
+  frame_apply_result apply(L& l, std::span<const std::byte> bytes, std::string_view source = {}) {
+    auto [f, c] = inspect(l, bytes, source);
+    return apply_parsed(l, f, source);
+  }
+
   std::size_t scratch_bytes() const noexcept { return decoder_.scratch_bytes(); }
+  std::uint64_t decodes() const noexcept { return decodes_; }
 
  private:
   template <Loader L>
-  static void check(const L& l, std::span<const codec::decoded_item> decoded, std::string_view source) {
-    for (const codec::decoded_item& d : decoded) {
-      const codec::frame_item& it = *d.item;
+  static frame_check check_items(const L& l, const codec::frame_view& f, std::string_view source) {
+    frame_check c{f.header(), f.digest(), false, 0};
+    for (const codec::frame_item& it : f.items()) {
       error_context where{.file = std::string(source), .tensor = it.tensor, .field = {}};
       const tensor_info* t = l.canonical().find(it.tensor);
       if (!t) throw error(errc::mismatch, "frame names a tensor this engine does not serve", where);
@@ -84,24 +132,37 @@ class loader_frame_applier {
         where.field = "tensor_elements";
         throw error(errc::mismatch, "frame item's range does not fit the engine's tensor of " + std::to_string(t->elements()) + " elements", where);
       }
-      if (it.mode == codec::value_mode::xor_mask && !l.bit_preserving(it.tensor)) {
-        where.field = "mode";
-        throw error(errc::mismatch, "XOR item for a tensor this engine does not place bit-preservingly (the attempt must send it as overwrite)", where);
+      if (it.mode == value_mode::xor_mask) {
+        c.any_xor = true;
+        if (!l.bit_preserving(it.tensor) && !l.held(it.tensor).empty()) {
+          where.field = "mode";
+          throw error(errc::mismatch, "XOR item for a tensor this engine does not place bit-preservingly (the attempt must send it as overwrite)", where);
+        }
       }
-      const std::size_t es = element_size(it.type);
-      if (d.values.size() != d.positions.size() * es) {
-        where.field = "values";
+      c.changed += it.changed;
+    }
+    return c;
+  }
+
+  std::span<const codec::decoded_item> decode_checked(const codec::frame_view& f, std::string_view source) {
+    const auto decoded = decoder_.decode(f, source);
+    ++decodes_;
+    for (const codec::decoded_item& d : decoded) {
+      const codec::frame_item& it = *d.item;
+      error_context where{.file = std::string(source), .tensor = it.tensor, .field = "values"};
+      if (d.values.size() != d.positions.size() * element_size(it.type))
         throw error(errc::format, "decoded values do not match the positions", where);
-      }
       for (std::size_t k = 0; k < d.positions.size(); ++k)
         if (d.positions[k] >= it.range_elements() || (k > 0 && d.positions[k] <= d.positions[k - 1])) {
           where.field = "locations";
           throw error(errc::format, "decoded positions are not strictly ascending inside the item's range", where);
         }
     }
+    return decoded;
   }
 
   codec::frame_decoder decoder_;
+  std::uint64_t decodes_ = 0;
 };
 
 /// The attestation digest (codec/attestation.hpp, version 1) over every range the loader holds:

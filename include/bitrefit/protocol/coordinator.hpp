@@ -501,7 +501,7 @@ struct basic_coordinator {
     p.target = *target;
     p.next = baseline_of(p.attempt);
     const bool use_xor = xor_allowed && (!dirty || mutated(protocol_mutation::retry_by_xor));
-    p.mode = use_xor ? mode::xor_delta : mode::overwrite;
+    p.mode = use_xor ? mode::xor_mask : mode::overwrite;
     p.xor_allowed = xor_allowed;
     p.expected = expected;
     for (std::uint32_t r = 0; r < roster.size(); ++r) {

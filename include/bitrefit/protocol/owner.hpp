@@ -34,7 +34,7 @@ struct chunk_encoded_event {
   attempt_id attempt{};
   std::uint32_t seq = 0;
   digest128 content{};  // digest of the encoded frame
-  /// The frame's own mode: xor_delta iff any item is XOR. In an XOR attempt an encoder may code a
+  /// The frame's own mode: xor_mask iff any item is XOR. In an XOR attempt an encoder may code a
   /// whole chunk as overwrite (smaller, or a tensor some receiver places non-bit-preservingly);
   /// that payload is then an overwrite payload, valid on any base. Never XOR in an overwrite attempt.
   protocol::mode mode = mode::overwrite;

@@ -479,7 +479,7 @@ struct basic_receiver {
     // XOR needs exactly this attempt's base and an XOR attempt (never a retry); an overwrite
     // payload is valid on any base, so it may ride in an XOR attempt too.
     if (m.target != attempt->target ||
-        (m.mode == mode::xor_delta && (attempt->mode != mode::xor_delta || m.base != attempt->base.version))) {
+        (m.mode == mode::xor_mask && (attempt->mode != mode::xor_mask || m.base != attempt->base.version))) {
       fail(failure_reason::wrong_base, out);
       return;
     }

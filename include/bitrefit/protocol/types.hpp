@@ -19,21 +19,22 @@
 #include "bitrefit/core/digest.hpp"
 #include "bitrefit/core/fields.hpp"
 #include "bitrefit/core/ids.hpp"
+#include "bitrefit/core/value_mode.hpp"
 #include "bitrefit/protocol/mutation.hpp"
 
 namespace bitrefit::protocol {
 
-/// Value coding of one attempt. XOR (new = old ^ mask) is only valid on a receiver that holds exactly
-/// the base version in every position it touches, and only once; OVERWRITE carries absolute values
-/// and is idempotent, so it is what every retry uses.
-enum class mode : std::uint8_t { xor_delta, overwrite };
+/// Value coding of one attempt and of each payload (core/value_mode.hpp). XOR (new = old ^ mask) is
+/// only valid on a receiver that holds exactly the base version in every position it touches, and
+/// only once; OVERWRITE carries absolute values and is idempotent, so it is what every retry uses.
+using mode = bitrefit::value_mode;
 
 /// The request gate policy (DESIGN op. 3). synchronous: the gate closes when a receiver is admitted
 /// to an attempt and payloads may be applied as they arrive. asynchronous: receivers keep serving v
 /// while they stage payloads; the gate closes only after the coordinator's arrival check (flush).
 enum class gate_policy : std::uint8_t { synchronous, asynchronous };
 
-constexpr std::string_view to_string(mode m) noexcept { return m == mode::xor_delta ? "xor" : "overwrite"; }
+using bitrefit::to_string;
 constexpr std::string_view to_string(gate_policy g) noexcept {
   return g == gate_policy::synchronous ? "sync" : "async";
 }

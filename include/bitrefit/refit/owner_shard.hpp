@@ -135,22 +135,6 @@ class owner_shard {
     }
     return durability::changed_elements(changes_);
   }
-  /// Elements whose stored bits differ (E-byte elements; compares 8 bytes at a time).
-  static std::uint64_t count_changed(std::span<const std::byte> a, std::span<const std::byte> b, std::size_t E) {
-    std::uint64_t n = 0;
-    const std::size_t bytes = a.size();
-    std::size_t i = 0;
-    for (; i + 8 <= bytes; i += 8) {
-      std::uint64_t x, y;
-      std::memcpy(&x, a.data() + i, 8);
-      std::memcpy(&y, b.data() + i, 8);
-      std::uint64_t d = x ^ y;
-      if (!d) continue;
-      for (std::size_t k = 0; k < 8; k += E) n += ((d >> (8 * k)) & (E == 8 ? ~0ull : ((1ull << (8 * E)) - 1))) != 0;
-    }
-    for (; i < bytes; i += E) n += std::memcmp(a.data() + i, b.data() + i, E) != 0;
-    return n;
-  }
   /// The frozen change set against B^v: positions and absolute new bits of every element whose
   /// stored bits differ (what a durability::DeltaBaselineStore persists for the transition).
   /// @pre frozen()

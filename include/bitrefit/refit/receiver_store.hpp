@@ -2,35 +2,35 @@
 // into the engine's own layout through a layout::Loader, and attest over what it holds.
 //
 // The protocol's receiver state machine decides WHAT happens to a payload (drop, ignore as a
-// duplicate, fail on conflict, stage, apply, ack); this class does it:
-//   verify(bytes)   full verification without writing: frame structure and digest, every section
-//                   decoded, every item matched to a tensor the loader serves with the same dtype and
-//                   element count, XOR only where placement is bit-preserving. A copy that fails is
-//                   "undelivered" (the caller fetches again); it never reaches the state machine.
-//   apply(bytes)    verify, then write every item (never a partial frame). Positions the loader
-//                   does not hold are skipped (a tensor-parallel rank takes its share); items of
-//                   tensors it holds nothing of are verified but not touched.
-//   attest()        the attestation digest (codec/attestation.hpp) over the loader's held ranges.
+// duplicate, fail on conflict, stage, apply, ack); this class does it, through the one frame
+// applier (layout/frame_apply.hpp: verify-then-write, held ranges, XOR only where placement is
+// bit-preserving) and the one held-range attestation (layout::loader_attestation_digest):
+//   inspect(bytes)    a payload as it arrives: parsed (size, digest, every descriptor) and matched
+//                     to the loader, nothing decompressed. A copy that fails is "undelivered" (the
+//                     caller fetches again); it never reaches the state machine.
+//   apply_parsed(f)   the staged, inspected frame decoded once and written (never a partial
+//                     frame): each payload is parsed once and decoded once.
+//   verify / apply    both steps on raw bytes (dense restores).
+//   attest()          the attestation digest over the loader's held ranges.
 // Scratch memory is one frame's decoded positions and values (bounded by the frame size).
 #pragma once
 
-#include <string>
-#include <vector>
+#include <optional>
+#include <utility>
+#include <span>
+#include <string_view>
 
-#include "bitrefit/codec/apply.hpp"
-#include "bitrefit/codec/attestation.hpp"
-#include "bitrefit/codec/frame.hpp"
-#include "bitrefit/layout/apply.hpp"
 #include "bitrefit/layout/concepts.hpp"
-#include "bitrefit/protocol/messages.hpp"
+#include "bitrefit/layout/frame_apply.hpp"
+#include "bitrefit/protocol/types.hpp"
 
 namespace bitrefit::refit {
 
 /// What verification learned about a frame: enough to tell the protocol about it.
 struct verified_frame {
   codec::frame_header header;
-  digest128 content;            // the frame's own XXH3-128 (identical bytes <=> identical digest)
-  protocol::mode mode = protocol::mode::overwrite;  // xor_delta when any item is XOR
+  digest128 content;  // the frame's own XXH3-128 (identical bytes <=> identical digest)
+  protocol::mode mode = protocol::mode::overwrite;  // xor_mask when any item is XOR
   std::uint64_t changed = 0;
 };
 
@@ -40,83 +40,44 @@ class receiver_store {
   explicit receiver_store(L& loader) : loader_(&loader) {}
 
   L& loader() noexcept { return *loader_; }
+  const L& loader() const noexcept { return *loader_; }
 
-  verified_frame verify(std::span<const std::byte> bytes, std::string_view source = {}) {
-    auto f = codec::frame_view::parse(bytes, source);
-    auto decoded = decoder_.decode(f, source);
-    return check(f, decoded, source);
+  /// A payload as it arrives: parsed (size, digest, descriptors) and matched to the loader,
+  /// nothing decompressed. The view refers to `bytes`; keep both (stage) until apply_parsed.
+  std::pair<codec::frame_view, verified_frame> inspect(std::span<const std::byte> bytes, std::string_view source = {}) const {
+    auto [f, c] = applier_.inspect(*loader_, bytes, source);
+    return {std::move(f), to_verified(c)};
   }
+
+  /// Full verification without writing (every section decoded).
+  verified_frame verify(std::span<const std::byte> bytes, std::string_view source = {}) {
+    return to_verified(applier_.verify(*loader_, bytes, source));
+  }
+
+  /// Decodes a frame inspect() accepted, then writes it (never a partial frame).
+  void apply_parsed(const codec::frame_view& f, std::string_view source = {}) { applier_.apply_parsed(*loader_, f, source); }
 
   /// Verifies everything, then writes. @throws like verify; nothing written when it throws.
   verified_frame apply(std::span<const std::byte> bytes, std::string_view source = {}) {
-    auto f = codec::frame_view::parse(bytes, source);
-    auto decoded = decoder_.decode(f, source);
-    verified_frame v = check(f, decoded, source);
-    for (const auto& d : decoded) {
-      const codec::frame_item& it = *d.item;
-      if (loader_->held(it.tensor).empty()) continue;  // a partial holder: nothing of this tensor here
-      const auto mode = it.mode == codec::value_mode::xor_mask ? layout::write_mode::xor_mask : layout::write_mode::overwrite;
-      if (it.locations == codec::location_coding::all) {
-        const layout::index_range run[1] = {{it.begin, it.end}};
-        layout::apply_runs(*loader_, it.tensor, mode, std::span<const layout::index_range>(run), d.values);
-      } else {
-        abs_.resize(d.positions.size());
-        for (std::size_t k = 0; k < abs_.size(); ++k) abs_[k] = it.begin + d.positions[k];
-        layout::apply_positions(*loader_, it.tensor, mode, std::span<const std::uint64_t>(abs_), d.values);
-      }
-    }
+    auto [f, v] = inspect(bytes, source);
+    apply_parsed(f, source);
     return v;
   }
 
   /// Attestation digest over every held range, in canonical order.
-  digest128 attest() const {
-    std::vector<codec::attested_range> rs;
-    std::vector<std::vector<std::byte>> copies;  // held ranges not contiguous in the engine's memory
-    for (const tensor_info& t : loader_->canonical().tensors()) {
-      const auto segs = loader_->bit_preserving(t.name) ? loader_->segments(t.name) : std::span<const layout::placement_segment>{};
-      const std::size_t E = element_size(t.type);
-      for (const layout::index_range& r : loader_->held(t.name)) {
-        std::span<const std::byte> bytes;
-        for (const auto& s : segs)
-          if (s.begin == r.begin && s.end == r.end) bytes = {s.data, r.size() * E};
-        if (bytes.data() == nullptr && r.size() > 0) {
-          copies.emplace_back(r.size() * E);
-          layout::read_canonical(*loader_, t.name, r, copies.back());
-          bytes = copies.back();
-        }
-        rs.push_back({t.name, t.type, &t.shape, r.begin, r.end, bytes});
-      }
-    }
-    return codec::attestation_digest(std::span<const codec::attested_range>(rs));
-  }
+  digest128 attest() const { return layout::loader_attestation_digest(*loader_); }
 
-  std::size_t scratch_bytes() const noexcept { return decoder_.scratch_bytes() + abs_.capacity() * sizeof(std::uint64_t); }
+  std::size_t scratch_bytes() const noexcept { return applier_.scratch_bytes(); }
+  /// Frames decoded so far (a payload: once, when it is applied).
+  std::uint64_t decodes() const noexcept { return applier_.decodes(); }
 
  private:
-  verified_frame check(const codec::frame_view& f, std::span<const codec::decoded_item> decoded, std::string_view source) {
-    verified_frame v{f.header(), f.digest(), protocol::mode::overwrite, 0};
-    for (const auto& d : decoded) {
-      const codec::frame_item& it = *d.item;
-      const error_context where{.file = std::string(source), .tensor = it.tensor, .field = "tensor"};
-      const tensor_info* t = loader_->canonical().find(it.tensor);
-      if (!t) throw error(errc::mismatch, "frame names a tensor this engine does not serve", where);
-      if (t->type != it.type || t->elements() != it.tensor_elements)
-        throw error(errc::mismatch, "frame item's dtype or element count differs from the engine's tensor", where);
-      if (it.mode == codec::value_mode::xor_mask) {
-        // XOR needs a bit-preserving placement of what this engine holds of the tensor; a tensor
-        // it holds nothing of is not written at all.
-        if (!loader_->bit_preserving(it.tensor) && !loader_->held(it.tensor).empty())
-          throw error(errc::mismatch, "XOR item for a tensor the engine does not place bit-preservingly", where);
-        v.mode = protocol::mode::xor_delta;
-      }
-      v.changed += it.changed;
-    }
-    return v;
+  static verified_frame to_verified(const layout::frame_check& c) {
+    return {c.header, c.content, c.any_xor ? protocol::mode::xor_mask : protocol::mode::overwrite, c.changed};
   }
 
   L* loader_;
-  codec::frame_decoder decoder_;
-  std::vector<std::uint64_t> abs_;
+  layout::loader_frame_applier applier_;
 };
 
 }  // namespace bitrefit::refit

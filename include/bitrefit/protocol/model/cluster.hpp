@@ -512,7 +512,7 @@ struct basic_cluster {
       if (!live(mb)) continue;
       for (std::uint32_t i = 0; i < regions_per_receiver(); ++i) {
         region_t v = region(mb.receiver, i);
-        bool ok = p.mode == mode::xor_delta ? v == region_t(p.base.version)
+        bool ok = p.mode == mode::xor_mask ? v == region_t(p.base.version)
                                             : (v == region_t(p.base.version) || v == region_t(p.target));
         if (!ok)
           fail("version alignment: attempt " + fmt::str(p.attempt) + " (" + std::string(to_string(p.mode)) +
@@ -651,9 +651,9 @@ struct basic_cluster {
       const std::uint32_t n = x.base == x.target ? 0 : w.config.chunks_per_owner;
       for (std::uint32_t s = 0; s < n; ++s) {
         const bool overwrite_only = s + w.config.overwrite_chunks >= n;
-        const mode m = x.mode == mode::xor_delta && !overwrite_only ? mode::xor_delta : mode::overwrite;
+        const mode m = x.mode == mode::xor_mask && !overwrite_only ? mode::xor_mask : mode::overwrite;
         digest128 content{(std::uint64_t(o) << 16 | s) + 1,
-                          (x.target << 8) | (m == mode::xor_delta ? 1u : 2u) | (x.base << 32)};
+                          (x.target << 8) | (m == mode::xor_mask ? 1u : 2u) | (x.base << 32)};
         q.push_back({node_ref::own(o), owner_event{chunk_encoded_event{x.attempt, s, content, m}}});
       }
       q.push_back({node_ref::own(o), owner_event{encode_finished_event{x.attempt, n}}});
