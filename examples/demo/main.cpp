@@ -40,6 +40,7 @@
 #include "bitrefit/refit/receiver.hpp"
 #include "bitrefit/refit/sender.hpp"
 #include "bitrefit/testing/adamw.hpp"
+#include "bitrefit/testing/crash_points.hpp"
 #include "bitrefit/transport/object_store.hpp"
 #include "mapped_store.hpp"
 
@@ -65,6 +66,7 @@ struct options {
   int crash_owner_every = 0;       // an owner crashes mid-stream in refit K, 2K, ...
   std::uint64_t seed = 42;
   bool keep = false;
+  std::string trace;  // record every machine's steps here (wire/trace.hpp); check with bitrefit-check-trace
   // receiver role
   std::string role = "trainer";
   int index = 0;
@@ -77,7 +79,7 @@ struct options {
                "usage: bitrefit-demo [--refits N] [--receivers R] [--kill-every K] [--params P[K|M|G]]\n"
                "                     [--mode sync|async] [--json] [--dir D] [--threads T] [--owners O]\n"
                "                     [--frame-kib F] [--deadline-ms MS] [--seed S] [--keep]\n"
-               "                     [--restart-trainer-every K] [--crash-owner-every K]\n",
+               "                     [--restart-trainer-every K] [--crash-owner-every K] [--trace DIR]\n",
                why.c_str());
   std::exit(2);
 }
@@ -128,6 +130,7 @@ options parse(int argc, char** argv) {
     else if (a == "--restart-trainer-every") o.restart_trainer_every = static_cast<int>(parse_count(next()));
     else if (a == "--crash-owner-every") o.crash_owner_every = static_cast<int>(parse_count(next()));
     else if (a == "--keep") o.keep = true;
+    else if (a == "--trace") o.trace = next();
     else if (a == "--role") o.role = next();
     else if (a == "--index") o.index = static_cast<int>(parse_count(next()));
     else if (a == "--shm") o.shm = next();
@@ -169,7 +172,7 @@ std::uint64_t read_number(const fs::path& p) {
 }
 void write_number_durably(const fs::path& p, std::uint64_t v) {
   const std::string s = std::to_string(v);
-  transport::detail::atomic_write(p, std::as_bytes(std::span(s.data(), s.size())), /*durable=*/true);
+  io::write_file_atomically(p, std::as_bytes(std::span(s.data(), s.size())));
 }
 
 // ================================= rollout process =================================
@@ -184,12 +187,13 @@ int run_receiver(const options& o) {
   write_number_durably(inc_file, incarnation);
   demo::mapped_store weights(o.shm, m, /*writable=*/true, /*create=*/true);  // volatile: starts zeroed
 
-  refit::fault_injector faults;
-  faults.crash = [](const std::string&) { ::kill(::getpid(), SIGKILL); };  // die like a killed process
+  testing::crash_points faults;
+  faults.set_on_fire([](const std::string&) { ::kill(::getpid(), SIGKILL); });  // die like a killed process
   transport::directory_transport net{transport::directory_store(dir / "store"), {std::chrono::milliseconds(5)}};
   durability::filesystem_commit_log log(dir / "log");
 
-  using receiver_t = refit::receiver<demo::mapped_store, transport::directory_transport, durability::filesystem_commit_log>;
+  using receiver_t =
+      refit::receiver<demo::mapped_store, transport::directory_transport, durability::filesystem_commit_log, testing::crash_points>;
   receiver_t* self = nullptr;
   refit::receiver_options ro;
   ro.index = static_cast<std::uint32_t>(o.index);
@@ -197,12 +201,12 @@ int run_receiver(const options& o) {
   ro.gate = o.mode;
   ro.poll = 5ms;
   ro.deadline = std::chrono::milliseconds(o.deadline_ms);
-  ro.faults = &faults;
+  ro.trace_dir = o.trace;
   ro.persist_incarnation = [&](std::uint64_t n) { write_number_durably(inc_file, n); };
   ro.on_commit = [&](const protocol::commit_record& k) {
     weights.publish({k.version, k.baseline.value, self->state().incarnation, self->attest()});
   };
-  receiver_t r(weights, net, log, ro);
+  receiver_t r(weights, net, log, ro, faults);
   self = &r;
   r.start();
   const fs::path kill_order = dir / "kill" / ("receiver-" + std::to_string(o.index));
@@ -213,7 +217,7 @@ int run_receiver(const options& o) {
     if (fs::exists(kill_order)) {  // the trainer wants this process dead after n applied payloads
       const std::uint64_t n = read_number(kill_order);
       fs::remove(kill_order);
-      faults.arm(refit::fault_point::receiver_applied, n);
+      faults.arm("receiver_applied", n);
     }
   }
   return 0;
@@ -233,11 +237,12 @@ struct trainer {
   std::uint64_t kills = 0;
 
   void spawn(int i) {
-    const std::vector<std::string> args{
+    std::vector<std::string> args{
         self_exe,        "--role",    "receiver",       "--index",       std::to_string(i),
         "--dir",         o.dir,       "--params",       std::to_string(o.params),
         "--mode",        mode_name(o.mode),              "--deadline-ms", std::to_string(o.deadline_ms),
         "--shm",         children[i].shm};
+    if (!o.trace.empty()) args.insert(args.end(), {"--trace", o.trace});
     const pid_t pid = ::fork();
     if (pid < 0) throw error(errc::io, "fork failed");
     if (pid == 0) {
@@ -271,6 +276,13 @@ int run_trainer(options o) {
   const fs::path dir = o.dir;
   fs::remove_all(dir);
   for (auto sub : {"store", "log", "inc", "kill", "baseline"}) fs::create_directories(dir / sub);
+  if (!o.trace.empty()) {  // one run per trace directory: never mix two runs' lines
+    std::error_code ec;
+    if (fs::exists(o.trace) && !fs::is_empty(o.trace, ec))
+      throw error(errc::invalid_argument, "--trace: the directory is not empty (one run per trace directory)",
+                  {.file = o.trace, .tensor = {}, .field = "trace"});
+    fs::create_directories(o.trace);
+  }
 
   const auto dims = dims_for(o.params);
   const auto specs = testing::llama_like(dims);
@@ -317,15 +329,16 @@ int run_trainer(options o) {
   so.deadline = std::chrono::milliseconds(o.deadline_ms);
   so.poll = 2ms;
   so.idle = [&] { tr.reap(); };
-  refit::fault_injector trainer_faults;  // owner crashes: thrown and caught inside the sender
-  so.faults = &trainer_faults;
-  using sender_t = refit::sender<transport::directory_transport, durability::filesystem_commit_log, durability::filesystem_baseline_store>;
+  so.trace_dir = o.trace;
+  testing::crash_points trainer_faults;  // owner crashes: thrown and caught inside the sender
+  using sender_t = refit::sender<transport::directory_transport, durability::filesystem_commit_log, durability::filesystem_baseline_store,
+                                 refit::identity_projection, codec::host_backend, testing::crash_points>;
   // Everything the refit engine keeps across a restart is in these directories.
   auto make_sender = [&] {
     std::vector<durability::filesystem_baseline_store> baselines;
     for (std::uint32_t i = 0; i < o.owners; ++i) baselines.emplace_back(dir / "baseline" / ("owner-" + std::to_string(i)));
     return std::make_unique<sender_t>(m, transport::directory_transport{transport::directory_store(dir / "store"), {std::chrono::milliseconds(2)}},
-                                      durability::filesystem_commit_log(dir / "log"), std::move(baselines), so);
+                                      durability::filesystem_commit_log(dir / "log"), std::move(baselines), so, trainer_faults);
   };
   auto tx = make_sender();
   tx->start(source);  // version 0: no durable baseline yet, so the owners take the trainer's copy
@@ -357,7 +370,7 @@ int run_trainer(options o) {
     if (o.crash_owner_every > 0 && k % o.crash_owner_every == 0) {
       owner_crash = static_cast<int>((k / o.crash_owner_every - 1) % o.owners);
       // after some, but not all, of that owner's frames of the first attempt were published
-      trainer_faults.arm(refit::fault_point::owner_mid_stream, std::max<std::uint32_t>(1, tx->shard(owner_crash).chunk_count() / 2),
+      trainer_faults.arm("owner_mid_stream", std::max<std::uint32_t>(1, tx->shard(owner_crash).chunk_count() / 2),
                          "owner/" + std::to_string(owner_crash));
     }
     const std::uint64_t fired_before = trainer_faults.fired();

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sys/file.h>
@@ -12,6 +13,7 @@
 
 #include "bitrefit/durability/filesystem.hpp"
 #include "bitrefit/durability/memory.hpp"
+#include "bitrefit/testing/crash_points.hpp"
 
 #include <random>
 
@@ -35,7 +37,7 @@ prepare_record prep(std::uint64_t epoch, std::uint64_t counter, commit_record ba
   p.base = base;
   p.target = base.version + 1;
   p.next = baseline_of(p.attempt);
-  p.mode = counter > 1 ? mode::overwrite : mode::xor_delta;
+  p.mode = counter > 1 ? mode::overwrite : mode::xor_mask;
   p.xor_allowed = true;
   p.members = {{0, 1}, {1, 1}};
   p.expected = {digest128{1, 2}, digest128{1, 2}};
@@ -96,11 +98,15 @@ TEST(CommitLog, FilesystemBehavesLikeThePureLogAcrossHandles) {
 
 TEST(CommitLog, FilesystemCrashBeforeRenameKeepsOldRecord) {
   auto dir = fresh_dir("crash1");
-  filesystem_commit_log log(dir);
+  bitrefit::testing::crash_points crash;
+  basic_filesystem_commit_log<bitrefit::testing::crash_points> log(dir, {}, crash);
   ASSERT_EQ(log.apply(claim_epoch_request{1}).outcome, log_outcome::ok);
   const commit_record k0{};
-  log.opts().crash_at = "after_temp";
-  EXPECT_THROW(log.apply(compare_and_set_request{1, {1, 1}, k0, {1, baseline_id{5}}}), injected_crash);
+  crash.arm("commit_log_after_temp", 1);
+  EXPECT_THROW(log.apply(compare_and_set_request{1, {1, 1}, k0, {1, baseline_id{5}}}), bitrefit::testing::injected_crash);
+  EXPECT_TRUE(std::any_of(fs::directory_iterator(dir), fs::directory_iterator(), [](const auto& e) {
+    return e.path().filename().string().rfind(".tmp.", 0) == 0;
+  })) << "a process killed there leaves its temp file";
   filesystem_commit_log restarted(dir);
   EXPECT_EQ(snapshot_of(restarted).record, k0);  // the stray temp file is ignored
   EXPECT_EQ(restarted.apply(compare_and_set_request{1, {1, 2}, k0, {1, baseline_id{6}}}).outcome, log_outcome::ok);
@@ -112,11 +118,12 @@ TEST(CommitLog, FilesystemCrashAfterRenameIsResolvedByReading) {
   // The writer dies after the rename, before the directory fsync: it cannot know the outcome
   // (DESIGN's "unknown"); read_commit by a successor finds the attempt's g' committed.
   auto dir = fresh_dir("crash2");
-  filesystem_commit_log log(dir);
+  bitrefit::testing::crash_points crash;
+  basic_filesystem_commit_log<bitrefit::testing::crash_points> log(dir, {}, crash);
   ASSERT_EQ(log.apply(claim_epoch_request{1}).outcome, log_outcome::ok);
-  log.opts().crash_at = "after_rename";
+  crash.arm("commit_log_after_rename", 1);
   const commit_record k1{1, baseline_of({1, 1})};
-  EXPECT_THROW(log.apply(compare_and_set_request{1, {1, 1}, commit_record{}, k1}), injected_crash);
+  EXPECT_THROW(log.apply(compare_and_set_request{1, {1, 1}, commit_record{}, k1}), bitrefit::testing::injected_crash);
   filesystem_commit_log successor(dir);
   ASSERT_EQ(successor.apply(claim_epoch_request{2}).outcome, log_outcome::ok);
   EXPECT_EQ(snapshot_of(successor).record, k1);
@@ -154,7 +161,7 @@ TEST(CommitLog, FilesystemConcurrentWritersInSeparateProcessesCommitOnce) {
 
 TEST(CommitLog, FilesystemLockTimeoutIsAFailedOutcome) {
   auto dir = fresh_dir("lock");
-  filesystem_commit_log log(dir, {.lock_timeout = std::chrono::milliseconds(30), .crash_at = {}});
+  filesystem_commit_log log(dir, {.lock_timeout = std::chrono::milliseconds(30)});
   ASSERT_EQ(log.apply(claim_epoch_request{1}).outcome, log_outcome::ok);
   const auto before = snapshot_of(log);
   int fd = ::open((dir / "LOCK").c_str(), O_RDWR);
@@ -211,9 +218,9 @@ TEST(BaselineStore, FilesystemLawsAndCorruptionReadsAsLost) {
   check_baseline_laws(filesystem_baseline_store(dir), filesystem_baseline_store(dir));
   // Flip one byte: the image no longer verifies, and the owner must report lost state.
   auto p = filesystem_baseline_store(dir).full_path(11);
-  auto data = *transport::detail::read_file(p);
+  auto data = *io::read_whole_file(p);
   data[data.size() / 2] ^= std::byte{1};
-  transport::detail::atomic_write(p, data, false);
+  io::write_file_atomically(p, data, false);
   EXPECT_FALSE(filesystem_baseline_store(dir).load(11));
   fs::remove_all(dir);
 }
@@ -332,8 +339,8 @@ TEST(BaselineStore, FilesystemChangeSetChainFoldsEveryMaxChainVersions) {
   auto dir = fresh_dir("chain");
   for (std::uint32_t max_chain : {1u, 3u, 8u}) {
     fs::remove_all(dir);
-    check_change_set_chain(filesystem_baseline_store(dir, {.max_chain = max_chain, .crash_at = {}}),
-                           filesystem_baseline_store(dir, {.max_chain = max_chain, .crash_at = {}}), 20);
+    check_change_set_chain(filesystem_baseline_store(dir, {.max_chain = max_chain}),
+                           filesystem_baseline_store(dir, {.max_chain = max_chain}), 20);
     // after 20 versions: one full image (the last fold's) and a chain shorter than the bound, whose
     // deltas weigh less than the full image
     const auto files = files_in(dir);
@@ -382,7 +389,8 @@ TEST(BaselineStore, FilesystemCrashAtEveryStepNeverYieldsWrongBits) {
   for (bool stale_full : {true, false})
   for (const auto& p : delta_points) {
     fs::remove_all(dir);
-    filesystem_baseline_store s(dir, {.max_chain = 8, .crash_at = {}});
+    bitrefit::testing::crash_points crash;
+    basic_filesystem_baseline_store<bitrefit::testing::crash_points> s(dir, {.max_chain = 8}, crash);
     std::vector<baseline_image> ref{m.initial()};
     s.save(0, ref[0]);
     for (version_t v = 1; v <= 2; ++v) {
@@ -393,8 +401,8 @@ TEST(BaselineStore, FilesystemCrashAtEveryStepNeverYieldsWrongBits) {
     if (stale_full) s.save(3, m.step(ref[2]));  // the stale image of version 3, full or as a delta
     else s.save_changes(2, 3, diff_images(ref[2], m.step(ref[2]), width));
     ref.push_back(m.step(ref[2]));
-    s.opts().crash_at = p.name;
-    EXPECT_THROW(s.save_changes(2, 3, diff_images(ref[2], ref[3], width)), injected_crash) << p.name;
+    crash.arm(p.name, 1);
+    EXPECT_THROW(s.save_changes(2, 3, diff_images(ref[2], ref[3], width)), bitrefit::testing::injected_crash) << p.name;
     filesystem_baseline_store restarted(dir);
     EXPECT_TRUE(same_bits(restarted.load(2), ref[2])) << p.name;
     auto t = restarted.load(3);
@@ -410,7 +418,8 @@ TEST(BaselineStore, FilesystemCrashAtEveryStepNeverYieldsWrongBits) {
   // the fold: K advances to 3, whose chain reached max_chain = 3
   for (const auto& p : fold_points) {
     fs::remove_all(dir);
-    filesystem_baseline_store s(dir, {.max_chain = 3, .crash_at = {}});
+    bitrefit::testing::crash_points crash;
+    basic_filesystem_baseline_store<bitrefit::testing::crash_points> s(dir, {.max_chain = 3}, crash);
     std::vector<baseline_image> ref{m.initial()};
     s.save(0, ref[0]);
     for (version_t v = 1; v <= 3; ++v) {
@@ -418,9 +427,9 @@ TEST(BaselineStore, FilesystemCrashAtEveryStepNeverYieldsWrongBits) {
       s.save_changes(v - 1, v, diff_images(ref[v - 1], ref[v], width));
       if (v < 3) s.retain_only(v);
     }
-    s.opts().crash_at = p.name;
-    EXPECT_THROW(s.retain_only(3), injected_crash) << p.name;
-    filesystem_baseline_store restarted(dir, {.max_chain = 3, .crash_at = {}});
+    crash.arm(p.name, 1);
+    EXPECT_THROW(s.retain_only(3), bitrefit::testing::injected_crash) << p.name;
+    filesystem_baseline_store restarted(dir, {.max_chain = 3});
     EXPECT_TRUE(same_bits(restarted.load(3), ref[3])) << p.name;
     // the restarted owner retains K.v again (recover_owner does): the store ends folded and clean
     restarted.retain_only(3);
@@ -431,12 +440,13 @@ TEST(BaselineStore, FilesystemCrashAtEveryStepNeverYieldsWrongBits) {
   // a full save of a target whose delta exists with other bits
   for (const auto& p : full_points) {
     fs::remove_all(dir);
-    filesystem_baseline_store s(dir);
+    bitrefit::testing::crash_points crash;
+    basic_filesystem_baseline_store<bitrefit::testing::crash_points> s(dir, {}, crash);
     const baseline_image a = m.initial(), stale = m.step(a), fresh = m.step(a);
     s.save(0, a);
     s.save_changes(0, 1, diff_images(a, stale, width));
-    s.opts().crash_at = p.name;
-    EXPECT_THROW(s.save(1, fresh), injected_crash) << p.name;
+    crash.arm(p.name, 1);
+    EXPECT_THROW(s.save(1, fresh), bitrefit::testing::injected_crash) << p.name;
     filesystem_baseline_store restarted(dir);
     EXPECT_TRUE(same_bits(restarted.load(0), a)) << p.name;
     auto t = restarted.load(1);
@@ -480,9 +490,9 @@ TEST(BaselineStore, FilesystemTornCorruptOrUnlinkedDeltaReadsAsNamedLoss) {
   for (std::size_t at : {std::size_t{0}, std::size_t{20}, std::size_t{100}}) {
     auto s = setup();
     const auto p = s.delta_path(2);
-    auto data = *transport::detail::read_file(p);
+    auto data = *io::read_whole_file(p);
     data[std::min(at, data.size() - 1)] ^= std::byte{0x10};
-    transport::detail::atomic_write(p, data, false);
+    io::write_file_atomically(p, data, false);
     expect_loss(2, errc::integrity, p, "flipped byte " + std::to_string(at));
     EXPECT_TRUE(same_bits(filesystem_baseline_store(dir).load(1), b));
   }

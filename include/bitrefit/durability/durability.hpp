@@ -3,6 +3,8 @@
 
 #include "bitrefit/durability/change_set.hpp"
 #include "bitrefit/durability/concepts.hpp"
+#include "bitrefit/durability/file_format.hpp"
 #include "bitrefit/durability/filesystem.hpp"
+#include "bitrefit/durability/filesystem_baseline_store.hpp"
+#include "bitrefit/durability/filesystem_commit_log.hpp"
 #include "bitrefit/durability/memory.hpp"
-#include "bitrefit/durability/record_json.hpp"

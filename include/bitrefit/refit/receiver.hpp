@@ -7,19 +7,25 @@
 //                                         place some tensors non-bit-preservingly (overwrite only)
 //   Transport  (transport/concepts.hpp)   control messages in, payload frames in
 //   CommitLog  (durability/concepts.hpp)  read-only: read_commit when an announcement was missed
+//   Crash      (core/crash_points.hpp)    test policy: where this process may "die" (default: nowhere)
 // Driver loop (step()), one thread:
-//   1. receive this receiver's mailbox, decode, step message_event;
+//   1. receive this receiver's mailbox, decode, step message_event (what does not decode is
+//      counted, logged by mailbox and dropped);
 //   2. while admitted to an attempt τ: list τ's frames, fetch the ones not delivered yet, verify
 //      each fully (a copy that does not verify is undelivered: it is never stepped and is fetched
 //      again later), and step it as a payload_msg carrying the frame's own digest as its content;
 //   3. feed deadline_event when the armed deadline passed; progress a dense restore in flight.
-// Actions, in list order: close_gate BEFORE any apply of the attempt; stage keeps the verified
-// (compressed) frame; apply decodes + writes it through the Loader, verify-then-write, in the
-// order the state machine emits (owner, seq); sync_device computes the attestation digest over the
+// Every step goes through protocol::drive, which performs the actions through this class's
+// Effects (below), in list order: close_gate BEFORE any apply of the attempt; stage keeps the
+// verified (compressed) frame; apply writes it through the Loader (receiver_store: the frame
+// verified on arrival is not decoded again), in the order the state machine emits (owner, seq);
+// sync_device computes the attestation digest over the
 // held ranges and feeds device_synced_event (the ack follows from the machine); open_gate after
 // the commit news; persist_incarnation BEFORE sending anything under the new incarnation;
-// dense_restore asks the owners (engine/restore mailbox) for K.v and writes every held element
-// from their dense frames, then feeds restored_event; read_commit reads the CommitLog.
+// dense_restore asks the owners (wire::restore_request) for K.v and writes every held element
+// from their dense frames, then feeds restored_event; read_commit reads the CommitLog. With a trace
+// directory (receiver_options::trace_dir or $BITREFIT_TRACE_DIR) every step is recorded
+// (wire/trace.hpp) for bitrefit-check-trace.
 #pragma once
 
 #include <chrono>
@@ -28,18 +34,20 @@
 #include <optional>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include <memory>
+#include <set>
 
+#include "bitrefit/core/crash_points.hpp"
 #include "bitrefit/durability/concepts.hpp"
 #include "bitrefit/layout/concepts.hpp"
 #include "bitrefit/protocol/driver.hpp"
 #include "bitrefit/protocol/receiver.hpp"
-#include "bitrefit/refit/faults.hpp"
 #include "bitrefit/refit/placement.hpp"
 #include "bitrefit/refit/receiver_store.hpp"
-#include "bitrefit/refit/sender.hpp"
-#include "bitrefit/refit/wire.hpp"
 #include "bitrefit/transport/concepts.hpp"
+#include "bitrefit/wire/control.hpp"
+#include "bitrefit/wire/engine.hpp"
+#include "bitrefit/wire/trace.hpp"
 
 namespace bitrefit::refit {
 
@@ -50,50 +58,52 @@ struct receiver_options {
   bool attest = true;
   std::chrono::milliseconds poll{2};
   std::chrono::milliseconds deadline{1000};
-  fault_injector* faults = nullptr;
   std::function<void(std::uint64_t)> persist_incarnation;  // durable record of a new incarnation
   std::function<void(bool open)> on_gate;                   // the serving engine's request gate
   std::function<void()> drain;                              // async: in-flight requests of v finish
   /// Called when the gate reopens: the parameters are exactly K (after a commit or a restore).
   std::function<void(const protocol::commit_record&)> on_commit;
+  /// Record every step of this receiver (wire/trace.hpp) in this directory; empty:
+  /// $BITREFIT_TRACE_DIR if set, else off.
+  std::string trace_dir;
 };
 
 /// Counters a receiver keeps (tests and the demo read them).
 struct receiver_counters {
   std::uint64_t delivered = 0, undelivered = 0, applied = 0, duplicates_seen = 0, restores = 0;
+  std::uint64_t undecodable = 0;  // control / engine messages that did not decode (logged, dropped)
+  std::uint64_t decodes = 0;      // payload frames parsed and decoded (once each when applied on arrival)
 };
 
-template <layout::Loader Ld, transport::Transport T, durability::CommitLog L>
+template <layout::Loader Ld, transport::Transport T, durability::CommitLog L, CrashPoints Crash = no_crash_points>
 class receiver {
  public:
-  receiver(Ld& loader, T transport, L log, receiver_options o)
-      : store_(loader), transport_(std::move(transport)), log_(std::move(log)), opt_(std::move(o)) {
-    protocol::protocol_config cfg{opt_.gate, 1, opt_.index + 1, opt_.attest, 0};
+  receiver(Ld& loader, T transport, L log, receiver_options o, Crash crash = {})
+      : store_(loader), transport_(std::move(transport)), log_(std::move(log)), opt_(std::move(o)), crash_(std::move(crash)) {
+    const protocol::protocol_config cfg{opt_.gate, 1, opt_.index + 1, opt_.attest, 0};
     sm_ = protocol::receiver::restarted(opt_.index, opt_.incarnation, cfg);
+    if (const auto dir = wire::trace_dir_from(opt_.trace_dir); !dir.empty()) {
+      trace_ = std::make_unique<wire::trace_file_writer>(dir, "r" + std::to_string(opt_.index) + "-i" + std::to_string(opt_.incarnation));
+      trace_->line({{"init", {{"role", "receiver"}, {"id", opt_.index}, {"incarnation", opt_.incarnation}, {"config", wire::value_to_json(cfg)}}}});
+    }
   }
 
   /// A fresh process: announces its placement (the sender checks it against its configuration),
   /// reads K, restores K.v densely, joins at the next prepare.
   void start() {
-    const digest128 d = declare(store_.loader()).digest();
-    const std::string s = nlohmann::json{{"receiver", opt_.index}, {"low", d.low64}, {"high", d.high64}}.dump();
-    transport_.post(placement_mailbox, std::as_bytes(std::span(s.data(), s.size())));
+    transport_.post(wire::placement_mailbox, wire::encode(wire::placement_announcement{opt_.index, declare(store_.loader()).digest()}));
     step_sm(protocol::boot_event{});
   }
 
   /// One round of the driver loop; waits at most about `wait` for control messages.
   void step(std::chrono::milliseconds wait) {
     bool any = false;
-    for (auto& bytes : transport_.receive(wire::mailbox(self_endpoint()), wait)) {
-      protocol::envelope env;
-      try {
-        env = wire::decode(bytes);
-      } catch (const error&) {
-        continue;
-      }
-      any = true;
-      step_sm(protocol::message_event{env});
-    }
+    const std::string inbox = wire::mailbox(self_endpoint());
+    wire::for_each_decoded(transport_.receive(inbox, wait), inbox, counters_.undecodable, [](const auto& b) { return wire::decode(b); },
+                           [&](const protocol::envelope& env) {
+                             any = true;
+                             step_sm(protocol::message_event{env});
+                           });
     any |= poll_payloads();
     if (restoring_) progress_restore();
     if (deadline_ && clock::now() >= *deadline_) {
@@ -118,7 +128,10 @@ class receiver {
   const protocol::receiver& state() const noexcept { return sm_; }
   bool serving() const noexcept { return sm_.phase == protocol::receiver_phase::serving; }
   bool gate_open() const noexcept { return sm_.gate_open; }
-  const receiver_counters& counters() const noexcept { return counters_; }
+  const receiver_counters& counters() const noexcept {
+    counters_.decodes = store_.decodes();
+    return counters_;
+  }
   Ld& loader() noexcept { return store_.loader(); }
   T& transport() noexcept { return transport_; }
   /// Attestation digest over the held ranges, now.
@@ -143,6 +156,11 @@ class receiver {
   struct effects {
     receiver& s;
 
+    template <class Event, class Actions>
+    void on_step(const protocol::endpoint&, const Event& ev, const Actions& actions) {
+      if (s.trace_) s.trace_->step(ev, actions);  // off: one null check
+    }
+
     void send(const protocol::endpoint&, const protocol::envelope& env) {
       s.transport_.post(wire::mailbox(env.to), wire::encode(env));
     }
@@ -165,7 +183,7 @@ class receiver {
       s.later_.push(protocol::drained_event{});
     }
     void stage_payload(const protocol::endpoint&, const payload_id& id) {
-      if (s.arrived_ && s.arrived_->first == id) s.staged_[id] = std::move(s.arrived_->second);
+      if (s.arrived_ && s.arrived_->id == id) s.staged_[id] = std::move(*s.arrived_);
       s.arrived_.reset();
       if (!s.report_attempt_ || *s.report_attempt_ < id.attempt) s.report_attempt_ = id.attempt;
     }
@@ -199,13 +217,14 @@ class receiver {
     if (it == staged_.end())
       throw error(errc::protocol, "apply of payload " + act.id.to_string() + " that was never staged", {.file = {}, .tensor = {}, .field = "payload"});
     const auto t = clock::now();
-    const verified_frame v = store_.apply(it->second, act.id.to_string());
-    if (v.header.target_version != act.target)
+    // Parsed and matched when it arrived; decoded once, here, then written.
+    if (it->second.view.header().target_version != act.target)
       throw error(errc::protocol, "staged frame's target differs from the attempt's", {.file = act.id.to_string(), .tensor = {}, .field = "target"});
+    store_.apply_parsed(it->second.view, act.id.to_string());
     apply_s_ += seconds(clock::now() - t);
     staged_.erase(it);  // applied once; a duplicate is ignored by the state machine
     ++counters_.applied;
-    if (opt_.faults) opt_.faults->pass(fault_point::receiver_applied, "receiver/" + std::to_string(opt_.index));
+    crash_.pass("receiver_applied", "receiver/" + std::to_string(opt_.index));
   }
 
   /// Lists the active attempt's frames and delivers the ones not delivered yet.
@@ -223,9 +242,10 @@ class receiver {
       if (delivered_.count(key) && !repeat) continue;
       auto bytes = transport_.fetch(key);
       if (!bytes) continue;
-      verified_frame v;
+      std::optional<std::pair<codec::frame_view, verified_frame>> inspected;
       try {
-        v = store_.verify(*bytes, key.stream.name + "/" + transport::frame_object_name(key.owner, key.seq));
+        inspected.emplace(store_.inspect(*bytes, key.stream.name + "/" + transport::frame_object_name(key.owner, key.seq)));
+        const verified_frame& v = inspected->second;
         if (v.header.kind != codec::frame_kind::delta || v.header.id.attempt != a || v.header.id.owner != key.owner ||
             v.header.id.seq != key.seq)
           throw error(errc::mismatch, "frame id differs from its key");
@@ -239,8 +259,10 @@ class receiver {
       any = true;
       if (!sm_.attempt || sm_.attempt->attempt != a) break;
       // The frame's own mode (xor iff any item is XOR): the machine decides whether it fits the attempt.
+      const verified_frame& v = inspected->second;
       protocol::payload_msg m{v.header.id, v.header.base_version, v.header.target_version, v.mode, v.content};
-      arrived_.emplace(v.header.id, std::move(*bytes));
+      // The view points into the vector's buffer, which moves with it (never reallocated).
+      arrived_.emplace(staged_frame{v.header.id, std::move(*bytes), std::move(inspected->first)});
       step_sm(protocol::message_event{protocol::envelope{protocol::endpoint::owner_(key.owner), self_endpoint(), m}});
       arrived_.reset();
       if (sm_.phase != protocol::receiver_phase::member || !sm_.attempt || sm_.attempt->attempt != a) break;
@@ -267,25 +289,19 @@ class receiver {
     ask_restore();
   }
   void ask_restore() {
-    const std::string s = nlohmann::json{{"receiver", opt_.index}, {"incarnation", sm_.incarnation}}.dump();
-    transport_.post(restore_mailbox, std::as_bytes(std::span(s.data(), s.size())));
+    transport_.post(wire::restore_mailbox, wire::encode(wire::restore_request{opt_.index, sm_.incarnation}));
     restore_asked_ = clock::now();
   }
   void progress_restore() {
-    for (auto& bytes : transport_.receive(restore_reply_mailbox(opt_.index), std::chrono::milliseconds(0))) {
-      try {
-        const auto x = nlohmann::json::parse(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-        const protocol::commit_record k{x.at("version").get<std::uint64_t>(), baseline_id{x.at("baseline").get<std::uint64_t>()}};
-        const auto chunks = x.at("chunks").get<std::vector<std::uint32_t>>();
-        if (restore_from(k, chunks)) {
-          restoring_ = false;
-          ++counters_.restores;
-          step_sm(protocol::restored_event{k});
-          return;
-        }
-      } catch (const std::exception&) {
-      }
-    }
+    const std::string inbox = wire::restore_reply_mailbox(opt_.index);
+    wire::for_each_decoded(transport_.receive(inbox, std::chrono::milliseconds(0)), inbox, counters_.undecodable,
+                           [](const auto& b) { return wire::decode<wire::restore_offer>(b); },
+                           [&](const wire::restore_offer& offer) {
+                             if (!restoring_ || !restore_from(offer.record, offer.chunks)) return;
+                             restoring_ = false;
+                             ++counters_.restores;
+                             step_sm(protocol::restored_event{offer.record});
+                           });
     if (restoring_ && restore_asked_ && clock::now() - *restore_asked_ > opt_.deadline) ask_restore();
   }
   /// Verifies every dense frame of K first (nothing written if one is missing or corrupt), then
@@ -300,7 +316,9 @@ class receiver {
           if (!bytes) return false;
           const std::string src = stream.name + "/" + transport::frame_object_name(o, s);
           try {
-            const verified_frame v = pass == 0 ? store_.verify(*bytes, src) : store_.apply(*bytes, src);
+            // pass 0: every frame present, intact and matched before anything is written; pass 1:
+            // each decoded once and written
+            const verified_frame v = pass == 0 ? store_.inspect(*bytes, src).second : store_.apply(*bytes, src);
             if (v.header.kind != codec::frame_kind::dense || v.header.target_version != k.version) return false;
           } catch (const error&) {
             ++counters_.undelivered;
@@ -311,15 +329,8 @@ class receiver {
   }
 
   void report_and_reset() {
-    if (report_attempt_) {
-      const std::string s = nlohmann::json{{"receiver", opt_.index},
-                                           {"attempt", durability::json_io::to_json(*report_attempt_)},
-                                           {"apply_s", apply_s_},
-                                           {"sync_s", sync_s_},
-                                           {"gate_closed_s", gate_closed_s_}}
-                                .dump();
-      transport_.post(stats_mailbox, std::as_bytes(std::span(s.data(), s.size())));
-    }
+    if (report_attempt_)
+      transport_.post(wire::stats_mailbox, wire::encode(wire::stats_report{opt_.index, *report_attempt_, apply_s_, sync_s_, gate_closed_s_}));
     apply_s_ = sync_s_ = gate_closed_s_ = 0;
     report_attempt_.reset();
   }
@@ -328,10 +339,17 @@ class receiver {
   T transport_;
   L log_;
   receiver_options opt_;
+  Crash crash_;
   protocol::receiver sm_;
   protocol::completion_queue<protocol::receiver_event> later_;
-  std::map<payload_id, std::vector<std::byte>> staged_;
-  std::optional<std::pair<payload_id, std::vector<std::byte>>> arrived_;
+  /// A verified frame kept (compressed) for the machine: its id, the digest it verified with.
+  struct staged_frame {
+    payload_id id{};
+    std::vector<std::byte> bytes;
+    codec::frame_view view;  // parsed from `bytes` (their heap buffer), matched to the loader
+  };
+  std::map<payload_id, staged_frame> staged_;
+  std::optional<staged_frame> arrived_;  // the frame being stepped as a payload_msg right now
   std::optional<attempt_id> listing_;
   std::set<transport::frame_key> delivered_;
   std::optional<clock::time_point> deadline_, read_retry_, gate_closed_at_, restore_asked_;
@@ -339,7 +357,8 @@ class receiver {
   std::optional<digest128> last_attestation_;
   std::optional<attempt_id> report_attempt_;
   double apply_s_ = 0, sync_s_ = 0, gate_closed_s_ = 0;
-  receiver_counters counters_;
+  mutable receiver_counters counters_;
+  std::unique_ptr<wire::trace_file_writer> trace_;
 };
 
 }  // namespace bitrefit::refit

@@ -8,69 +8,59 @@
 //   CommitLog   (durability/concepts.hpp)  the durable K, compare-and-set, epoch fencing
 //   BaselineStore (durability/concepts.hpp) each owner's B^v, consistent with the log across crashes
 //   Backend     (codec/concepts.hpp)       where change detection and encoding touch memory
+//   Crash       (core/crash_points.hpp)    test policy: where a component may "die" (default: nowhere)
 // Receivers' placements (refit/placement.hpp, sender_options::placements) decide per tensor XOR
 // vs overwrite and each receiver's expected attestation (over its held ranges).
-// and carries out the machines' actions in their documented order. The driver loop, one thread:
-//   1. feed finished chunk encodings to their owner (chunk_encoded_event in seq order, then
-//      encode_finished_event) and step it;
+//
+// One responsibility per header: this one is the API and the loop; what the machines' actions do
+// is refit/sender_effects.hpp (performed only through protocol::drive); chunk encoding is
+// refit/encode_pipeline.hpp; dense restores for restarted receivers are refit/restore_server.hpp.
+// The loop, one thread:
+//   1. step each owner with its encoded chunks (chunk_encoded_event in seq order, then
+//      encode_finished_event);
 //   2. deliver messages between the coordinator and the owners (they share this process, so the
 //      "network" between them is a local queue) and step the addressee;
-//   3. receive the coordinator's mailbox from the transport, decode, drop what comes from a fenced
-//      incarnation, step the coordinator;
-//   4. serve dense-restore requests of restarted receivers from the owners' committed baselines;
-//   5. feed deadline_event when the armed deadline passed.
-// Actions, in list order: log_action calls the CommitLog and feeds the reply back at once (it is
-// always the last action of its step: "persist BEFORE send", "K durable BEFORE anyone is told");
-// send_action posts to the transport (payload_msg sends are carried by the data plane: each frame
-// was published under its payload id the moment it was encoded, before chunk_encoded_event);
-// freeze_change_set_action saves the frozen target durably BEFORE anything is encoded (once per
-// target: retries reuse the image; as the sparse change set against B^v when the store is a
-// durability::DeltaBaselineStore, so that write scales with the changes, not the model), so a
-// crashed owner recovers it (protocol::owner::recovered) without the trainer, and K never names v+1 before every owner can recover v+1;
-// advance_baseline_action swaps B := frozen and drops older durable images; encode_action queues
-// every chunk on the bounded thread pool (each worker publishes its frame as soon as it is built,
-// so encoding overlaps transfer); cancel_encoding_action stops the attempt's remaining chunks;
-// cleanup_action deletes the attempt's payload objects.
+//   3. receive the coordinator's mailbox (and the engine's side messages) from the transport and
+//      step the coordinator; what does not decode is counted, logged and dropped;
+//   4. serve dense restores of restarted receivers from the owners' committed baselines;
+//   5. step deadline_event when the armed deadline passed.
+// Every step goes through protocol::drive, and every completion an effect reports synchronously
+// (a commit-log reply, an empty encoding) is stepped after the step that caused it (settle()).
 #pragma once
 
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <deque>
+#include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "bitrefit/codec/attestation.hpp"
 #include "bitrefit/codec/encoder.hpp"
+#include "bitrefit/core/crash_points.hpp"
 #include "bitrefit/core/error.hpp"
 #include "bitrefit/core/manifest.hpp"
 #include "bitrefit/durability/concepts.hpp"
 #include "bitrefit/protocol/coordinator.hpp"
 #include "bitrefit/protocol/driver.hpp"
 #include "bitrefit/protocol/owner.hpp"
-#include "bitrefit/refit/faults.hpp"
 #include "bitrefit/refit/concepts.hpp"
+#include "bitrefit/refit/encode_pipeline.hpp"
 #include "bitrefit/refit/owner_shard.hpp"
 #include "bitrefit/refit/placement.hpp"
 #include "bitrefit/refit/projection.hpp"
+#include "bitrefit/refit/restore_server.hpp"
+#include "bitrefit/refit/sender_effects.hpp"
 #include "bitrefit/refit/stats.hpp"
-#include "bitrefit/refit/thread_pool.hpp"
-#include "bitrefit/refit/wire.hpp"
 #include "bitrefit/transport/concepts.hpp"
+#include "bitrefit/wire/control.hpp"
+#include "bitrefit/wire/engine.hpp"
+#include "bitrefit/wire/trace.hpp"
 
 namespace bitrefit::refit {
-
-/// Engine-level mailboxes (outside the protocol's message set).
-inline const std::string restore_mailbox = "engine/restore";  // restarted receivers ask for K.v
-inline const std::string stats_mailbox = "engine/stats";      // receivers report phase times
-inline const std::string placement_mailbox = "engine/placement";  // receivers announce their placement digest
-inline std::string restore_reply_mailbox(std::uint32_t r) { return "engine/restored/" + std::to_string(r); }
 
 struct sender_options {
   protocol::gate_policy gate = protocol::gate_policy::synchronous;
@@ -88,20 +78,36 @@ struct sender_options {
   std::chrono::milliseconds poll{2};
   std::chrono::milliseconds transition_timeout{10 * 60 * 1000};
   std::uint32_t max_attempts = 0;  // 0: retry until commit (DESIGN); else needs_operator after that many
-  fault_injector* faults = nullptr;
   std::function<void()> idle;  // called once per loop iteration (the demo reaps and restarts processes)
+  /// Record every step of the coordinator and the owners (wire/trace.hpp) in this directory;
+  /// empty: $BITREFIT_TRACE_DIR if set, else off.
+  std::string trace_dir;
+};
+
+/// Counters the sender keeps (tests and the demo read them).
+struct sender_counters {
+  std::uint64_t undecodable = 0;  // messages that did not decode: counted, logged by mailbox, dropped
+  std::uint64_t restores_served = 0;
 };
 
 template <transport::Transport T, durability::CommitLog L, durability::BaselineStore B,
-          TrainerProjection P = identity_projection, codec::execution_backend Backend = codec::host_backend>
+          TrainerProjection P = identity_projection, codec::execution_backend Backend = codec::host_backend,
+          CrashPoints Crash = no_crash_points>
 class sender {
  public:
   using input = typename P::input;  // what the trainer hands over for one version
 
   /// @param projection how canonical bits are read out of the trainer (its canonical() is the model).
   /// @param baselines one durable baseline store per owner (owners.size() == options.owners).
-  sender(P projection, T transport, L log, std::vector<B> baselines, sender_options o)
-      : proj_(std::move(projection)), manifest_(proj_.canonical()), transport_(std::move(transport)), log_(std::move(log)), opt_(std::move(o)) {
+  /// @param crash where a test may make this sender's components die (test policy; default none).
+  sender(P projection, T transport, L log, std::vector<B> baselines, sender_options o, Crash crash = {})
+      : proj_(std::move(projection)),
+        manifest_(proj_.canonical()),
+        transport_(std::move(transport)),
+        log_(std::move(log)),
+        opt_(std::move(o)),
+        crash_(crash),
+        pipeline_({opt_.threads, opt_.zstd_level, opt_.max_frame_input_bytes}, crash) {
     if (opt_.owners == 0 || baselines.size() != opt_.owners)
       throw error(errc::invalid_argument, "one baseline store per owner is required", {.file = {}, .tensor = {}, .field = "owners"});
     if (!opt_.placements.empty() && opt_.placements.size() != opt_.receivers)
@@ -112,22 +118,12 @@ class sender {
     for (std::uint32_t i = 0; i < opt_.owners; ++i)
       owners_.push_back(std::make_unique<owner_slot>(owner_shard(manifest_, i, opt_.owners, opt_.max_frame_input_bytes, xor_ok),
                                                     std::move(baselines[i])));
-    const unsigned threads = opt_.threads ? opt_.threads : 1;
-    for (unsigned w = 0; w < threads; ++w) {
-      // one encoder per worker and policy: XOR-or-overwrite (first attempts), overwrite only (retries)
-      for (auto policy : {codec::mode_policy::xor_allowed, codec::mode_policy::overwrite_only})
-        encoders_.push_back(std::make_unique<codec::chunk_encoder<Backend>>(
-            codec::encode_options{policy, opt_.zstd_level, opt_.max_frame_input_bytes}));
-      frame_buffers_.push_back(std::make_unique<codec::byte_buffer>());
-    }
-    pool_ = std::make_unique<thread_pool>(threads, std::size_t(1) << 30);
   }
   /// The trainer already has canonical bits (identity projection): the model is `manifest`.
-  sender(model_manifest manifest, T transport, L log, std::vector<B> baselines, sender_options o)
+  sender(model_manifest manifest, T transport, L log, std::vector<B> baselines, sender_options o, Crash crash = {})
     requires std::constructible_from<P, model_manifest>
-      : sender(P(std::move(manifest)), std::move(transport), std::move(log), std::move(baselines), std::move(o)) {}
+      : sender(P(std::move(manifest)), std::move(transport), std::move(log), std::move(baselines), std::move(o), crash) {}
   sender(const sender&) = delete;
-  ~sender() { pool_.reset(); }  // joins workers before the slots they reference go away
 
   /// Boots the coordinator (claims a new epoch; after a takeover it finishes or retries whatever the
   /// log says) and recovers every owner's B^{K.v}: from its durable store, else from
@@ -146,9 +142,14 @@ class sender {
     const protocol::log_reply r = log_.apply(protocol::read_request{});
     if (r.outcome != protocol::log_outcome::ok) throw error(errc::io, "commit log unreadable at start", {.file = {}, .tensor = {}, .field = "commit_log"});
     committed_ = r.snapshot.record;
-    for (std::uint32_t i = 0; i < owners_.size(); ++i) recover_owner(i, committed_bits);
-    protocol::protocol_config cfg{opt_.gate, opt_.owners, opt_.receivers, opt_.attest, opt_.max_attempts};
-    coord_ = protocol::coordinator(cfg, r.snapshot.epoch + 1, {}, committed_);
+    const std::uint64_t epoch = r.snapshot.epoch + 1;
+    if (const auto dir = wire::trace_dir_from(opt_.trace_dir); !dir.empty()) trace_ = std::make_unique<sender_trace>(dir, epoch, opt_.owners);
+    for (std::uint32_t i = 0; i < owners_.size(); ++i) recover_owner(i, committed_bits, epoch);
+    const protocol::protocol_config cfg{opt_.gate, opt_.owners, opt_.receivers, opt_.attest, opt_.max_attempts};
+    coord_ = protocol::coordinator(cfg, epoch, {}, committed_);
+    if (trace_)
+      trace_->coordinator.line({{"init", {{"role", "coordinator"}, {"config", wire::value_to_json(cfg)}, {"epoch", epoch},
+                                          {"roster", wire::json::array()}, {"committed", wire::value_to_json(committed_)}}}});
     step_coordinator(protocol::start_event{});
     run_until([&] { return coord_.phase != protocol::coordinator_phase::claiming && local_.empty(); });
   }
@@ -234,10 +235,14 @@ class sender {
   /// Tensors sent as OVERWRITE in every attempt (some receiver's placement is not bit-preserving).
   const std::set<std::string, std::less<>>& overwrite_only() const noexcept { return overwrite_only_; }
   const owner_shard& shard(std::uint32_t i) const { return owners_.at(i)->shard; }
+  const sender_counters& counters() const noexcept { return counters_; }
 
- private:
   using clock = std::chrono::steady_clock;
   static double seconds(clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+ private:
+  friend struct sender_effects<sender>;
+  using effects = sender_effects<sender>;
 
   struct owner_slot {
     owner_slot(owner_shard s, B b) : shard(std::move(s)), store(std::move(b)) {}
@@ -253,20 +258,22 @@ class sender {
     version_t persisted = 0;                    // target whose frozen image is durable
   };
 
-  struct completion {
-    std::uint32_t owner = 0;
-    std::uint64_t generation = 0;
-    attempt_id attempt{};
-    std::uint32_t seq = 0;
-    digest128 content{};
-    protocol::mode mode = protocol::mode::overwrite;  // xor_delta iff the frame has an XOR item
-    bool crashed = false;
-    bool fatal = false;
-    std::string what;
-  };
-
   struct receiver_report {
     double apply_s = 0, sync_s = 0, gate_closed_s = 0;
+  };
+
+  /// The trace files of this sender's coordinator and owners (wire/trace.hpp).
+  struct sender_trace {
+    wire::trace_file_writer coordinator;
+    std::vector<std::unique_ptr<wire::trace_file_writer>> owners;
+    std::uint64_t epoch;
+    sender_trace(const std::filesystem::path& dir, std::uint64_t e, std::uint32_t n) : coordinator(dir, "c-e" + std::to_string(e)), epoch(e) {
+      for (std::uint32_t i = 0; i < n; ++i)
+        owners.push_back(std::make_unique<wire::trace_file_writer>(dir, "o" + std::to_string(i) + "-e" + std::to_string(e)));
+    }
+    wire::trace_file_writer& of(const protocol::endpoint& e) {
+      return e.role == protocol::role::coordinator ? coordinator : *owners.at(e.index);
+    }
   };
 
   // ---- owners ---------------------------------------------------------------------------------
@@ -282,6 +289,7 @@ class sender {
     o.next_report = 0;
     const protocol::owner before = o.sm;
     o.sm = protocol::owner::recovered(before);
+    if (trace_) trace_->owners.at(i)->line({{"recovered", true}});
     auto lost = [&](version_t v, const char* what) {
       return error(errc::mismatch, "owner " + std::to_string(i) + " lost its state: no durable " + what + " image of version " + std::to_string(v),
                    {.file = {}, .tensor = {}, .field = "baseline"});
@@ -296,7 +304,7 @@ class sender {
     }
   }
 
-  void recover_owner(std::uint32_t i, const tensor_source& committed_bits) {
+  void recover_owner(std::uint32_t i, const tensor_source& committed_bits, std::uint64_t epoch) {
     auto& o = *owners_[i];
     o.generation++;
     o.persisted = 0;
@@ -315,6 +323,8 @@ class sender {
     o.store.retain_only(committed_.version);
     o.frozen_version = 0;
     o.sm = protocol::owner(i, committed_);
+    if (trace_)
+      trace_->owners.at(i)->line({{"init", {{"role", "owner"}, {"id", i}, {"epoch", epoch}, {"baseline", wire::value_to_json(committed_)}}}});
   }
 
   void step_owner(std::uint32_t i, const protocol::owner_event& ev) {
@@ -339,6 +349,8 @@ class sender {
     o.store.save(act.target, o.shard.image(true));
   }
 
+  /// Queues every chunk of owner i's attempt on the pipeline; each frame is published under its
+  /// payload id as soon as it is built (before its chunk_encoded_event is stepped: law L2).
   void start_encoding(std::uint32_t i, const protocol::encode_action& act) {
     auto& o = *owners_[i];
     const std::uint64_t gen = ++o.generation;
@@ -348,63 +360,29 @@ class sender {
     o.total = o.shard.chunk_count();
     for (std::uint32_t seq = 0; seq < o.total; ++seq) {
       // per tensor: XOR only in XOR attempts and only for chunks of bit-preservingly placed tensors
-      const auto policy = act.mode == protocol::mode::xor_delta && o.shard.chunk_allows_xor(seq) ? codec::mode_policy::xor_allowed
+      const auto policy = act.mode == protocol::mode::xor_mask && o.shard.chunk_allows_xor(seq) ? codec::mode_policy::xor_allowed
                                                                                                  : codec::mode_policy::overwrite_only;
-      pool_->submit([this, i, gen, seq, policy, act](std::size_t w) {
-        auto& slot = *owners_[i];
-        if (slot.generation.load() != gen) return;  // cancelled
-        completion c{i, gen, act.attempt, seq, {}, protocol::mode::overwrite, false, false, {}};
-        try {
-          const auto te = clock::now();
-          auto& enc = *encoders_[2 * w + (policy == codec::mode_policy::overwrite_only ? 1 : 0)];
-          codec::byte_buffer& out = *frame_buffers_[w];
-          const codec::frame_header h{codec::frame_kind::delta, payload_id{act.attempt, i, seq}, act.base, act.target};
-          const auto st = slot.shard.encode(seq, h, enc, out);
-          if (slot.generation.load() != gen) return;
-          transport_.publish(transport::key_of(h.id), out.span());
-          c.content = codec::load_digest_le(out.data() + out.size() - codec::frame_digest_size);
-          c.mode = st.xor_items > 0 ? protocol::mode::xor_delta : protocol::mode::overwrite;
-          std::lock_guard lock(mu_);
-          if (!first_publish_) first_publish_ = clock::now();
-          stats_.payload_bytes += out.size();
-          stats_.frames += 1;
-          stats_.phases.encode_s += seconds(clock::now() - te);
-        } catch (const injected_crash& e) {
-          c.crashed = true;
-          c.what = e.what();
-        } catch (const std::exception& e) {
-          c.crashed = c.fatal = true;  // not an injected fault: the driver rethrows it
-          c.what = e.what();
-        }
-        if (!c.crashed && opt_.faults) {
-          try {
-            opt_.faults->pass(fault_point::owner_mid_stream, "owner/" + std::to_string(i));
-          } catch (const injected_crash& e) {
-            c.crashed = true;
-            c.what = e.what();
-          }
-        }
-        std::lock_guard lock(mu_);
-        completions_.push_back(std::move(c));
-      });
+      const codec::frame_header h{codec::frame_kind::delta, payload_id{act.attempt, i, seq}, act.base, act.target};
+      pipeline_.submit(o.shard, gen, h, policy, [&o, gen] { return o.generation.load() == gen; },
+                       [this, id = h.id](std::span<const std::byte> frame) { transport_.publish(transport::key_of(id), frame); });
     }
     if (o.total == 0) owner_later_.push({i, protocol::encode_finished_event{act.attempt, 0}});
   }
 
   bool drain_completions() {
-    std::deque<completion> got;
-    {
-      std::lock_guard lock(mu_);
-      got.swap(completions_);
-    }
+    std::deque<chunk_done> got = pipeline_.take();
     for (auto& c : got) {
       auto& o = *owners_[c.owner];
       if (c.generation != o.generation.load()) continue;
-      if (c.fatal) throw error(errc::io, "owner " + std::to_string(c.owner) + " failed to encode: " + c.what);
-      if (c.crashed) {
+      if (c.outcome == chunk_done::result::failed) throw error(errc::io, "owner " + std::to_string(c.owner) + " failed to encode: " + c.what);
+      if (c.outcome == chunk_done::result::crashed) {
         crash_owner(c.owner);
         continue;
       }
+      if (!first_publish_ || c.published < *first_publish_) first_publish_ = c.published;
+      stats_.payload_bytes += c.bytes;
+      stats_.frames += 1;
+      stats_.phases.encode_s += c.encode_s;
       o.done[c.seq] = {c.content, c.mode};
       while (o.done.count(o.next_report)) {
         const std::uint32_t s = o.next_report++;
@@ -463,7 +441,10 @@ class sender {
   void settle() {
     if (settling_) return;  // the outer settle() loop steps it
     settling_ = true;
-    struct reset { bool& b; ~reset() { b = false; } } guard{settling_};
+    struct reset {
+      bool& b;
+      ~reset() { b = false; }
+    } guard{settling_};
     effects fx{*this};
     while (!coord_later_.empty() || !owner_later_.empty()) {
       if (!coord_later_.empty()) {
@@ -474,86 +455,6 @@ class sender {
       }
     }
   }
-
-  // ---- the sender's Effects (protocol/driver.hpp): what the coordinator's and the owners'
-  // actions do here. protocol::drive is the only caller; nothing else interprets an action.
-  struct effects {
-    sender& s;
-
-    // every role
-    void send(const protocol::endpoint& self, const protocol::envelope& env) {
-      if (self.role == protocol::role::coordinator)
-        if (const auto* p = std::get_if<protocol::prepare_msg>(&env.msg)) {
-          s.last_members_ = p->record.members.size();
-          s.transition_attempts_.insert(p->record.attempt);
-        }
-      s.route(env);
-    }
-    void arm_deadline(const protocol::endpoint&) { s.deadline_ = clock::now() + s.opt_.deadline; }
-    void disarm_deadline(const protocol::endpoint&) { s.deadline_.reset(); }
-    void progress(const protocol::endpoint&) { s.extend_deadline(); }
-
-    // coordinator
-    /// The commit log is called in place; its reply is stepped right after this step (settle()).
-    void ask_log(const protocol::endpoint&, const protocol::log_request& req) {
-      const bool cas = std::holds_alternative<protocol::compare_and_set_request>(req);
-      const auto tl = clock::now();
-      if (cas) {
-        std::lock_guard lock(s.mu_);
-        if (s.first_publish_) s.stats_.phases.transfer_s = seconds(tl - *s.first_publish_);
-      }
-      protocol::log_reply reply = s.log_.apply(req);
-      if (cas) {
-        s.stats_.phases.commit_s += seconds(clock::now() - tl);
-        if (reply.outcome == protocol::log_outcome::ok && s.opt_.faults)
-          s.opt_.faults->pass(fault_point::coordinator_after_cas, "coordinator");  // before anyone is told
-      }
-      s.coord_later_.push(protocol::log_event{reply});
-    }
-    /// The coordinator itself ignores a fenced incarnation (coordinator::counts); this transport
-    /// has nothing to drop early.
-    void fence(const protocol::endpoint&, const protocol::member&) {}
-    void cleanup(const protocol::endpoint&, const attempt_id& a) { s.transport_.discard(transport::attempt_stream(a)); }
-    void committed(const protocol::endpoint&, const protocol::commit_record& k) { s.committed_ = k; }
-    void deposed(const protocol::endpoint&) {
-      throw error(errc::fenced, "this coordinator was fenced by a newer epoch", {.file = {}, .tensor = {}, .field = "epoch"});
-    }
-    void aborted(const protocol::endpoint&, const attempt_id&) {
-      throw error(errc::protocol, "transition aborted by the operator", {.file = {}, .tensor = {}, .field = {}});
-    }
-    void needs_operator(const protocol::endpoint&, const std::string& why) {
-      throw error(errc::protocol, "the coordinator needs an operator: " + why, {.file = {}, .tensor = {}, .field = {}});
-    }
-
-    // owners
-    void advance_baseline(const protocol::endpoint& self, const protocol::commit_record& k) {
-      auto& o = *s.owners_.at(self.index);
-      o.shard.advance();
-      o.frozen_version = 0;
-      const auto tr = clock::now();
-      o.store.retain_only(k.version);  // may fold a delta chain into a full image
-      s.stats_.phases.persist_s += seconds(clock::now() - tr);
-    }
-    void freeze_change_set(const protocol::endpoint& self, const protocol::freeze_change_set_action& act) {
-      auto& o = *s.owners_.at(self.index);
-      if (o.frozen_version != act.target) {  // e.g. a restarted trainer-side engine
-        if (!s.next_) throw error(errc::protocol, "owner asked to freeze without the trainer's target bits");
-        o.shard.freeze(s.next_);
-        o.frozen_version = act.target;
-      }
-      if (o.persisted != act.target) {  // retries of the same target reuse the saved image
-        const auto tp = clock::now();
-        s.persist_frozen(o, act);  // durable BEFORE encoding
-        o.persisted = act.target;
-        s.stats_.phases.persist_s += seconds(clock::now() - tp);
-      }
-    }
-    void encode(const protocol::endpoint& self, const protocol::encode_action& act) { s.start_encoding(self.index, act); }
-    void cancel_encoding(const protocol::endpoint& self, const attempt_id& a) {
-      auto& o = *s.owners_.at(self.index);
-      if (o.encoding == a) o.generation++;
-    }
-  };
 
   /// Owners and the coordinator share this process: their messages go through a local queue.
   void route(const protocol::envelope& env) {
@@ -582,84 +483,60 @@ class sender {
     return any;
   }
 
+  /// The coordinator's mailbox and the engine's side messages. Anything that does not decode is
+  /// counted (counters().undecodable), logged with its mailbox's name, and dropped (lost).
   bool receive_control(std::chrono::milliseconds wait) {
     bool any = false;
-    for (auto& bytes : transport_.receive("coordinator", wait)) {
-      any = true;
-      protocol::envelope env;
-      try {
-        env = wire::decode(bytes);
-      } catch (const error&) {
-        continue;  // not a protocol message: lost, as far as the protocol is concerned
-      }
-      step_coordinator(protocol::message_event{env});
-    }
-    for (auto& bytes : transport_.receive(placement_mailbox, std::chrono::milliseconds(0))) {
-      try {
-        const auto x = nlohmann::json::parse(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-        announced_placements_[x.at("receiver").get<std::uint32_t>()] = {x.at("low").get<std::uint64_t>(), x.at("high").get<std::uint64_t>()};
-      } catch (const std::exception&) {
-      }
-    }
-    for (auto& bytes : transport_.receive(stats_mailbox, std::chrono::milliseconds(0))) {
-      try {
-        const auto x = nlohmann::json::parse(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-        const attempt_id a = durability::json_io::attempt_from(x.at("attempt"));
-        if (!transition_attempts_.count(a)) continue;
-        auto& rep = receiver_reports_[x.at("receiver").get<std::uint32_t>()];
-        rep.apply_s = x.at("apply_s").get<double>();
-        rep.sync_s = x.at("sync_s").get<double>();
-        rep.gate_closed_s = x.at("gate_closed_s").get<double>();
-      } catch (const std::exception&) {
-      }
-    }
+    const std::string inbox = wire::mailbox(protocol::endpoint::coord());
+    wire::for_each_decoded(transport_.receive(inbox, wait), inbox, counters_.undecodable,
+                           [](const auto& b) { return wire::decode(b); },
+                           [&](const protocol::envelope& env) {
+                             any = true;
+                             step_coordinator(protocol::message_event{env});
+                           });
+    wire::for_each_decoded(transport_.receive(wire::placement_mailbox, std::chrono::milliseconds(0)), wire::placement_mailbox,
+                           counters_.undecodable, [](const auto& b) { return wire::decode<wire::placement_announcement>(b); },
+                           [&](const wire::placement_announcement& p) { announced_placements_[p.receiver] = p.digest; });
+    wire::for_each_decoded(transport_.receive(wire::stats_mailbox, std::chrono::milliseconds(0)), wire::stats_mailbox,
+                           counters_.undecodable, [](const auto& b) { return wire::decode<wire::stats_report>(b); },
+                           [&](const wire::stats_report& x) {
+                             if (!transition_attempts_.count(x.attempt)) return;
+                             receiver_reports_[x.receiver] = {x.apply_s, x.sync_s, x.gate_closed_s};
+                           });
     return any;
   }
 
-  // ---- dense restore ----------------------------------------------------------------------------
-
+  /// Dense restores (restore_server.hpp): served only while every owner's baseline is K.
   void serve_restores() {
-    for (auto& bytes : transport_.receive(restore_mailbox, std::chrono::milliseconds(0))) {
-      try {
-        const auto x = nlohmann::json::parse(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-        restore_waiting_.insert(x.at("receiver").get<std::uint32_t>());
-      } catch (const std::exception&) {
-      }
-    }
-    if (restore_waiting_.empty()) return;
+    restores_.take_requests(transport_, counters_.undecodable);
+    if (!restores_.pending()) return;
     std::vector<protocol::commit_record> baselines;
-    for (auto& o : owners_) baselines.push_back(o->sm.baseline);
-    if (!protocol::serves_dense_restore(committed_, baselines)) return;  // owners still advancing: later
-    if (restored_k_ != committed_) {
-      if (restored_k_) transport_.discard(transport::restore_stream(restored_k_->version, restored_k_->baseline));
-      const auto stream = transport::restore_stream(committed_.version, committed_.baseline);
-      for (auto& o : owners_)
-        for (std::uint32_t seq = 0; seq < o->shard.chunk_count(); ++seq) {
-          pool_->submit([this, &o, seq, stream](std::size_t w) {
-            auto& enc = *encoders_[2 * w];
-            codec::byte_buffer& out = *frame_buffers_[w];
-            const codec::frame_header h{codec::frame_kind::dense, payload_id{attempt_id{}, o->shard.index(), seq},
-                                        committed_.version, committed_.version};
-            o->shard.encode_dense(seq, h, enc, out);
-            transport_.publish(transport::frame_key{stream, o->shard.index(), seq}, out.span());
-          });
-        }
-      pool_->wait();
-      restored_k_ = committed_;
+    std::vector<std::uint32_t> chunks;
+    for (auto& o : owners_) {
+      baselines.push_back(o->sm.baseline);
+      chunks.push_back(o->shard.chunk_count());
     }
-    nlohmann::json chunks = nlohmann::json::array();
-    for (auto& o : owners_) chunks.push_back(o->shard.chunk_count());
-    const nlohmann::json reply{{"version", committed_.version}, {"baseline", committed_.baseline.value}, {"chunks", chunks}};
-    const std::string s = reply.dump();
-    for (std::uint32_t r : restore_waiting_) transport_.post(restore_reply_mailbox(r), std::as_bytes(std::span(s.data(), s.size())));
-    restore_waiting_.clear();
+    const bool served = restores_.serve(transport_, committed_, baselines, chunks, [&](const transport::stream_key& stream) {
+      for (auto& o : owners_)
+        pipeline_.dense(o->shard, committed_.version, [&](std::uint32_t seq, std::span<const std::byte> frame) {
+          transport_.publish(transport::frame_key{stream, o->shard.index(), seq}, frame);
+        });
+    });
+    if (!served) return;
+    ++counters_.restores_served;
+    if (trace_) {
+      wire::json owners = wire::json::array();
+      for (const auto& b : baselines) owners.push_back(wire::value_to_json(b));
+      trace_->coordinator.line({{"restore_served", wire::value_to_json(committed_)}, {"owners", owners}});
+    }
   }
 
   // ---- the loop ---------------------------------------------------------------------------------
 
   /// The coordinator's deadline measures silence, not total time: while owners encode and members
-  /// answer, an armed deadline moves forward, so a slow but live transition on a busy machine is
-  /// not retried; a dead member or owner still trips it `deadline` after the last sign of life.
+  /// answer, an armed deadline moves forward (the driver's progress()), so a slow but live
+  /// transition on a busy machine is not retried; a dead member or owner still trips it `deadline`
+  /// after the last sign of life.
   void extend_deadline() {
     if (deadline_) deadline_ = std::max(*deadline_, clock::now() + opt_.deadline);
   }
@@ -691,21 +568,18 @@ class sender {
   T transport_;
   L log_;
   sender_options opt_;
+  Crash crash_;
   protocol::coordinator coord_;
   protocol::commit_record committed_{};
   std::vector<std::unique_ptr<owner_slot>> owners_;
-  std::vector<std::unique_ptr<codec::chunk_encoder<Backend>>> encoders_;
-  std::vector<std::unique_ptr<codec::byte_buffer>> frame_buffers_;
-  std::unique_ptr<thread_pool> pool_;
-  std::mutex mu_;
-  std::deque<completion> completions_;
   std::deque<protocol::envelope> local_;
   protocol::completion_queue<protocol::coordinator_event> coord_later_;
   protocol::completion_queue<std::pair<std::uint32_t, protocol::owner_event>> owner_later_;
   bool settling_ = false;
   std::optional<clock::time_point> deadline_;
-  std::set<std::uint32_t> restore_waiting_;
-  std::optional<protocol::commit_record> restored_k_;
+  restore_server<T> restores_;
+  std::unique_ptr<sender_trace> trace_;
+  sender_counters counters_;
   tensor_source next_;
   transition_stats stats_;
   std::set<attempt_id> transition_attempts_;
@@ -713,6 +587,8 @@ class sender {
   std::size_t last_members_ = 0;
   std::optional<clock::time_point> first_publish_;
   std::uint64_t retries_total_ = 0;
+  // Last: destroyed first, so its workers are joined before the owners' shards they read go away.
+  encode_pipeline<Backend, Crash> pipeline_;
 };
 
 }  // namespace bitrefit::refit
