@@ -2,7 +2,12 @@
 find_package(Threads REQUIRED)
 find_package(zstd CONFIG REQUIRED)           # zstd::libzstd_shared
 find_package(nlohmann_json 3.10 REQUIRED)    # nlohmann_json::nlohmann_json
-find_package(Boost 1.74 REQUIRED)            # Boost::headers (Asio is header-only)
+# Boost::headers (Asio is header-only): only bitrefit::asio needs it; without it that target is
+# not defined and everything else builds.
+find_package(Boost 1.74 QUIET)
+if(NOT Boost_FOUND)
+  message(STATUS "bitrefit: Boost not found; bitrefit::asio is not defined")
+endif()
 
 # xxhash: used header-only (XXH_INLINE_ALL), so only its include directory is needed.
 find_path(BITREFIT_XXHASH_INCLUDE_DIR xxhash.h REQUIRED)

@@ -5,7 +5,10 @@
 // committed. Label e2e.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <filesystem>
 #include <cstring>
 #include <random>
 #include <set>
@@ -15,8 +18,10 @@
 #include "bitrefit/layout/canonical_store.hpp"
 #include "bitrefit/refit/receiver.hpp"
 #include "bitrefit/refit/sender.hpp"
+#include "bitrefit/testing/crash_points.hpp"
 #include "bitrefit/transport/faulty.hpp"
 #include "bitrefit/transport/inprocess.hpp"
+#include "bitrefit_proofs/trace_check.hpp"
 
 using namespace bitrefit;
 using namespace std::chrono_literals;
@@ -24,8 +29,24 @@ using namespace std::chrono_literals;
 namespace {
 
 using net_t = transport::faulty_transport<transport::inprocess_transport>;
-using sender_t = refit::sender<net_t, durability::memory_commit_log, durability::memory_baseline_store>;
-using receiver_t = refit::receiver<layout::canonical_store, net_t, durability::memory_commit_log>;
+using sender_t = refit::sender<net_t, durability::memory_commit_log, durability::memory_baseline_store, refit::identity_projection,
+                               codec::host_backend, bitrefit::testing::crash_points>;
+using receiver_t = refit::receiver<layout::canonical_store, net_t, durability::memory_commit_log, bitrefit::testing::crash_points>;
+
+/// A fresh directory for one test's trace (removed when the test passed).
+struct trace_dir {
+  std::filesystem::path path;
+  trace_dir() {
+    static std::atomic<int> n{0};
+    path = std::filesystem::temp_directory_path() /
+           ("bitrefit-trace-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
+    std::filesystem::remove_all(path);
+  }
+  bool keep = false;
+  ~trace_dir() {
+    if (!keep && !::testing::Test::HasFailure()) std::filesystem::remove_all(path);
+  }
+};
 
 model_manifest test_model() {
   return model_manifest({{"model.embed.weight", dtype::BF16, {64, 96}},
@@ -89,7 +110,7 @@ struct receiver_slot {
   std::atomic<std::uint64_t> at{~0ull};            // version its parameters hold, ~0 while restoring
   std::atomic<std::uint64_t> incarnation{1};
   std::atomic<int> crashes{0};
-  std::atomic<std::uint64_t> undelivered{0}, duplicates{0}, restores{0};
+  std::atomic<std::uint64_t> undelivered{0}, duplicates{0}, restores{0}, applied{0}, decodes{0};
 };
 
 struct cluster {
@@ -99,7 +120,8 @@ struct cluster {
   net_t net;
   durability::memory_commit_log log;
   std::vector<durability::memory_baseline_store> stores{2};
-  refit::fault_injector faults;
+  bitrefit::testing::crash_points faults;
+  trace_dir trace;  // every machine's steps, validated against the pure machines at the end
   std::atomic<bool> stop{false};
   std::vector<std::unique_ptr<receiver_slot>> rx;
   std::unique_ptr<sender_t> tx;
@@ -114,8 +136,8 @@ struct cluster {
     sopt.max_frame_input_bytes = 2048;  // ~20 frames per refit: faults land mid-stream
     sopt.deadline = 400ms;
     sopt.poll = 1ms;
-    sopt.faults = &faults;
     sopt.max_attempts = max_attempts;
+    sopt.trace_dir = trace.path.string();
     sopt.transition_timeout = 60s;
     tx = make_sender();
     tx->start(truth.source());
@@ -129,10 +151,14 @@ struct cluster {
   ~cluster() {
     stop = true;
     for (auto& s : rx) s->thread.join();
+    tx.reset();
+    // The run, replayed through the pure machines, with the cross-role invariants on the merge.
+    const auto report = proofs::traces::check_dir(trace.path);
+    EXPECT_TRUE(report.ok()) << report.text() << "\ntrace kept in " << trace.path;
   }
 
   std::unique_ptr<sender_t> make_sender() {
-    return std::make_unique<sender_t>(truth.m, net, log, stores, sopt);
+    return std::make_unique<sender_t>(truth.m, net, log, stores, sopt, faults);
   }
 
   void run_receiver(std::uint32_t r) {
@@ -149,10 +175,10 @@ struct cluster {
       o.gate = gate;
       o.poll = 1ms;
       o.deadline = 300ms;
-      o.faults = &faults;
+      o.trace_dir = trace.path.string();
       o.persist_incarnation = [&slot](std::uint64_t n) { slot.incarnation = n; };
       o.on_commit = [&slot](const protocol::commit_record& k) { slot.at.store(k.version, std::memory_order_release); };
-      receiver_t rcv(*slot.store, net, log, o);
+      receiver_t rcv(*slot.store, net, log, o, faults);
       try {
         rcv.start();
         while (!stop) {
@@ -160,8 +186,10 @@ struct cluster {
           slot.undelivered = rcv.counters().undelivered;
           slot.duplicates = rcv.counters().duplicates_seen;
           slot.restores = rcv.counters().restores;
+          slot.applied = rcv.counters().applied;
+          slot.decodes = rcv.counters().decodes;
         }
-      } catch (const refit::injected_crash&) {
+      } catch (const bitrefit::testing::injected_crash&) {
         // The process died: everything volatile is gone. It restarts with a new incarnation.
         slot.at = ~0ull;
         ++slot.crashes;
@@ -242,13 +270,20 @@ TEST_P(Refit, HappyPathEveryCommitBitExact) {
     c.expect_all_bit_exact(v);
   }
   EXPECT_EQ(c.tx->retries_total(), 0u);
+  // Each payload frame was parsed and matched when it arrived and decoded exactly once, when it was
+  // applied; the only other decodes are the dense frames of each restore (once each).
+  const std::uint64_t dense_frames = c.tx->shard(0).chunk_count() + c.tx->shard(1).chunk_count();
+  for (auto& s : c.rx) {
+    EXPECT_GT(s->applied.load(), 0u);
+    EXPECT_EQ(s->decodes.load(), s->applied.load() + s->restores.load() * dense_frames);
+  }
 }
 
 TEST_P(Refit, ReceiverKilledAfterSomePayloadsAppliedRetriesInOverwrite) {
   cluster c(GetParam());
   c.refit_once();
   c.expect_all_bit_exact(1);
-  c.faults.arm(refit::fault_point::receiver_applied, 3, "receiver/1");  // mid-refit: 3 of ~20 applied
+  c.faults.arm("receiver_applied", 3, "receiver/1");  // mid-refit: 3 of ~20 applied
   const auto st = c.refit_once();
   EXPECT_EQ(c.rx[1]->crashes.load(), 1);
   EXPECT_GE(st.attempts, 2u) << "the attempt that lost a member must not commit";
@@ -262,9 +297,9 @@ TEST_P(Refit, CoordinatorCrashAfterCompareAndSetIsFinishedByItsSuccessor) {
   cluster c(GetParam());
   c.refit_once();
   c.expect_all_bit_exact(1);
-  c.faults.arm(refit::fault_point::coordinator_after_cas, 1);
+  c.faults.arm("coordinator_after_cas", 1);
   c.truth.step();
-  EXPECT_THROW(c.tx->refit(c.truth.source()), refit::injected_crash);
+  EXPECT_THROW(c.tx->refit(c.truth.source()), bitrefit::testing::injected_crash);
   EXPECT_EQ(durability::read_log(c.log).snapshot.record.version, 2u) << "K was durable before the crash";
   c.tx.reset();  // the trainer process is gone: owners recover from their durable baselines
   c.tx = c.make_sender();
@@ -300,7 +335,7 @@ TEST_P(Refit, OwnerCrashMidStreamRecoversFromItsDurableBaseline) {
   cluster c(GetParam());
   c.refit_once();
   c.expect_all_bit_exact(1);
-  c.faults.arm(refit::fault_point::owner_mid_stream, 2, "owner/0");
+  c.faults.arm("owner_mid_stream", 2, "owner/0");
   c.truth.step();
   std::atomic<std::size_t> reads{0};
   const auto st = c.tx->refit([&, src = c.truth.source()](const tensor_info& t, std::span<std::byte> out) {
@@ -373,6 +408,78 @@ TEST_P(Refit, AMemberThatDoesNotHoldTheVersionBlocksTheCommit) {
 INSTANTIATE_TEST_SUITE_P(Modes, Refit, ::testing::Values(protocol::gate_policy::synchronous, protocol::gate_policy::asynchronous),
                          gate_name);
 
+// ---- trace validation: a real run is accepted, a doctored one is not -------------------------------
+
+namespace {
+/// Changes one step of the first file whose name starts with `prefix` where `pick(actions)` finds
+/// something to change; returns whether it did.
+template <class Pick>
+bool doctor(std::vector<wire::trace_file>& files, const std::string& prefix, Pick pick) {
+  for (auto& f : files)
+    if (f.name.rfind(prefix, 0) == 0)
+      for (auto& l : f.lines)
+        if (l.body.contains("actions") && pick(l.body["actions"])) return true;
+  return false;
+}
+}  // namespace
+
+TEST(TraceCheck, ARealRunIsAcceptedAndAnyAlteredRemovedOrReorderedActionIsRejected) {
+  std::filesystem::path dir;
+  {
+    cluster c(protocol::gate_policy::synchronous);
+    c.refit_once();
+    c.expect_all_bit_exact(1);
+    c.faults.arm("receiver_applied", 3, "receiver/1");  // a crash and an overwrite retry in the trace too
+    c.refit_once();
+    c.expect_all_bit_exact(2);
+    c.trace.keep = true;
+    dir = c.trace.path;
+  }  // the cluster's own check of this trace ran here
+  const auto original = wire::read_trace_dir(dir);
+  const auto good = proofs::traces::check(original);
+  ASSERT_TRUE(good.ok()) << good.text();
+  EXPECT_GT(good.steps, 100u);
+  EXPECT_GE(good.commits, 2u);
+  auto expect_rejected = [&](const char* what, const std::vector<wire::trace_file>& files, const std::string& needle) {
+    const auto r = proofs::traces::check(files);
+    EXPECT_FALSE(r.ok()) << what << " was accepted";
+    EXPECT_NE(r.text().find(needle), std::string::npos) << what << ":\n" << r.text();
+  };
+  {  // altered: an XOR apply recorded as overwrite (receiver_action 5 = apply_payload_action{id, mode, base, target})
+    auto files = original;
+    ASSERT_TRUE(doctor(files, "r", [](wire::json& acts) {
+      for (auto& a : acts)
+        if (a[0] == 5 && a[1][1] == 0) return a[1][1] = 1, true;
+      return false;
+    }));
+    expect_rejected("an altered action", files, "divergence");
+  }
+  {  // removed: the compare-and-set request of a commit (coordinator_action 0 = log_action)
+    auto files = original;
+    ASSERT_TRUE(doctor(files, "c-", [](wire::json& acts) {
+      for (std::size_t k = 0; k < acts.size(); ++k)
+        if (acts[k][0] == 0 && acts[k][1][0][0] == 2) return acts.erase(k), true;  // [log_action, [[compare_and_set, ...]]]
+      return false;
+    }));
+    expect_rejected("a removed action", files, "divergence");
+  }
+  {  // reordered: two different actions of one step swapped (e.g. close_gate after the apply)
+    auto files = original;
+    ASSERT_TRUE(doctor(files, "r", [](wire::json& acts) {
+      for (std::size_t k = 0; k + 1 < acts.size(); ++k)
+        if (acts[k] != acts[k + 1]) return std::swap(acts[k], acts[k + 1]), true;
+      return false;
+    }));
+    expect_rejected("reordered actions", files, "divergence");
+  }
+  {  // a cross-role invariant: without the owners' traces nobody sent the payloads the receivers got
+    auto files = original;
+    std::erase_if(files, [](const wire::trace_file& f) { return f.name.rfind("o", 0) == 0; });
+    expect_rejected("payloads from nowhere", files, "which no traced machine sent");
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // ---- the receiver's data path on its own ---------------------------------------------------------
 
 TEST(ReceiverStore, CorruptOrForeignFramesAreRefusedWithNothingApplied) {
@@ -420,52 +527,6 @@ TEST(ReceiverStore, CorruptOrForeignFramesAreRefusedWithNothingApplied) {
   rs.apply(good);
   for (auto& t : truth.m.tensors())
     EXPECT_TRUE(std::equal(target.bytes(t.name).begin(), target.bytes(t.name).end(), truth.bits.at(t.name).begin())) << t.name;
-}
-
-TEST(Wire, EveryMessageRoundTripsAndGarbageIsRefused) {
-  protocol::prepare_record p;
-  p.attempt = {3, 4};
-  p.base = {7, baseline_id{99}};
-  p.target = 8;
-  p.next = protocol::baseline_of(p.attempt);
-  p.mode = protocol::mode::xor_delta;
-  p.xor_allowed = true;
-  p.members = {{0, 1}, {2, 5}};
-  p.expected = {digest128{1, 2}, digest128{3, 4}};
-  const std::vector<protocol::message> all{
-      protocol::prepare_msg{p},
-      protocol::obsolete_msg{{3, 4}},
-      protocol::open_msg{{3, 4}, {5, 6}},
-      protocol::flush_msg{{3, 4}},
-      protocol::announce_msg{{8, baseline_id{12}}},
-      protocol::roll_call_msg{9},
-      protocol::abort_msg{{3, 4}},
-      protocol::manifest_msg{{3, 4}, 1, 17},
-      protocol::arrived_msg{{3, 4}, {2, 5}},
-      protocol::ack_msg{{3, 4}, {2, 5}, digest128{5, 6}},
-      protocol::ack_msg{{3, 4}, {2, 5}, std::nullopt},
-      protocol::stopped_msg{{3, 4}, {2, 5}},
-      protocol::failed_msg{{3, 4}, {2, 5}, protocol::failure_reason::conflicting_payload},
-      protocol::join_msg{{2, 6}, {8, baseline_id{12}}},
-      protocol::baseline_msg{1, {8, baseline_id{12}}},
-      protocol::payload_msg{payload_id{{3, 4}, 1, 2}, 7, 8, protocol::mode::overwrite, digest128{7, 8}},
-  };
-  std::set<std::size_t> covered;  // a new protocol message must be added here (and to wire.hpp)
-  for (const auto& m : all) {
-    covered.insert(m.index());
-    const protocol::envelope e{protocol::endpoint::receiver_(2), protocol::endpoint::coord(), m};
-    EXPECT_EQ(refit::wire::decode(refit::wire::encode(e)), e);
-  }
-  EXPECT_EQ(covered.size(), std::variant_size_v<protocol::message>);
-  for (std::string bad : {"", "{", "{\"wire\":1}", "{\"wire\":1,\"from\":[0,0],\"to\":[0,0],\"msg\":{\"type\":\"nope\"}}",
-                          "{\"wire\":1,\"from\":[7,0],\"to\":[0,0],\"msg\":{\"type\":\"flush\",\"attempt\":[1,1]}}"}) {
-    try {
-      refit::wire::decode(std::as_bytes(std::span(bad.data(), bad.size())));
-      FAIL() << bad;
-    } catch (const error& e) {
-      EXPECT_EQ(e.code(), errc::format) << bad;
-    }
-  }
 }
 
 // ---- owners' durable baselines vs the commit ------------------------------------------------------

@@ -4,8 +4,10 @@
 // upcast). After every commit each receiver's held ranges are compared byte for byte with the
 // dense canonical reference, and its attestation with the digest over the same ranges. Label e2e.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -22,7 +24,9 @@
 #include "bitrefit/refit/projection.hpp"
 #include "bitrefit/refit/receiver.hpp"
 #include "bitrefit/refit/sender.hpp"
+#include "bitrefit/testing/crash_points.hpp"
 #include "bitrefit/transport/inprocess.hpp"
+#include "bitrefit_proofs/trace_check.hpp"
 
 using namespace bitrefit;
 using namespace std::chrono_literals;
@@ -142,9 +146,16 @@ struct rig {
   net_t net;
   log_t log;
   std::vector<store_t> stores{2};
-  refit::fault_injector faults;
+  bitrefit::testing::crash_points faults;
   std::atomic<bool> stop{false};
   std::vector<std::unique_ptr<engine_slot>> rx;
+  /// Every machine's steps (wire/trace.hpp), replayed through the pure machines when the rig ends.
+  std::filesystem::path trace = std::filesystem::temp_directory_path() /
+                                ("bitrefit-layouts-trace-" + std::to_string(::getpid()) + "-" + std::to_string(next_trace()));
+  static int next_trace() {
+    static std::atomic<int> n{0};
+    return n++;
+  }
 
   refit::sender_options options(std::uint32_t receivers) {
     refit::sender_options so;
@@ -154,8 +165,8 @@ struct rig {
     so.max_frame_input_bytes = 4096;
     so.deadline = 500ms;
     so.poll = 1ms;
-    so.faults = &faults;
     so.transition_timeout = 60s;
+    so.trace_dir = trace.string();
     return so;
   }
 
@@ -169,7 +180,7 @@ struct rig {
     slot.thread = std::thread([this, &slot, index, make] {
       while (!stop) {
         std::unique_ptr<Ld> loader = make();
-        std::unique_ptr<refit::receiver<Ld, net_t, log_t>> r;
+        std::unique_ptr<refit::receiver<Ld, net_t, log_t, bitrefit::testing::crash_points>> r;
         {
           std::lock_guard lock(slot.mu);
           refit::receiver_options o;
@@ -177,16 +188,16 @@ struct rig {
           o.incarnation = slot.incarnation;
           o.poll = 1ms;
           o.deadline = 300ms;
-          o.faults = &faults;
+          o.trace_dir = trace.string();
           o.persist_incarnation = [&slot](std::uint64_t n) { slot.incarnation = n; };
           o.on_commit = [&slot](const protocol::commit_record& k) { slot.at.store(k.version, std::memory_order_release); };
-          r = std::make_unique<refit::receiver<Ld, net_t, log_t>>(*loader, net, log, o);
+          r = std::make_unique<refit::receiver<Ld, net_t, log_t, bitrefit::testing::crash_points>>(*loader, net, log, o, faults);
           slot.check = [l = loader.get(), rp = r.get()](const canonical_truth& truth) { return holds_exactly(*l, truth, rp->attest()); };
         }
         try {
           r->start();
           while (!stop) r->step(1ms);
-        } catch (const refit::injected_crash&) {
+        } catch (const bitrefit::testing::injected_crash&) {
           slot.at = ~0ull;
           ++slot.crashes;
           ++slot.incarnation;
@@ -202,6 +213,10 @@ struct rig {
   ~rig() {
     stop = true;
     for (auto& s : rx) s->thread.join();
+    // Senders are gone by now (declared after the rig): every trace file is complete.
+    const auto report = proofs::traces::check_dir(trace);
+    EXPECT_TRUE(report.ok()) << report.text() << "\ntrace kept in " << trace;
+    if (!::testing::Test::HasFailure()) std::filesystem::remove_all(trace);
   }
 
   /// Pumps `tx` until every engine holds v, then checks each one's held bits.
@@ -416,7 +431,7 @@ TEST(RefitLayouts, PartialHoldersApplyAndAttestTheirHeldRangesOnly) {
   g.expect_all_bit_exact(tx, truth, 1);
 
   // a partial holder dies mid-refit: it restores its held ranges densely and the retry overwrites
-  g.faults.arm(refit::fault_point::receiver_applied, 3, "receiver/0");
+  g.faults.arm("receiver_applied", 3, "receiver/0");
   truth.step();
   const auto st = tx.refit(truth.source());
   EXPECT_TRUE(st.committed);

@@ -2,8 +2,10 @@
 // core + io (write a checkpoint, read it back), xxhash (XXH3-128), zstd, nlohmann_json, Boost.Asio.
 #include <utility>  // before Asio (Boost 1.74 coroutine headers need it)
 
+#ifdef BITREFIT_CONSUMER_ASIO
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#endif
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -51,11 +53,16 @@ int main() {
 
   check(nlohmann::json::parse(R"({"a":[1,2]})")["a"][1] == 2, "nlohmann_json");
 
+#ifdef BITREFIT_CONSUMER_ASIO
   boost::asio::io_context io;
   int ran = 0;
   boost::asio::post(io, [&] { ++ran; });
   io.run();
   check(ran == 1, "boost asio");
+#endif
+#if defined(BITREFIT_CONSUMER_INSTALLED) && __has_include(<bitrefit/testing/crash_points.hpp>)
+#error "testing/ headers are test machinery and must not be installed"
+#endif
 
   if (failures == 0) std::puts("consumer: ok");
   return failures == 0 ? 0 : 1;
