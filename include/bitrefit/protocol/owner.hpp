@@ -128,6 +128,11 @@ struct owner {
     if (p.attempt <= highest_seen) return;  // stale or duplicate
     highest_seen = p.attempt;
     advance_to(p.base, out);  // a prepare's base is a commit record too (missed announcement)
+    // A prepare whose target is not above B is stale, however new its attempt id looks: after a
+    // crash highest_seen is gone, so a late copy of an already committed attempt can get here.
+    // Freezing it would take "v+1" from the trainer's current bits and, at the next advance,
+    // overwrite K.v's durable image with them (finding B3).
+    if (p.target <= baseline.version && mutation != protocol_mutation::freeze_stale_prepare) return;
     if (active) out.push_back(cancel_encoding_action{active->attempt});
     if (!frozen_target) {
       frozen_target = p.target;

@@ -41,6 +41,7 @@ enum class protocol_mutation : std::uint8_t {
   retry_without_stop_and_wait,     // coordinator skips stop_and_wait, receivers skip the device sync
   accept_old_incarnation_acks,     // coordinator: acks/joins matched by receiver id, incarnation ignored
   blind_write_commit,              // commit log: compare-and-set becomes an unconditional write
+  freeze_stale_prepare,            // owner: freezes and encodes a prepare whose target is not above its baseline
 };
 
 inline constexpr protocol_mutation all_mutations[] = {
@@ -51,6 +52,7 @@ inline constexpr protocol_mutation all_mutations[] = {
     protocol_mutation::retry_without_stop_and_wait,
     protocol_mutation::accept_old_incarnation_acks,
     protocol_mutation::blind_write_commit,
+    protocol_mutation::freeze_stale_prepare,
 };
 
 constexpr std::string_view to_string(mode m) noexcept { return m == mode::xor_delta ? "xor" : "overwrite"; }
@@ -67,6 +69,7 @@ constexpr std::string_view to_string(protocol_mutation m) noexcept {
     case protocol_mutation::retry_without_stop_and_wait: return "retry_without_stop_and_wait";
     case protocol_mutation::accept_old_incarnation_acks: return "accept_old_incarnation_acks";
     case protocol_mutation::blind_write_commit: return "blind_write_commit";
+    case protocol_mutation::freeze_stale_prepare: return "freeze_stale_prepare";
   }
   return "?";
 }

@@ -580,7 +580,11 @@ struct cluster {
       } else if (w.node.kind == role::owner) {
         const auto& ev = std::get<owner_event>(w.ev);
         auto& o = owners.at(w.node.index);
-        for (const auto& a : o.step(ev)) on_owner_action(w.node.index, a, q, trace);
+        const commit_record before = o.baseline;
+        for (const auto& a : o.step(ev)) {
+          monitor_owner_action(w.node.index, before, a);
+          on_owner_action(w.node.index, a, q, trace);
+        }
       } else {
         auto& slot = receivers.at(w.node.index);
         if (!slot) continue;  // delivered to a dead process: lost
@@ -617,6 +621,18 @@ struct cluster {
         },
         a);
     (void)q;
+  }
+
+  /// An owner freezes only a target above its baseline and advances its baseline only forward: a
+  /// stale prepare must not freeze "v+1" out of the trainer's current bits, and K.v's durable
+  /// image is never written twice (finding B3).
+  void monitor_owner_action(std::uint32_t o, const commit_record& before, const owner_action& a) {
+    if (const auto* f = std::get_if<freeze_change_set_action>(&a); f && f->target <= f->base)
+      fail("owner o" + std::to_string(o) + " froze a change set v" + std::to_string(f->base) + "->v" +
+           std::to_string(f->target) + ": its target is not above its baseline");
+    if (const auto* b = std::get_if<advance_baseline_action>(&a); b && b->record.version <= before.version)
+      fail("owner o" + std::to_string(o) + " advanced its baseline from " + fmt::str(before) + " to " +
+           fmt::str(b->record) + ": not forward");
   }
 
   void on_owner_action(std::uint32_t o, const owner_action& a, std::vector<work>& q, std::vector<std::string>* trace) {
