@@ -2,7 +2,8 @@
 // its epoch in the commit log).
 //
 // Events (coordinator_event):
-//   start_event               boot: claim the epoch, then finish or retry whatever the log says
+//   start_event               boot: claim the epoch (an unknown outcome is resolved by reading the
+//                             log), then finish or retry whatever the log says
 //   begin_transition_event    the trainer has version K.v+1 ready (target, XOR allowed, expected digests)
 //   message_event             manifest / arrived / ack / stopped / failed / join from owners and receivers
 //   log_event                 the commit log's reply to the last log_action
@@ -273,12 +274,38 @@ struct coordinator {
 
   void on_reply(const claim_epoch_request& q, const log_reply& rep, out_t& out) {
     if (phase != coordinator_phase::claiming || q.epoch != epoch) return;
-    if (rep.outcome != log_outcome::ok) {  // failed / unknown: claiming again is idempotent
+    if (rep.outcome == log_outcome::failed) {  // certainly not applied: claim again
       out.push_back(log_action{claim_epoch_request{epoch}});
       return;
     }
-    committed = rep.snapshot.record;
-    const auto& p = rep.snapshot.prepared;
+    if (rep.outcome == log_outcome::unknown) {
+      // Claiming again is NOT idempotent: if the first claim took effect, the log's epoch is now
+      // ours and a second claim of it is fenced, deposing the only coordinator (finding B4).
+      // Resolve it like read_commit resolves a compare-and-set: read the epoch back.
+      if (mutated(protocol_mutation::reclaim_unknown_epoch)) out.push_back(log_action{claim_epoch_request{epoch}});
+      else out.push_back(log_action{read_request{}});
+      return;
+    }
+    claimed(rep.snapshot, out);
+  }
+
+  /// The read after an unknown claim: ours (it took effect), older (it never will: claim again) or
+  /// newer (another coordinator claimed after us: deposed).
+  void resolve_claim(const log_snapshot& s, out_t& out) {
+    if (s.epoch == epoch) claimed(s, out);
+    else if (s.epoch < epoch) out.push_back(log_action{claim_epoch_request{epoch}});
+    else {
+      phase = coordinator_phase::deposed;
+      out.push_back(disarm_deadline_action{});
+      out.push_back(deposed_action{});
+    }
+  }
+
+  /// The log is ours from epoch `epoch` on: rebuild what the previous coordinator knew, then finish
+  /// or retry its attempt.
+  void claimed(const log_snapshot& snap, out_t& out) {
+    committed = snap.record;
+    const auto& p = snap.prepared;
     if (p) {
       // Members of the last persisted attempt: at its target if it committed, else at its base.
       bool done = committed.baseline == p->next;
@@ -344,12 +371,15 @@ struct coordinator {
 
   void on_reply(const read_request&, const log_reply& rep, out_t& out) {
     if (rep.outcome != log_outcome::ok) {
-      if (phase == coordinator_phase::resolving || phase == coordinator_phase::recovering)
+      if (phase == coordinator_phase::resolving || phase == coordinator_phase::recovering ||
+          phase == coordinator_phase::claiming)
         out.push_back(log_action{read_request{}});
       return;
     }
     const commit_record k = rep.snapshot.record;
-    if (phase == coordinator_phase::resolving) {
+    if (phase == coordinator_phase::claiming) {
+      resolve_claim(rep.snapshot, out);
+    } else if (phase == coordinator_phase::resolving) {
       if (k == commit_record{attempt->target, attempt->next}) commit_succeeded(out);
       else if (k == attempt->base) mark_obsolete(out, after_stop::retry);
       else needs_operator(out, "commit record " + to_string(k) + " is neither the base nor this attempt's");

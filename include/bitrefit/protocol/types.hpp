@@ -42,6 +42,7 @@ enum class protocol_mutation : std::uint8_t {
   accept_old_incarnation_acks,     // coordinator: acks/joins matched by receiver id, incarnation ignored
   blind_write_commit,              // commit log: compare-and-set becomes an unconditional write
   freeze_stale_prepare,            // owner: freezes and encodes a prepare whose target is not above its baseline
+  reclaim_unknown_epoch,           // coordinator: re-sends a claim whose outcome was unknown instead of reading the log
 };
 
 inline constexpr protocol_mutation all_mutations[] = {
@@ -53,6 +54,7 @@ inline constexpr protocol_mutation all_mutations[] = {
     protocol_mutation::accept_old_incarnation_acks,
     protocol_mutation::blind_write_commit,
     protocol_mutation::freeze_stale_prepare,
+    protocol_mutation::reclaim_unknown_epoch,
 };
 
 constexpr std::string_view to_string(mode m) noexcept { return m == mode::xor_delta ? "xor" : "overwrite"; }
@@ -70,6 +72,7 @@ constexpr std::string_view to_string(protocol_mutation m) noexcept {
     case protocol_mutation::accept_old_incarnation_acks: return "accept_old_incarnation_acks";
     case protocol_mutation::blind_write_commit: return "blind_write_commit";
     case protocol_mutation::freeze_stale_prepare: return "freeze_stale_prepare";
+    case protocol_mutation::reclaim_unknown_epoch: return "reclaim_unknown_epoch";
   }
   return "?";
 }

@@ -27,7 +27,8 @@
 //                                                        with the early-deadline budget
 //   failover                                             a new coordinator (epoch+1) replaces the active one;
 //                                                        the old one's pending log requests still land
-//   log ok|failed|unknown-applied|unknown-lost <request> a pending commit-log request completes
+//   log ok|failed|unknown-applied|unknown-lost <request> a pending commit-log request completes (faults
+//                                                        on every request that writes; a read may fail)
 //   abort                                                operator abort (budget)
 //   begin v<n>                                           the trainer starts the next transition (coordinator
 //                                                        idle, K.v < goal); may race with leftovers in flight
@@ -68,7 +69,7 @@ struct world_config {
   std::uint32_t crashes = 0;         // receiver crashes
   std::uint32_t owner_crashes = 0;   // an owner process dies and restarts from its durable state
   std::uint32_t failovers = 0;
-  std::uint32_t log_faults = 0;      // compare-and-set answered failed / unknown
+  std::uint32_t log_faults = 0;      // a log request answered failed / unknown (claim, prepare, CAS, read)
   std::uint32_t early_deadlines = 0; // deadlines while something is still in flight
   std::uint32_t aborts = 0;
   friend bool operator==(const world_config&, const world_config&) = default;
@@ -228,11 +229,7 @@ struct cluster {
       }
     for (std::uint32_t i = 0; i < log_queue.size(); ++i) {
       out.push_back({move_kind::log_ok, i, 0});
-      if (budget.log_faults && std::holds_alternative<compare_and_set_request>(log_queue[i].request)) {
-        out.push_back({move_kind::log_failed, i, 0});
-        out.push_back({move_kind::log_unknown_applied, i, 0});
-        out.push_back({move_kind::log_unknown_lost, i, 0});
-      }
+      if (budget.log_faults) add_log_faults(i, out);
     }
     const bool deadline_ok = quiet() || budget.early_deadlines;
     if (coord_deadline && deadline_ok) out.push_back({move_kind::deadline, 0, 0});
@@ -247,6 +244,16 @@ struct cluster {
     if (budget.aborts && coord.phase == coordinator_phase::collecting) out.push_back({move_kind::abort, 0, 0});
     if (can_begin()) out.push_back({move_kind::begin, 0, 0});
     return out;
+  }
+
+  /// Commit-log faults on pending request i: every request that writes (claim, persist_prepare,
+  /// compare-and-set) may fail, or take effect or not behind an `unknown` outcome; a read may fail
+  /// (its unknown is the same: nothing was written).
+  void add_log_faults(std::uint32_t i, std::vector<move>& out) const {
+    out.push_back({move_kind::log_failed, i, 0});
+    if (std::holds_alternative<read_request>(log_queue[i].request)) return;
+    out.push_back({move_kind::log_unknown_applied, i, 0});
+    out.push_back({move_kind::log_unknown_lost, i, 0});
   }
 
   /// Apply one enabled move; `trace` (optional) receives one line per event/action.
