@@ -438,6 +438,8 @@ TEST(Wire, EveryMessageRoundTripsAndGarbageIsRefused) {
       protocol::open_msg{{3, 4}, {5, 6}},
       protocol::flush_msg{{3, 4}},
       protocol::announce_msg{{8, baseline_id{12}}},
+      protocol::announce_msg{{8, baseline_id{12}}, protocol::member{2, 6}, false},
+      protocol::announce_msg{{8, baseline_id{12}}, protocol::member{2, 5}, true},
       protocol::roll_call_msg{9},
       protocol::abort_msg{{3, 4}},
       protocol::manifest_msg{{3, 4}, 1, 17},

@@ -220,22 +220,37 @@ struct coordinator {
     if (phase == coordinator_phase::collecting) mark_obsolete(out, after_stop::abort);
   }
 
-  /// Some owner or receiver may not know the commit record yet (a lost announcement or roll call).
+  /// Some owner or receiver may not know the commit record yet (a lost announcement or roll call),
+  /// or the roster does not hold a live incarnation of some receiver (unknown, or evicted and not
+  /// yet rejoined as a new incarnation): the roster must converge to the live incarnations.
   bool lagging() const {
     for (const auto& o : owner_at)
       if (o != committed) return true;
     for (const auto& r : roster)
-      if (!r.known || r.at != committed) return true;
+      if (!r.known || r.evicted || r.at != committed) return true;
     return false;
   }
 
-  /// Idle: repeat the announcement (or roll call) to whoever has not confirmed K. Idempotent.
+  /// K, addressed to receiver r with the roster's view of it (see announce_msg): names the
+  /// incarnation the roster admits (confirming its join) or marks it evicted (it must restore).
+  void announce_to(out_t& out, std::uint32_t r) const {
+    const roster_entry& e = roster[r];
+    announce_msg a{committed, std::nullopt, false};
+    if (e.known) {
+      a.roster = member{r, e.incarnation};
+      a.evicted = e.evicted;
+    }
+    send(out, endpoint::receiver_(r), a);
+  }
+
+  /// Idle: repeat the announcement (or roll call) to whoever has not confirmed K, or whose live
+  /// incarnation the roster does not hold. Idempotent.
   void reannounce(out_t& out) {
     for (std::uint32_t o = 0; o < owner_at.size(); ++o)
       if (owner_at[o] != committed) send(out, endpoint::owner_(o), announce_msg{committed});
     for (std::uint32_t r = 0; r < roster.size(); ++r) {
       if (!roster[r].known) send(out, endpoint::receiver_(r), roll_call_msg{epoch});
-      else if (roster[r].at != committed) send(out, endpoint::receiver_(r), announce_msg{committed});
+      else if (roster[r].evicted || roster[r].at != committed) announce_to(out, r);
     }
   }
 
@@ -336,7 +351,7 @@ struct coordinator {
       // It committed, but announcements may have been lost (failover between compare-and-set and
       // announcement): announce again, idempotently.
       send_owners(out, announce_msg{committed});
-      for (const auto& m : p->members) send(out, endpoint::receiver_(m.receiver), announce_msg{committed});
+      for (const auto& m : p->members) announce_to(out, m.receiver);
     }
     if (p) owner_at.assign(config.owners, commit_record{~version_t{0}, {}});  // unknown until they report
     phase = coordinator_phase::idle;
@@ -463,10 +478,13 @@ struct coordinator {
     if (r >= roster.size()) return;
     auto& e = roster[r];
     if (e.known && m.from.incarnation < e.incarnation) return;  // an older incarnation: counts for nothing
-    if (e.known && e.evicted && m.from.incarnation == e.incarnation) return;
+    if (e.known && e.evicted && m.from.incarnation == e.incarnation) {
+      announce_to(out, r);  // fenced: tell it, so it restores and rejoins as a new incarnation
+      return;
+    }
     const bool newer = !e.known || m.from.incarnation > e.incarnation;
     e = roster_entry{true, false, m.from.incarnation, m.at};
-    send(out, endpoint::receiver_(r), announce_msg{committed});  // confirms the join, or asks to restore
+    announce_to(out, r);  // names this incarnation: confirms the join (and asks to restore if K moved)
     if (phase == coordinator_phase::idle && !lagging()) out.push_back(disarm_deadline_action{});
     if (!newer || !attempt) return;
     // A member restarted: its applied state is gone, the attempt cannot commit with it.
@@ -549,7 +567,7 @@ struct coordinator {
   /// K is durable: tell everyone (owners advance their baseline, receivers reopen the gate).
   void finish_transition(out_t& out) {
     send_owners(out, announce_msg{committed});
-    for (std::uint32_t r = 0; r < config.receivers; ++r) send(out, endpoint::receiver_(r), announce_msg{committed});
+    for (std::uint32_t r = 0; r < config.receivers; ++r) announce_to(out, r);
     out.push_back(committed_action{committed});
     out.push_back(arm_deadline_action{});  // until every owner and receiver confirmed K (see reannounce)
     phase = coordinator_phase::idle;

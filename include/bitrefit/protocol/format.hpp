@@ -69,7 +69,9 @@ inline std::string str(const prepare_msg& m) { return "prepare " + str(m.record)
 inline std::string str(const obsolete_msg& m) { return "obsolete " + str(m.attempt); }
 inline std::string str(const open_msg& m) { return "open " + str(m.attempt) + " chunks=" + list(m.chunks); }
 inline std::string str(const flush_msg& m) { return "flush " + str(m.attempt); }
-inline std::string str(const announce_msg& m) { return "announce " + str(m.record); }
+inline std::string str(const announce_msg& m) {
+  return "announce " + str(m.record) + (m.roster ? " to=" + str(*m.roster) : std::string()) + (m.evicted ? " evicted" : "");
+}
 inline std::string str(const roll_call_msg& m) { return "roll_call e" + num(m.epoch); }
 inline std::string str(const abort_msg& m) { return "abort " + str(m.attempt); }
 inline std::string str(const payload_msg& m) {

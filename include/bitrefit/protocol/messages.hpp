@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -59,8 +60,16 @@ struct flush_msg {
 };
 
 /// The commit record, after it is durable (announcement; also the reply to a join). Idempotent.
+/// It also tells the addressed receiver how the coordinator's roster holds it, because a join is
+/// confirmed only by a message that names the joiner's incarnation (a lost join must not be
+/// mistaken for an accepted one, finding B2): `roster` is the incarnation the roster admits for
+/// this receiver (nullopt: it knows none), `evicted` that this incarnation is fenced and only a
+/// new one, after a dense restore, can be admitted. A receiver that is not the incarnation named
+/// joins again; one named as evicted restores.
 struct announce_msg {
   commit_record record{};
+  std::optional<member> roster;
+  bool evicted = false;
   friend auto operator<=>(const announce_msg&, const announce_msg&) = default;
 };
 
@@ -212,7 +221,7 @@ inline void hash_append(hasher& h, const prepare_msg& m) { hash_append(h, m.reco
 inline void hash_append(hasher& h, const obsolete_msg& m) { hash_append(h, m.attempt); }
 inline void hash_append(hasher& h, const open_msg& m) { hash_append(h, m.attempt); hash_append(h, m.chunks); }
 inline void hash_append(hasher& h, const flush_msg& m) { hash_append(h, m.attempt); }
-inline void hash_append(hasher& h, const announce_msg& m) { hash_append(h, m.record); }
+inline void hash_append(hasher& h, const announce_msg& m) { hash_append(h, m.record); hash_append(h, m.roster); h.mix(m.evicted); }
 inline void hash_append(hasher& h, const roll_call_msg& m) { h.mix(m.epoch); }
 inline void hash_append(hasher& h, const abort_msg& m) { hash_append(h, m.attempt); }
 inline void hash_append(hasher& h, const payload_msg& m) {

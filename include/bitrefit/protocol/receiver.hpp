@@ -239,12 +239,31 @@ struct receiver {
     attempt.reset();
     unsynced = false;
     phase = receiver_phase::joining;
-    if (!gate_open) {
+    // Synchronous RL serves nothing while a transition may run without this receiver: the gate
+    // opens when the join is confirmed (or the attempt that admits it commits). Asynchronous RL
+    // may serve the restored K (durable) while joining.
+    if (!gate_open && gate == gate_policy::asynchronous) {
       gate_open = true;
       out.push_back(open_gate_action{});
     }
     to_coord(out, join_msg{self(), committed});
     out.push_back(arm_deadline_action{});
+  }
+
+  /// The coordinator's roster holds this incarnation: the join is confirmed.
+  void confirm_join(out_t& out) {
+    phase = receiver_phase::serving;
+    out.push_back(disarm_deadline_action{});
+    if (!gate_open) {
+      gate_open = true;
+      out.push_back(open_gate_action{});
+    }
+  }
+
+  /// Join again, or (after an abort: the parameters are a mix) restore first.
+  void rejoin(out_t& out) {
+    if (phase == receiver_phase::aborted) restore(committed, out);
+    else to_coord(out, join_msg{self(), committed});
   }
 
   void on(const deadline_event&, out_t& out) {
@@ -297,10 +316,10 @@ struct receiver {
   /// Returns false if this receiver went to restore.
   bool commit_news(const commit_record& k, out_t& out) {
     if (k == committed) {
-      if (phase == receiver_phase::joining) {
-        phase = receiver_phase::serving;
-        out.push_back(disarm_deadline_action{});
-      }
+      // A join is confirmed only by a message naming this incarnation (announce_msg::roster or a
+      // prepare's members), never by K alone (finding B2; the mutation replays the old rule).
+      if (phase == receiver_phase::joining && mutated(protocol_mutation::join_confirmed_by_any_announce))
+        confirm_join(out);
       return true;
     }
     if (completed && *completed == k) {
@@ -348,9 +367,20 @@ struct receiver {
     }
   }
 
-  void on_msg(const announce_msg& m, out_t& out) { commit_news(m.record, out); }
+  void on_msg(const announce_msg& m, out_t& out) {
+    if (!commit_news(m.record, out)) return;  // restoring
+    if (mutated(protocol_mutation::join_confirmed_by_any_announce)) return;
+    if (m.roster == self()) {
+      if (m.evicted) restore(committed, out);  // fenced: only a new incarnation is admitted
+      else if (phase == receiver_phase::joining) confirm_join(out);
+      return;
+    }
+    // The roster holds no incarnation of this receiver, or an older one (a lost join, a
+    // coordinator that took over): join again, so that it converges to this live incarnation.
+    if (!m.roster || m.roster->incarnation < incarnation) rejoin(out);
+  }
 
-  void on_msg(const roll_call_msg&, out_t& out) { to_coord(out, join_msg{self(), committed}); }
+  void on_msg(const roll_call_msg&, out_t& out) { rejoin(out); }
 
   void on_msg(const prepare_msg& m, out_t& out) {
     const prepare_record& p = m.record;

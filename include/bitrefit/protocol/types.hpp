@@ -43,6 +43,7 @@ enum class protocol_mutation : std::uint8_t {
   blind_write_commit,              // commit log: compare-and-set becomes an unconditional write
   freeze_stale_prepare,            // owner: freezes and encodes a prepare whose target is not above its baseline
   reclaim_unknown_epoch,           // coordinator: re-sends a claim whose outcome was unknown instead of reading the log
+  join_confirmed_by_any_announce,  // receiver: any announcement of its K confirms its join (and it never rejoins)
 };
 
 inline constexpr protocol_mutation all_mutations[] = {
@@ -55,6 +56,7 @@ inline constexpr protocol_mutation all_mutations[] = {
     protocol_mutation::blind_write_commit,
     protocol_mutation::freeze_stale_prepare,
     protocol_mutation::reclaim_unknown_epoch,
+    protocol_mutation::join_confirmed_by_any_announce,
 };
 
 constexpr std::string_view to_string(mode m) noexcept { return m == mode::xor_delta ? "xor" : "overwrite"; }
@@ -73,6 +75,7 @@ constexpr std::string_view to_string(protocol_mutation m) noexcept {
     case protocol_mutation::blind_write_commit: return "blind_write_commit";
     case protocol_mutation::freeze_stale_prepare: return "freeze_stale_prepare";
     case protocol_mutation::reclaim_unknown_epoch: return "reclaim_unknown_epoch";
+    case protocol_mutation::join_confirmed_by_any_announce: return "join_confirmed_by_any_announce";
   }
   return "?";
 }

@@ -48,7 +48,12 @@ struct to_json_visitor {
   json operator()(const protocol::obsolete_msg& m) const { return {{"type", "obsolete"}, {"attempt", j(m.attempt)}}; }
   json operator()(const protocol::open_msg& m) const { return {{"type", "open"}, {"attempt", j(m.attempt)}, {"chunks", m.chunks}}; }
   json operator()(const protocol::flush_msg& m) const { return {{"type", "flush"}, {"attempt", j(m.attempt)}}; }
-  json operator()(const protocol::announce_msg& m) const { return {{"type", "announce"}, {"record", j(m.record)}}; }
+  json operator()(const protocol::announce_msg& m) const {
+    json x{{"type", "announce"}, {"record", j(m.record)}};
+    if (m.roster) x["roster"] = j(*m.roster);
+    if (m.evicted) x["evicted"] = true;
+    return x;
+  }
   json operator()(const protocol::roll_call_msg& m) const { return {{"type", "roll_call"}, {"epoch", m.epoch}}; }
   json operator()(const protocol::abort_msg& m) const { return {{"type", "abort"}, {"attempt", j(m.attempt)}}; }
   json operator()(const protocol::manifest_msg& m) const {
@@ -78,7 +83,11 @@ inline protocol::message message_from(const json& x) {
   if (t == "obsolete") return protocol::obsolete_msg{attempt(x.at("attempt"))};
   if (t == "open") return protocol::open_msg{attempt(x.at("attempt")), x.at("chunks").get<std::vector<std::uint32_t>>()};
   if (t == "flush") return protocol::flush_msg{attempt(x.at("attempt"))};
-  if (t == "announce") return protocol::announce_msg{record(x.at("record"))};
+  if (t == "announce") {
+    protocol::announce_msg m{record(x.at("record")), std::nullopt, x.value("evicted", false)};
+    if (x.contains("roster")) m.roster = member(x.at("roster"));
+    return m;
+  }
   if (t == "roll_call") return protocol::roll_call_msg{x.at("epoch").get<std::uint64_t>()};
   if (t == "abort") return protocol::abort_msg{attempt(x.at("attempt"))};
   if (t == "manifest")

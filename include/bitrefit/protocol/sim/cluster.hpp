@@ -199,12 +199,32 @@ struct cluster {
     return log.state.record.version >= config.transitions && coord.phase == coordinator_phase::idle &&
            coord.committed == log.state.record;
   }
-  /// transition_done and every live receiver serves K with its gate open, nothing in flight.
+  /// transition_done and every live receiver serves K with its gate open, nothing in flight, and the
+  /// coordinator's roster converged (roster_converged).
   bool settled() const {
     if (!transition_done() || !quiet()) return false;
     for (const auto& r : receivers)
       if (!r || r->phase != receiver_phase::serving || !r->gate_open || r->committed != log.state.record) return false;
-    return true;
+    return !roster_stale();
+  }
+
+  /// Why the coordinator's view is not converged, if it is not: the roster must hold exactly each
+  /// live receiver's incarnation, admitted (not evicted) at K, and every owner must have reported K
+  /// (finding B2: a dead incarnation kept in the roster forever).
+  std::optional<std::string> roster_stale() const {
+    const commit_record k = log.state.record;
+    for (std::uint32_t r = 0; r < receivers.size(); ++r) {
+      if (!receivers[r]) continue;
+      const auto& e = coord.roster.at(r);
+      if (!e.known || e.evicted || e.incarnation != receivers[r]->incarnation || e.at != k)
+        return "roster entry of r" + std::to_string(r) + " is " +
+               (e.known ? "#" + std::to_string(e.incarnation) + (e.evicted ? " evicted" : "") + " at " + fmt::str(e.at)
+                        : std::string("unknown")) +
+               ", the live incarnation is #" + std::to_string(receivers[r]->incarnation) + " and K is " + fmt::str(k);
+    }
+    for (std::uint32_t o = 0; o < owners.size(); ++o)
+      if (coord.owner_at.at(o) != k) return "owner o" + std::to_string(o) + " has not reported K " + fmt::str(k);
+    return std::nullopt;
   }
 
   // ------------------------------------------------------------------------------------------
