@@ -441,7 +441,7 @@ TEST(Wire, EveryMessageRoundTripsAndGarbageIsRefused) {
       protocol::announce_msg{{8, baseline_id{12}}, protocol::member{2, 6}, false},
       protocol::announce_msg{{8, baseline_id{12}}, protocol::member{2, 5}, true},
       protocol::roll_call_msg{9},
-      protocol::abort_msg{{3, 4}},
+      protocol::abort_msg{2, {3, 4}},
       protocol::manifest_msg{{3, 4}, 1, 17},
       protocol::arrived_msg{{3, 4}, {2, 5}},
       protocol::ack_msg{{3, 4}, {2, 5}, digest128{5, 6}},

@@ -25,7 +25,7 @@ inline json to_json(const protocol::prepare_record& r) {
   for (auto& d : r.expected) expected.push_back(to_json(d));
   return {{"attempt", to_json(r.attempt)}, {"base", to_json(r.base)}, {"target", r.target},
           {"next", r.next.value},          {"mode", static_cast<int>(r.mode)}, {"xor_allowed", r.xor_allowed},
-          {"members", members},            {"expected", expected}};
+          {"members", members},            {"expected", expected}, {"aborted", r.aborted}};
 }
 inline json to_json(const protocol::log_snapshot& s) {
   json x{{"format", "bitrefit-commit-log/1"}, {"epoch", s.epoch}, {"record", to_json(s.record)}};
@@ -58,6 +58,7 @@ inline protocol::prepare_record prepare_from(const json& x) {
   r.xor_allowed = x.at("xor_allowed").get<bool>();
   for (auto& m : x.at("members")) r.members.push_back(member_from(m));
   for (auto& d : x.at("expected")) r.expected.push_back(digest_from(d));
+  r.aborted = x.value("aborted", false);  // absent in records written before aborts were persisted
   return r;
 }
 /// @throws errc::format (naming `file`) when the text is not a commit-log snapshot.

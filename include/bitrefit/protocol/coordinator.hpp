@@ -19,7 +19,8 @@
 //   cleanup_action            stop_and_wait(τ) is complete: τ's payload objects may be deleted
 //   committed_action          the transition ended: K is durable and announcements were sent
 //   deposed_action            the log fenced this coordinator: stop acting, a newer one is active
-//   aborted_action            operator abort finished: receivers keep the gate closed
+//   aborted_action            the transition ended by abort (durable in the log, members told and
+//                             fenced: each rejoins after a dense restore); a new one may begin
 //   needs_operator_action     max_attempts reached or K conflicts: nothing more happens automatically
 #pragma once
 
@@ -84,6 +85,7 @@ struct deposed_action {
 };
 struct aborted_action {
   attempt_id attempt{};
+  std::string why;
   friend auto operator<=>(const aborted_action&, const aborted_action&) = default;
 };
 struct needs_operator_action {
@@ -104,13 +106,13 @@ enum class coordinator_phase : std::uint8_t {
   resolving,   // read_commit in flight after an unknown or conflicting compare-and-set
   stopping,    // mark_obsolete sent; stop_and_wait for every member's stopped_msg
   recovering,  // after takeover: read_commit on the old attempt (after its stop_and_wait)
-  aborted,     // operator abort done
+  aborting,    // the abort decision is being persisted (prepare record `aborted`)
   deposed,     // fenced by a newer epoch
   stuck,       // needs an operator (max attempts, conflicting K)
 };
 constexpr std::string_view to_string(coordinator_phase p) noexcept {
   constexpr std::string_view n[] = {"booting",  "claiming", "idle",       "preparing", "collecting", "committing",
-                                    "resolving", "stopping", "recovering", "aborted",   "deposed",    "stuck"};
+                                    "resolving", "stopping", "recovering", "aborting",  "deposed",    "stuck"};
   return n[static_cast<int>(p)];
 }
 
@@ -160,8 +162,7 @@ struct coordinator {
 
   /// Is a transition (attempt, stop, commit, recovery) in progress?
   bool busy() const noexcept {
-    return phase != coordinator_phase::idle && phase != coordinator_phase::aborted &&
-           phase != coordinator_phase::deposed && phase != coordinator_phase::stuck;
+    return phase != coordinator_phase::idle && phase != coordinator_phase::deposed && phase != coordinator_phase::stuck;
   }
 
   std::vector<coordinator_action> step(const coordinator_event& ev) {
@@ -321,6 +322,22 @@ struct coordinator {
   void claimed(const log_snapshot& snap, out_t& out) {
     committed = snap.record;
     const auto& p = snap.prepared;
+    if (p && p->aborted) {
+      // The previous coordinator aborted the transition (durably): it is over. Its members hold a
+      // mix and rejoin only as new incarnations after a dense restore; tell them again, in case
+      // they never heard (idempotent).
+      for (const auto& m : p->members) {
+        auto& r = roster[m.receiver];
+        if (!r.known || r.incarnation <= m.incarnation) r = roster_entry{true, true, m.incarnation, p->base};
+        send(out, endpoint::receiver_(m.receiver), abort_msg{epoch, p->attempt});
+      }
+      for (std::uint32_t r = 0; r < config.receivers; ++r)
+        if (!roster[r].known) send(out, endpoint::receiver_(r), roll_call_msg{epoch});
+      owner_at.assign(config.owners, commit_record{~version_t{0}, {}});  // unknown until they report
+      phase = coordinator_phase::idle;
+      if (lagging()) out.push_back(arm_deadline_action{});
+      return;
+    }
     if (p) {
       // Members of the last persisted attempt: at its target if it committed, else at its base.
       bool done = committed.baseline == p->next;
@@ -359,9 +376,14 @@ struct coordinator {
   }
 
   void on_reply(const persist_prepare_request& q, const log_reply& rep, out_t& out) {
-    if (phase != coordinator_phase::preparing || !attempt || q.record.attempt != attempt->attempt) return;
+    if (!attempt || q.record.attempt != attempt->attempt) return;
+    if (phase != coordinator_phase::preparing && phase != coordinator_phase::aborting) return;
     if (rep.outcome != log_outcome::ok) {  // not (certainly) durable: persist again (idempotent)
       out.push_back(log_action{q});
+      return;
+    }
+    if (phase == coordinator_phase::aborting) {
+      finish_abort(out);
       return;
     }
     phase = coordinator_phase::collecting;
@@ -469,8 +491,17 @@ struct coordinator {
 
   void on_msg(const baseline_msg& m, out_t& out) {
     if (m.owner >= owner_at.size()) return;
-    owner_at[m.owner] = m.at;
-    if (phase == coordinator_phase::idle && !lagging()) out.push_back(disarm_deadline_action{});
+    // An owner's baseline only moves forward: a delayed earlier report must not set it back.
+    auto& at = owner_at[m.owner];
+    if (at.version == ~version_t{0} || m.at.version >= at.version) at = m.at;
+    idle_timer(out);
+  }
+
+  /// Idle: the timer runs exactly while someone lags (it repeats announcements and roll calls).
+  void idle_timer(out_t& out) const {
+    if (phase != coordinator_phase::idle) return;
+    if (lagging()) out.push_back(arm_deadline_action{});
+    else out.push_back(disarm_deadline_action{});
   }
 
   void on_msg(const join_msg& m, out_t& out) {
@@ -483,9 +514,12 @@ struct coordinator {
       return;
     }
     const bool newer = !e.known || m.from.incarnation > e.incarnation;
-    e = roster_entry{true, false, m.from.incarnation, m.at};
+    // One incarnation's K only moves forward: a delayed copy of its earlier join must not set the
+    // roster back (it would stay "lagging" forever while the receiver, named, never rejoins).
+    const commit_record at = !newer && e.at.version > m.at.version ? e.at : m.at;
+    e = roster_entry{true, false, m.from.incarnation, at};
     announce_to(out, r);  // names this incarnation: confirms the join (and asks to restore if K moved)
-    if (phase == coordinator_phase::idle && !lagging()) out.push_back(disarm_deadline_action{});
+    idle_timer(out);
     if (!newer || !attempt) return;
     // A member restarted: its applied state is gone, the attempt cannot commit with it.
     bool was_member = false;
@@ -603,11 +637,38 @@ struct coordinator {
         out.push_back(log_action{read_request{}});
         return;
       case after_stop::abort:
-        send_members(out, abort_msg{attempt->attempt});
-        phase = coordinator_phase::aborted;
-        out.push_back(aborted_action{attempt->attempt});
+        attempt->aborted = true;
+        if (mutated(protocol_mutation::unfenced_abort)) {  // broken: tells members before the log knows
+          finish_abort(out);
+          return;
+        }
+        // Persisted BEFORE any member is told: a fenced coordinator cannot abort (finding B6), and
+        // a coordinator that takes over finds the transition over instead of retrying it.
+        phase = coordinator_phase::aborting;
+        out.push_back(log_action{persist_prepare_request{epoch, *attempt}});
         return;
     }
+  }
+
+  /// The abort is durable: members are told and fenced (their parameters are a mix; each rejoins
+  /// as a new incarnation after a dense restore), and the transition is over. The trainer may
+  /// begin the next one (a fresh change set, first attempt).
+  void finish_abort(out_t& out) {
+    for (const auto& m : attempt->members) {
+      auto& r = roster[m.receiver];
+      if (r.incarnation == m.incarnation) r.evicted = true;
+      out.push_back(fence_receiver_action{m});
+    }
+    send_members(out, abort_msg{epoch, attempt->attempt});
+    out.push_back(aborted_action{attempt->attempt, "aborted by the operator"});
+    phase = coordinator_phase::idle;
+    target.reset();
+    attempt.reset();
+    manifests.clear();
+    arrived.clear();
+    acked.clear();
+    stopped.clear();
+    if (lagging()) out.push_back(arm_deadline_action{});
   }
 };
 

@@ -80,8 +80,12 @@ struct roll_call_msg {
   friend auto operator<=>(const roll_call_msg&, const roll_call_msg&) = default;
 };
 
-/// Operator abort of the transition: receivers keep their gate closed until a dense refit.
+/// The transition ended by abort at attempt τ (an operator's, or the frozen target was lost):
+/// receivers keep their gate closed until a dense refit. Sent only after the abort is durable in
+/// the log (prepare record `aborted`), by the coordinator of `epoch`; a receiver ignores an abort
+/// of an older epoch than one it has heard from, or of an attempt older than one it has seen.
 struct abort_msg {
+  std::uint64_t epoch = 0;
   attempt_id attempt{};
   friend auto operator<=>(const abort_msg&, const abort_msg&) = default;
 };
@@ -223,7 +227,7 @@ inline void hash_append(hasher& h, const open_msg& m) { hash_append(h, m.attempt
 inline void hash_append(hasher& h, const flush_msg& m) { hash_append(h, m.attempt); }
 inline void hash_append(hasher& h, const announce_msg& m) { hash_append(h, m.record); hash_append(h, m.roster); h.mix(m.evicted); }
 inline void hash_append(hasher& h, const roll_call_msg& m) { h.mix(m.epoch); }
-inline void hash_append(hasher& h, const abort_msg& m) { hash_append(h, m.attempt); }
+inline void hash_append(hasher& h, const abort_msg& m) { h.mix(m.epoch); hash_append(h, m.attempt); }
 inline void hash_append(hasher& h, const payload_msg& m) {
   hash_append(h, m.id); h.mix(m.base); h.mix(m.target); hash_append(h, m.mode); hash_append(h, m.content);
 }

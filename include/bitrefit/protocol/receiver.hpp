@@ -180,6 +180,7 @@ struct receiver {
   commit_record committed{};              // the K its parameters hold outside attempts
   bool gate_open = true;
   attempt_id highest_seen{};              // attempts at or below this that are not active are dead
+  std::uint64_t epoch_seen = 0;           // newest coordinator epoch heard from (prepare, roll call, abort)
   std::optional<receiver_attempt> attempt;
   std::optional<commit_record> completed; // parameters are exactly this (acked attempt's target, g')
   bool unsynced = false;                  // applies issued since the last device sync
@@ -380,12 +381,16 @@ struct receiver {
     if (!m.roster || m.roster->incarnation < incarnation) rejoin(out);
   }
 
-  void on_msg(const roll_call_msg&, out_t& out) { rejoin(out); }
+  void on_msg(const roll_call_msg& m, out_t& out) {
+    epoch_seen = std::max(epoch_seen, m.epoch);
+    rejoin(out);
+  }
 
   void on_msg(const prepare_msg& m, out_t& out) {
     const prepare_record& p = m.record;
     if (attempt && attempt->attempt == p.attempt) return;  // duplicate
     if (p.attempt <= highest_seen) return;                 // stale
+    epoch_seen = std::max(epoch_seen, p.attempt.epoch);    // a prepare is sent by its attempt's coordinator
     if (phase == receiver_phase::aborted) {                // only a dense refit brings it back
       highest_seen = p.attempt;
       if (committed == p.base) restore(p.base, out);
@@ -568,6 +573,10 @@ struct receiver {
   }
 
   void on_msg(const abort_msg& m, out_t& out) {
+    // Fenced like everything else (finding B6): an abort from an older coordinator than one this
+    // receiver heard from, or of an attempt older than one it has seen, is stale.
+    if (!mutated(protocol_mutation::unfenced_abort) && (m.epoch < epoch_seen || m.attempt < highest_seen)) return;
+    epoch_seen = std::max(epoch_seen, m.epoch);
     if (early && early->attempt <= m.attempt) drop_early(out);
     if (phase == receiver_phase::stopping || (attempt && attempt->attempt > m.attempt)) return;
     if (attempt) out.push_back(discard_staged_action{attempt->attempt});
@@ -637,6 +646,7 @@ inline void hash_append(hasher& h, const early_attempt& e) {
 inline void hash_append(hasher& h, const receiver& r) {
   h.mix(r.id); h.mix(r.incarnation); hash_append(h, r.gate); h.mix(r.attest); hash_append(h, r.mutation);
   hash_append(h, r.phase); hash_append(h, r.committed); h.mix(r.gate_open); hash_append(h, r.highest_seen);
+  h.mix(r.epoch_seen);
   hash_append(h, r.attempt); hash_append(h, r.completed); h.mix(r.unsynced); h.mix(r.sync_pending);
   hash_append(h, r.stopping_for); hash_append(h, r.deferred); hash_append(h, r.early);
 }

@@ -44,6 +44,7 @@ enum class protocol_mutation : std::uint8_t {
   freeze_stale_prepare,            // owner: freezes and encodes a prepare whose target is not above its baseline
   reclaim_unknown_epoch,           // coordinator: re-sends a claim whose outcome was unknown instead of reading the log
   join_confirmed_by_any_announce,  // receiver: any announcement of its K confirms its join (and it never rejoins)
+  unfenced_abort,                  // coordinator sends abort without persisting it; receivers ignore its epoch
 };
 
 inline constexpr protocol_mutation all_mutations[] = {
@@ -57,6 +58,7 @@ inline constexpr protocol_mutation all_mutations[] = {
     protocol_mutation::freeze_stale_prepare,
     protocol_mutation::reclaim_unknown_epoch,
     protocol_mutation::join_confirmed_by_any_announce,
+    protocol_mutation::unfenced_abort,
 };
 
 constexpr std::string_view to_string(mode m) noexcept { return m == mode::xor_delta ? "xor" : "overwrite"; }
@@ -76,6 +78,7 @@ constexpr std::string_view to_string(protocol_mutation m) noexcept {
     case protocol_mutation::freeze_stale_prepare: return "freeze_stale_prepare";
     case protocol_mutation::reclaim_unknown_epoch: return "reclaim_unknown_epoch";
     case protocol_mutation::join_confirmed_by_any_announce: return "join_confirmed_by_any_announce";
+    case protocol_mutation::unfenced_abort: return "unfenced_abort";
   }
   return "?";
 }
@@ -127,6 +130,9 @@ struct prepare_record {
   bool xor_allowed = false;      // every member places every XOR tensor bit-preservingly
   std::vector<member> members;   // sorted by receiver
   std::vector<digest128> expected;  // expected attestation per receiver index (empty: not checked)
+  /// The transition ended by abort at this attempt (re-persisted with this set BEFORE any member is
+  /// told, so an abort is fenced by the log like every other decision, finding B6).
+  bool aborted = false;
   friend auto operator<=>(const prepare_record&, const prepare_record&) = default;
 };
 
@@ -175,6 +181,7 @@ void hash_append(hasher& h, const std::variant<T...>& v);
 inline void hash_append(hasher& h, const prepare_record& p) {
   hash_append(h, p.attempt); hash_append(h, p.base); h.mix(p.target); hash_append(h, p.next);
   hash_append(h, p.mode); h.mix(p.xor_allowed); hash_append(h, p.members); hash_append(h, p.expected);
+  h.mix(p.aborted);
 }
 
 template <class T>

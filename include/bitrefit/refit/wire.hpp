@@ -55,7 +55,7 @@ struct to_json_visitor {
     return x;
   }
   json operator()(const protocol::roll_call_msg& m) const { return {{"type", "roll_call"}, {"epoch", m.epoch}}; }
-  json operator()(const protocol::abort_msg& m) const { return {{"type", "abort"}, {"attempt", j(m.attempt)}}; }
+  json operator()(const protocol::abort_msg& m) const { return {{"type", "abort"}, {"epoch", m.epoch}, {"attempt", j(m.attempt)}}; }
   json operator()(const protocol::manifest_msg& m) const {
     return {{"type", "manifest"}, {"attempt", j(m.attempt)}, {"owner", m.owner}, {"chunks", m.chunks}};
   }
@@ -89,7 +89,7 @@ inline protocol::message message_from(const json& x) {
     return m;
   }
   if (t == "roll_call") return protocol::roll_call_msg{x.at("epoch").get<std::uint64_t>()};
-  if (t == "abort") return protocol::abort_msg{attempt(x.at("attempt"))};
+  if (t == "abort") return protocol::abort_msg{x.at("epoch").get<std::uint64_t>(), attempt(x.at("attempt"))};
   if (t == "manifest")
     return protocol::manifest_msg{attempt(x.at("attempt")), x.at("owner").get<std::uint32_t>(), x.at("chunks").get<std::uint32_t>()};
   if (t == "arrived") return protocol::arrived_msg{attempt(x.at("attempt")), member(x.at("from"))};

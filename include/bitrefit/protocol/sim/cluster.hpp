@@ -142,6 +142,7 @@ struct cluster {
   std::vector<std::pair<attempt_id, member>> acks;  // acks sent (sorted)
   std::vector<attempt_id> stopped;                  // attempts whose stop_and_wait completed
   std::vector<member> fenced;                       // evicted incarnations
+  std::vector<attempt_id> aborts_durable;           // attempts whose abort the log holds (sorted)
   std::optional<std::string> violation;             // the first invariant violated
   bool stuck = false;                               // coordinator needs an operator
 
@@ -177,7 +178,8 @@ struct cluster {
            a.sync_waiting == b.sync_waiting && a.inflight == b.inflight && a.log_queue == b.log_queue &&
            a.coord_deadline == b.coord_deadline && a.receiver_deadline == b.receiver_deadline &&
            a.budget == b.budget && a.max_epoch == b.max_epoch && a.attempts == b.attempts && a.acks == b.acks &&
-           a.stopped == b.stopped && a.fenced == b.fenced && a.violation == b.violation && a.stuck == b.stuck;
+           a.stopped == b.stopped && a.fenced == b.fenced && a.aborts_durable == b.aborts_durable &&
+           a.violation == b.violation && a.stuck == b.stuck;
   }
 
   /// The trainer may start the next transition: the coordinator is idle and K.v < goal.
@@ -503,7 +505,13 @@ struct cluster {
     const log_snapshot before = log.state;
     log_reply rep = log.apply(req);
     if (const auto* p = std::get_if<persist_prepare_request>(&req); p && rep.outcome == log_outcome::ok) {
-      on_prepare_persisted(p->record);
+      if (p->record.aborted) {
+        if (!std::binary_search(aborts_durable.begin(), aborts_durable.end(), p->record.attempt))
+          aborts_durable.insert(std::upper_bound(aborts_durable.begin(), aborts_durable.end(), p->record.attempt),
+                                p->record.attempt);
+      } else {
+        on_prepare_persisted(p->record);
+      }
     }
     if (log.state.record != before.record) {
       const auto* cas = std::get_if<compare_and_set_request>(&req);
@@ -618,7 +626,9 @@ struct cluster {
         const auto& ev = std::get<receiver_event>(w.ev);
         if (trace && !std::holds_alternative<message_event>(ev))
           trace->push_back("r" + std::to_string(w.node.index) + " <- " + fmt::str(ev));
+        const receiver_phase before = slot->phase;
         for (const auto& a : slot->step(ev)) on_receiver_action(w.node.index, a, q, trace);
+        if (slot) monitor_receiver_step(w.node.index, before, ev);
       }
     }
   }
@@ -648,6 +658,17 @@ struct cluster {
         },
         a);
     (void)q;
+  }
+
+  /// A receiver enters `aborted` only on an abort the log holds: an abort is a decision like a
+  /// commit, fenced by the coordinator's epoch (finding B6).
+  void monitor_receiver_step(std::uint32_t r, receiver_phase before, const receiver_event& ev) {
+    if (before == receiver_phase::aborted || receivers[r]->phase != receiver_phase::aborted) return;
+    const auto* me = std::get_if<message_event>(&ev);
+    const auto* ab = me ? std::get_if<abort_msg>(&me->env.msg) : nullptr;
+    if (!ab || !std::binary_search(aborts_durable.begin(), aborts_durable.end(), ab->attempt))
+      fail("receiver r" + std::to_string(r) + " aborted " + (ab ? fmt::str(ab->attempt) : std::string("?")) +
+           " on an abort the commit log does not hold");
   }
 
   /// An owner freezes only a target above its baseline and advances its baseline only forward: a
@@ -771,7 +792,8 @@ inline void hash_append(hasher& h, const sim::cluster& c) {
   hash_append(h, c.incarnations); hash_append(h, c.regions); hash_append(h, c.device); hash_append(h, c.sync_waiting);
   hash_append(h, c.inflight); hash_append(h, c.log_queue); h.mix(c.coord_deadline); hash_append(h, c.receiver_deadline);
   hash_append(h, c.budget); h.mix(c.max_epoch); hash_append(h, c.attempts); hash_append(h, c.acks);
-  hash_append(h, c.stopped); hash_append(h, c.fenced); hash_append(h, c.violation); h.mix(c.stuck);
+  hash_append(h, c.stopped); hash_append(h, c.fenced); hash_append(h, c.aborts_durable); hash_append(h, c.violation);
+  h.mix(c.stuck);
 }
 }  // namespace bitrefit::protocol::detail
 
