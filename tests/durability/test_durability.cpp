@@ -124,6 +124,47 @@ TEST(CommitLog, FilesystemCrashAfterRenameIsResolvedByReading) {
   fs::remove_all(dir);
 }
 
+namespace {
+/// A directory fsync that fails while `failing` is set (a disk error), shared across copies.
+struct flaky_directory_sync {
+  std::shared_ptr<int> failing = std::make_shared<int>(0);
+  std::shared_ptr<int> calls = std::make_shared<int>(0);
+  void operator()(const fs::path& dir) const {
+    ++*calls;
+    if (*failing) throw error(errc::io, "injected: directory fsync failed", {.file = dir.string(), .tensor = {}, .field = {}});
+    posix_directory_sync{}(dir);
+  }
+};
+}  // namespace
+
+TEST(CommitLog, FilesystemReadOfAnUnknownWriteMakesItDurableFirst) {
+  // Finding B5: the rename of a compare-and-set is done, the directory fsync fails: the writer
+  // sees "unknown". A read must not report that record as committed while a power loss could
+  // still revert it: it fsyncs the directory first, and reports `failed` while it cannot.
+  auto dir = fresh_dir("unknown-durable");
+  flaky_directory_sync sync;
+  basic_filesystem_commit_log<flaky_directory_sync> log(dir, {}, sync);
+  ASSERT_EQ(log.apply(claim_epoch_request{1}).outcome, log_outcome::ok);
+  const commit_record k1{1, baseline_of({1, 1})};
+  *sync.failing = 1;
+  EXPECT_EQ(log.apply(compare_and_set_request{1, {1, 1}, commit_record{}, k1}).outcome, log_outcome::unknown);
+  // The read (the same handle, or a successor process) cannot make it durable: no answer yet.
+  EXPECT_EQ(log.apply(read_request{}).outcome, log_outcome::failed);
+  basic_filesystem_commit_log<flaky_directory_sync> successor(dir, {}, sync);
+  EXPECT_EQ(successor.apply(read_request{}).outcome, log_outcome::failed);
+  // Nor a request that is refused without writing (fenced, conflict): its snapshot would show k1.
+  EXPECT_EQ(successor.apply(compare_and_set_request{1, {1, 2}, commit_record{}, {1, baseline_id{9}}}).outcome,
+            log_outcome::failed);
+  // Once the directory syncs, the read first makes k1 durable, then reports it.
+  *sync.failing = 0;
+  const int before = *sync.calls;
+  const auto r = successor.apply(read_request{});
+  EXPECT_EQ(r.outcome, log_outcome::ok);
+  EXPECT_EQ(r.snapshot.record, k1);
+  EXPECT_EQ(*sync.calls, before + 1);
+  fs::remove_all(dir);
+}
+
 TEST(CommitLog, FilesystemConcurrentWritersInSeparateProcessesCommitOnce) {
   // Eight processes race to compare-and-set from the same record: exactly one succeeds.
   auto dir = fresh_dir("race");

@@ -49,11 +49,19 @@ struct commit_log_options {
   std::string crash_at;
 };
 
-class filesystem_commit_log {
+/// How the commit log makes a rename durable: fsync of the directory (throws errc::io on failure).
+/// A policy so that tests can make it fail (tests/durability), as a disk can.
+struct posix_directory_sync {
+  void operator()(const std::filesystem::path& dir) const { transport::detail::fsync_path(dir, true); }
+};
+
+template <class DirectorySync = posix_directory_sync>
+class basic_filesystem_commit_log {
  public:
   using options = commit_log_options;
 
-  explicit filesystem_commit_log(std::filesystem::path dir, options o = {}) : dir_(std::move(dir)), opt_(std::move(o)) {
+  explicit basic_filesystem_commit_log(std::filesystem::path dir, options o = {}, DirectorySync sync = {})
+      : dir_(std::move(dir)), opt_(std::move(o)), sync_(std::move(sync)) {
     std::error_code ec;
     std::filesystem::create_directories(dir_, ec);
     if (!std::filesystem::is_directory(dir_))
@@ -62,6 +70,10 @@ class filesystem_commit_log {
 
   /// Runs `req` through the pure protocol::commit_log on the state read under the lock, and
   /// writes the new state when the request changed it. Reads take the lock too (linearizable).
+  /// Nothing is reported that a power loss could still revert: the state read may be a rename
+  /// whose directory entry is not durable yet (its writer saw "unknown": the directory fsync
+  /// failed, or it died there), so a request that writes nothing makes it durable first and
+  /// reports `failed` if it cannot (finding B5); one that writes makes it durable with its own.
   protocol::log_reply apply(const protocol::log_request& req) {
     const protocol::log_reply failed{req, protocol::log_outcome::failed, {}};
     lock_guard g(*this);
@@ -74,7 +86,14 @@ class filesystem_commit_log {
     }
     const protocol::log_snapshot before = log.state;
     protocol::log_reply r = log.apply(req);
-    if (log.state == before) return r;
+    if (log.state == before) {
+      try {
+        sync_(dir_);
+      } catch (const error&) {
+        return failed;  // the caller reads again
+      }
+      return r;
+    }
     const auto o = write(log.state);
     if (o != protocol::log_outcome::ok) return {req, o, {}};
     return r;
@@ -93,7 +112,7 @@ class filesystem_commit_log {
   struct lock_guard {
     int fd = -1;
     bool held = false;
-    explicit lock_guard(filesystem_commit_log& l) {
+    explicit lock_guard(basic_filesystem_commit_log& l) {
       fd = ::open(l.lock_path().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
       if (fd < 0) throw error(errc::io, std::string("cannot open lock: ") + std::strerror(errno), {.file = l.lock_path(), .tensor = {}, .field = {}});
       const auto deadline = std::chrono::steady_clock::now() + l.opt_.lock_timeout;
@@ -126,7 +145,7 @@ class filesystem_commit_log {
       if (take_crash("after_temp")) throw injected_crash("commit log: crashed after writing the temp file");
       if (::rename(tmp.c_str(), file().c_str()) != 0) { ::unlink(tmp.c_str()); return protocol::log_outcome::failed; }
       if (take_crash("after_rename")) throw injected_crash("commit log: crashed after rename, before fsync of the directory");
-      transport::detail::fsync_path(dir_, true);
+      sync_(dir_);
     } catch (const error&) {
       return protocol::log_outcome::unknown;
     }
@@ -144,8 +163,10 @@ class filesystem_commit_log {
 
   std::filesystem::path dir_;
   options opt_;
+  DirectorySync sync_;
 };
 
+using filesystem_commit_log = basic_filesystem_commit_log<>;
 static_assert(CommitLog<filesystem_commit_log>);
 
 struct baseline_store_options {
