@@ -9,7 +9,7 @@
 #include <iostream>
 
 #include "bitrefit/protocol/protocol.hpp"
-#include "bitrefit/protocol/sim/cluster.hpp"
+#include "bitrefit/protocol/model/cluster.hpp"
 
 namespace {
 
@@ -59,17 +59,17 @@ std::vector<M> sent(const std::vector<V>& actions) {
 // ----- value semantics --------------------------------------------------------------------------
 
 TEST(ValueSemantics, CopiesAreEqualIndependentAndHashEqually) {
-  sim::world_config cfg;
+  model::world_config cfg;
   cfg.chunks_per_owner = 2;
-  sim::cluster a(cfg);
+  model::cluster a(cfg);
   a.apply(*a.find_move("log ok claim_epoch"));
   a.apply(*a.find_move("begin"));
   a.apply(*a.find_move("log ok persist_prepare"));
-  sim::cluster b = a;
+  model::cluster b = a;
   const std::size_t in_flight = a.inflight.size();
   EXPECT_TRUE(a == b);
   EXPECT_EQ(hash_of(a), hash_of(b));
-  EXPECT_EQ(std::hash<sim::cluster>{}(a), std::hash<sim::cluster>{}(b));
+  EXPECT_EQ(std::hash<model::cluster>{}(a), std::hash<model::cluster>{}(b));
   b.apply(*b.find_move("deliver c->o0 prepare"));
   EXPECT_FALSE(a == b);
   EXPECT_NE(hash_of(a), hash_of(b));
@@ -78,12 +78,12 @@ TEST(ValueSemantics, CopiesAreEqualIndependentAndHashEqually) {
 }
 
 TEST(ValueSemantics, IndependentDeliveriesCommute) {
-  sim::world_config cfg;
-  sim::cluster w(cfg);
+  model::world_config cfg;
+  model::cluster w(cfg);
   w.apply(*w.find_move("log ok claim_epoch"));
   w.apply(*w.find_move("begin"));
   w.apply(*w.find_move("log ok persist_prepare"));
-  sim::cluster x = w, y = w;
+  model::cluster x = w, y = w;
   x.apply(*x.find_move("deliver c->o0 prepare"));
   x.apply(*x.find_move("deliver c->r1 prepare"));
   y.apply(*y.find_move("deliver c->r1 prepare"));
@@ -93,11 +93,11 @@ TEST(ValueSemantics, IndependentDeliveriesCommute) {
 }
 
 TEST(ValueSemantics, ReplayingTheSameMovesIsDeterministic) {
-  sim::world_config cfg;
+  model::world_config cfg;
   cfg.drops = 1;
   cfg.duplicates = 2;
   cfg.crashes = 1;
-  sim::cluster a(cfg), b(cfg);
+  model::cluster a(cfg), b(cfg);
   for (int i = 0; i < 200; ++i) {
     auto moves = a.enabled_moves();
     ASSERT_EQ(moves, b.enabled_moves());
@@ -420,7 +420,7 @@ TEST(CommitLog, CompareAndSetLaws) {
 }
 
 TEST(CommitLog, BlindWriteMutationIgnoresFenceAndExpectation) {
-  commit_log log(commit_record{}, protocol_mutation::blind_write_commit);
+  basic_commit_log<runtime_mutation> log(commit_record{}, runtime_mutation{protocol_mutation::blind_write_commit});
   log.apply(claim_epoch_request{3});
   auto r = log.apply(compare_and_set_request{1, {}, commit_record{9, {}}, commit_record{5, {}}});
   EXPECT_EQ(r.outcome, log_outcome::ok);

@@ -185,7 +185,8 @@ std::string str(const std::variant<T...>& v) {
 }
 
 // ----- states (one line each)
-inline std::string str(const coordinator& c) {
+template <class M>
+std::string str(const basic_coordinator<M>& c) {
   std::string s = "c e" + num(c.epoch) + " " + std::string(to_string(c.phase)) + " K=" + str(c.committed);
   if (c.attempt) s += " attempt=" + str(c.attempt->attempt) + " " + std::string(to_string(c.attempt->mode));
   s += " roster=[";
@@ -197,13 +198,15 @@ inline std::string str(const coordinator& c) {
   }
   return s + "]";
 }
-inline std::string str(const owner& o) {
+template <class M>
+std::string str(const basic_owner<M>& o) {
   std::string s = "o" + num(o.id) + " B=" + str(o.baseline);
   if (o.frozen_target) s += " frozen=v" + num(*o.frozen_target);
   if (o.active) s += " active=" + str(o.active->attempt);
   return s;
 }
-inline std::string str(const receiver& r) {
+template <class M>
+std::string str(const basic_receiver<M>& r) {
   std::string s = "r" + num(r.id) + "#" + num(r.incarnation) + " " + std::string(to_string(r.phase)) + " K=" +
                   str(r.committed) + (r.gate_open ? " gate=open" : " gate=closed");
   if (r.attempt) {

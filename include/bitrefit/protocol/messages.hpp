@@ -218,31 +218,29 @@ struct deadline_event {
   friend auto operator<=>(const deadline_event&, const deadline_event&) = default;
 };
 
-// ----- hashing ---------------------------------------------------------------------------------
+// ----- hashing (every field: see BITREFIT_HASH_FIELDS) -------------------------------------------
 namespace detail {
-inline void hash_append(hasher& h, const endpoint& e) noexcept { h.mix(static_cast<std::uint64_t>(e.role)); h.mix(e.index); }
-inline void hash_append(hasher& h, const prepare_msg& m) { hash_append(h, m.record); }
-inline void hash_append(hasher& h, const obsolete_msg& m) { hash_append(h, m.attempt); }
-inline void hash_append(hasher& h, const open_msg& m) { hash_append(h, m.attempt); hash_append(h, m.chunks); }
-inline void hash_append(hasher& h, const flush_msg& m) { hash_append(h, m.attempt); }
-inline void hash_append(hasher& h, const announce_msg& m) { hash_append(h, m.record); hash_append(h, m.roster); h.mix(m.evicted); }
-inline void hash_append(hasher& h, const roll_call_msg& m) { h.mix(m.epoch); }
-inline void hash_append(hasher& h, const abort_msg& m) { h.mix(m.epoch); hash_append(h, m.attempt); }
-inline void hash_append(hasher& h, const payload_msg& m) {
-  hash_append(h, m.id); h.mix(m.base); h.mix(m.target); hash_append(h, m.mode); hash_append(h, m.content);
-}
-inline void hash_append(hasher& h, const manifest_msg& m) { hash_append(h, m.attempt); h.mix(m.owner); h.mix(m.chunks); }
-inline void hash_append(hasher& h, const arrived_msg& m) { hash_append(h, m.attempt); hash_append(h, m.from); }
-inline void hash_append(hasher& h, const ack_msg& m) { hash_append(h, m.attempt); hash_append(h, m.from); hash_append(h, m.attestation); }
-inline void hash_append(hasher& h, const stopped_msg& m) { hash_append(h, m.attempt); hash_append(h, m.from); }
-inline void hash_append(hasher& h, const failed_msg& m) { hash_append(h, m.attempt); hash_append(h, m.from); hash_append(h, m.reason); }
-inline void hash_append(hasher& h, const baseline_msg& m) { h.mix(m.owner); hash_append(h, m.at); }
-inline void hash_append(hasher& h, const join_msg& m) { hash_append(h, m.from); hash_append(h, m.at); }
-inline void hash_append(hasher& h, const envelope& e) { hash_append(h, e.from); hash_append(h, e.to); hash_append(h, e.msg); }
-inline void hash_append(hasher& h, const send_action& a) { hash_append(h, a.env); }
-inline void hash_append(hasher& h, const arm_deadline_action&) { h.mix(0xa1); }
+inline void hash_append(hasher& h, const endpoint& x) BITREFIT_HASH_FIELDS(role, index)
+inline void hash_append(hasher& h, const prepare_msg& x) BITREFIT_HASH_FIELDS(record)
+inline void hash_append(hasher& h, const obsolete_msg& x) BITREFIT_HASH_FIELDS(attempt)
+inline void hash_append(hasher& h, const open_msg& x) BITREFIT_HASH_FIELDS(attempt, chunks)
+inline void hash_append(hasher& h, const flush_msg& x) BITREFIT_HASH_FIELDS(attempt)
+inline void hash_append(hasher& h, const announce_msg& x) BITREFIT_HASH_FIELDS(record, roster, evicted)
+inline void hash_append(hasher& h, const roll_call_msg& x) BITREFIT_HASH_FIELDS(epoch)
+inline void hash_append(hasher& h, const abort_msg& x) BITREFIT_HASH_FIELDS(epoch, attempt)
+inline void hash_append(hasher& h, const payload_msg& x) BITREFIT_HASH_FIELDS(id, base, target, mode, content)
+inline void hash_append(hasher& h, const manifest_msg& x) BITREFIT_HASH_FIELDS(attempt, owner, chunks)
+inline void hash_append(hasher& h, const arrived_msg& x) BITREFIT_HASH_FIELDS(attempt, from)
+inline void hash_append(hasher& h, const ack_msg& x) BITREFIT_HASH_FIELDS(attempt, from, attestation)
+inline void hash_append(hasher& h, const stopped_msg& x) BITREFIT_HASH_FIELDS(attempt, from)
+inline void hash_append(hasher& h, const failed_msg& x) BITREFIT_HASH_FIELDS(attempt, from, reason)
+inline void hash_append(hasher& h, const baseline_msg& x) BITREFIT_HASH_FIELDS(owner, at)
+inline void hash_append(hasher& h, const join_msg& x) BITREFIT_HASH_FIELDS(from, at)
+inline void hash_append(hasher& h, const envelope& x) BITREFIT_HASH_FIELDS(from, to, msg)
+inline void hash_append(hasher& h, const send_action& x) BITREFIT_HASH_FIELDS(env)
+inline void hash_append(hasher& h, const arm_deadline_action&) { h.mix(0xa1); }  // no fields
 inline void hash_append(hasher& h, const disarm_deadline_action&) { h.mix(0xa2); }
-inline void hash_append(hasher& h, const message_event& e) { hash_append(h, e.env); }
+inline void hash_append(hasher& h, const message_event& x) BITREFIT_HASH_FIELDS(env)
 inline void hash_append(hasher& h, const deadline_event&) { h.mix(0xd1); }
 }  // namespace detail
 

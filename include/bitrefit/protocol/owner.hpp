@@ -65,9 +65,10 @@ struct cancel_encoding_action {
 using owner_action =
     std::variant<send_action, advance_baseline_action, freeze_change_set_action, encode_action, cancel_encoding_action>;
 
-struct owner {
+template <MutationPolicy Mut = no_mutation>
+struct basic_owner {
   std::uint32_t id = 0;
-  protocol_mutation mutation = protocol_mutation::none;
+  [[no_unique_address]] Mut mutation{};  // test policy (mutation.hpp); nothing in the shipped one
   commit_record baseline{};                // B^v with its commit record
   std::optional<version_t> frozen_target;  // the transition's frozen change set, if any
   attempt_id highest_seen{};
@@ -75,10 +76,9 @@ struct owner {
   std::optional<prepare_record> active;
   bool finished = false;  // encode_finished reported for `active`
 
-  owner() = default;
-  owner(std::uint32_t id_, commit_record baseline_, protocol_mutation m = protocol_mutation::none)
-      : id(id_), mutation(m), baseline(baseline_) {}
-  friend auto operator<=>(const owner&, const owner&) = default;
+  basic_owner() = default;
+  basic_owner(std::uint32_t id_, commit_record baseline_, Mut m = {}) : id(id_), mutation(m), baseline(baseline_) {}
+  friend auto operator<=>(const basic_owner&, const basic_owner&) = default;
 
   /// The owner process restarted: only what it made durable survives, its baseline B^v with its
   /// commit record (advance_baseline_action) and the frozen change set of the transition in progress
@@ -86,8 +86,8 @@ struct owner {
   /// late copy of an old prepare may make it encode a dead attempt again, which receivers and the
   /// coordinator ignore. The next prepare (a retry after the coordinator's deadline) encodes from
   /// the recovered frozen set.
-  static owner recovered(const owner& before_crash) {
-    owner o(before_crash.id, before_crash.baseline, before_crash.mutation);
+  static basic_owner recovered(const basic_owner& before_crash) {
+    basic_owner o(before_crash.id, before_crash.baseline, before_crash.mutation);
     o.frozen_target = before_crash.frozen_target;
     return o;
   }
@@ -132,7 +132,7 @@ struct owner {
     // crash highest_seen is gone, so a late copy of an already committed attempt can get here.
     // Freezing it would take "v+1" from the trainer's current bits and, at the next advance,
     // overwrite K.v's durable image with them (finding B3).
-    if (p.target <= baseline.version && mutation != protocol_mutation::freeze_stale_prepare) return;
+    if (p.target <= baseline.version && !broken(mutation, protocol_mutation::freeze_stale_prepare)) return;
     if (active) out.push_back(cancel_encoding_action{active->attempt});
     if (!frozen_target) {
       frozen_target = p.target;
@@ -162,7 +162,7 @@ struct owner {
     if (!active || active->attempt != e.attempt || finished) return;
     finished = true;
     out.push_back(send_action{envelope{endpoint::owner_(id), endpoint::coord(), manifest_msg{e.attempt, id, e.chunks}}});
-    if (mutation == protocol_mutation::delta_against_uncommitted_base && frozen_target) {
+    if (broken(mutation, protocol_mutation::delta_against_uncommitted_base) && frozen_target) {
       // Broken on purpose: treats what it sent as committed.
       commit_record k{active->target, active->next};
       baseline = k;
@@ -172,16 +172,17 @@ struct owner {
   }
 };
 
+using owner = basic_owner<>;
+
 namespace detail {
-inline void hash_append(hasher& h, const owner& o) {
-  h.mix(o.id); hash_append(h, o.mutation); hash_append(h, o.baseline); hash_append(h, o.frozen_target);
-  hash_append(h, o.highest_seen); hash_append(h, o.active); h.mix(o.finished);
-}
+template <class M>
+void hash_append(hasher& h, const basic_owner<M>& x)
+    BITREFIT_HASH_FIELDS(id, mutation, baseline, frozen_target, highest_seen, active, finished)
 }  // namespace detail
 
 }  // namespace bitrefit::protocol
 
-template <>
-struct std::hash<bitrefit::protocol::owner> {
-  std::size_t operator()(const bitrefit::protocol::owner& o) const { return bitrefit::protocol::hash_of(o); }
+template <class M>
+struct std::hash<bitrefit::protocol::basic_owner<M>> {
+  std::size_t operator()(const bitrefit::protocol::basic_owner<M>& o) const { return bitrefit::protocol::hash_of(o); }
 };

@@ -170,12 +170,13 @@ struct early_attempt {
   friend auto operator<=>(const early_attempt&, const early_attempt&) = default;
 };
 
-struct receiver {
+template <MutationPolicy Mut = no_mutation>
+struct basic_receiver {
   std::uint32_t id = 0;
   std::uint64_t incarnation = 0;
   gate_policy gate = gate_policy::synchronous;
   bool attest = true;
-  protocol_mutation mutation = protocol_mutation::none;
+  [[no_unique_address]] Mut mutation{};  // test policy (mutation.hpp); nothing in the shipped one
   receiver_phase phase = receiver_phase::serving;
   commit_record committed{};              // the K its parameters hold outside attempts
   bool gate_open = true;
@@ -189,18 +190,18 @@ struct receiver {
   std::optional<prepare_record> deferred; // a newer prepare waiting for the device sync
   std::optional<early_attempt> early;     // messages of an attempt whose prepare has not arrived
 
-  receiver() = default;
+  basic_receiver() = default;
   /// A receiver already serving `at` (initial deployment). Restarted processes use `restarted`.
-  receiver(std::uint32_t id_, std::uint64_t inc, const protocol_config& cfg, commit_record at = {})
-      : id(id_), incarnation(inc), gate(cfg.gate), attest(cfg.attest), mutation(cfg.mutation), committed(at) {}
+  basic_receiver(std::uint32_t id_, std::uint64_t inc, const protocol_config& cfg, commit_record at = {}, Mut m = {})
+      : id(id_), incarnation(inc), gate(cfg.gate), attest(cfg.attest), mutation(m), committed(at) {}
   /// A fresh process with a new incarnation (persisted by the caller); feed boot_event next.
-  static receiver restarted(std::uint32_t id_, std::uint64_t inc, const protocol_config& cfg) {
-    receiver r(id_, inc, cfg);
+  static basic_receiver restarted(std::uint32_t id_, std::uint64_t inc, const protocol_config& cfg, Mut m = {}) {
+    basic_receiver r(id_, inc, cfg, {}, m);
     r.phase = receiver_phase::booting;
     r.gate_open = false;
     return r;
   }
-  friend auto operator<=>(const receiver&, const receiver&) = default;
+  friend auto operator<=>(const basic_receiver&, const basic_receiver&) = default;
 
   member self() const noexcept { return member{id, incarnation}; }
 
@@ -212,7 +213,7 @@ struct receiver {
 
  private:
   using out_t = std::vector<receiver_action>;
-  bool mutated(protocol_mutation m) const noexcept { return mutation == m; }
+  bool mutated(protocol_mutation m) const noexcept { return broken(mutation, m); }
   void send(out_t& out, endpoint to, message m) const {
     out.push_back(send_action{envelope{endpoint::receiver_(id), to, std::move(m)}});
   }
@@ -631,30 +632,23 @@ struct receiver {
   }
 };
 
+using receiver = basic_receiver<>;
+
 namespace detail {
-inline void hash_append(hasher& h, const chunk_state& c) {
-  h.mix(c.owner); h.mix(c.seq); hash_append(h, c.content); h.mix(c.applied);
-}
-inline void hash_append(hasher& h, const receiver_attempt& a) {
-  hash_append(h, a.attempt); hash_append(h, a.mode); hash_append(h, a.base); h.mix(a.target); hash_append(h, a.next);
-  h.mix(a.open); hash_append(h, a.manifest); hash_append(h, a.chunks);
-  h.mix(a.arrived_sent | a.flushing << 1 | a.drained << 2 | a.syncing << 3 | a.acked << 4 | a.failed << 5);
-}
-inline void hash_append(hasher& h, const early_attempt& e) {
-  hash_append(h, e.attempt); hash_append(h, e.payloads); h.mix(e.conflict); hash_append(h, e.open); h.mix(e.flush);
-}
-inline void hash_append(hasher& h, const receiver& r) {
-  h.mix(r.id); h.mix(r.incarnation); hash_append(h, r.gate); h.mix(r.attest); hash_append(h, r.mutation);
-  hash_append(h, r.phase); hash_append(h, r.committed); h.mix(r.gate_open); hash_append(h, r.highest_seen);
-  h.mix(r.epoch_seen);
-  hash_append(h, r.attempt); hash_append(h, r.completed); h.mix(r.unsynced); h.mix(r.sync_pending);
-  hash_append(h, r.stopping_for); hash_append(h, r.deferred); hash_append(h, r.early);
-}
+inline void hash_append(hasher& h, const chunk_state& x) BITREFIT_HASH_FIELDS(owner, seq, content, applied)
+inline void hash_append(hasher& h, const receiver_attempt& x)
+    BITREFIT_HASH_FIELDS(attempt, mode, base, target, next, open, manifest, chunks, arrived_sent, flushing, drained, syncing,
+                         acked, failed)
+inline void hash_append(hasher& h, const early_attempt& x) BITREFIT_HASH_FIELDS(attempt, payloads, conflict, open, flush)
+template <class M>
+void hash_append(hasher& h, const basic_receiver<M>& x)
+    BITREFIT_HASH_FIELDS(id, incarnation, gate, attest, mutation, phase, committed, gate_open, highest_seen, epoch_seen, attempt, completed,
+                         unsynced, sync_pending, stopping_for, deferred, early)
 }  // namespace detail
 
 }  // namespace bitrefit::protocol
 
-template <>
-struct std::hash<bitrefit::protocol::receiver> {
-  std::size_t operator()(const bitrefit::protocol::receiver& r) const { return bitrefit::protocol::hash_of(r); }
+template <class M>
+struct std::hash<bitrefit::protocol::basic_receiver<M>> {
+  std::size_t operator()(const bitrefit::protocol::basic_receiver<M>& r) const { return bitrefit::protocol::hash_of(r); }
 };

@@ -1,6 +1,6 @@
 // bitrefit/protocol/types.hpp — the protocol's value vocabulary: modes, configuration, the commit
-// record K = (v, g), member bindings, the persisted prepare record, the test-only mutation knob and
-// the hashing used for state deduplication.
+// record K = (v, g), member bindings, the persisted prepare record and the hashing used for state
+// deduplication (mutations, a test policy, are in mutation.hpp).
 //
 // Everything here is a plain value: copyable, equality-comparable (defaulted ==) and hashable with
 // `protocol::hash_of(x)`. No clocks, threads, I/O or randomness anywhere under protocol/.
@@ -17,6 +17,7 @@
 
 #include "bitrefit/core/digest.hpp"
 #include "bitrefit/core/ids.hpp"
+#include "bitrefit/protocol/mutation.hpp"
 
 namespace bitrefit::protocol {
 
@@ -30,63 +31,9 @@ enum class mode : std::uint8_t { xor_delta, overwrite };
 /// while they stage payloads; the gate closes only after the coordinator's arrival check (flush).
 enum class gate_policy : std::uint8_t { synchronous, asynchronous };
 
-/// Deliberately broken variants of the protocol, for tests that must show the checks can fail.
-/// Production code never sets anything but `none`.
-enum class protocol_mutation : std::uint8_t {
-  none,
-  retry_by_xor,                    // coordinator: retries keep XOR instead of switching to overwrite
-  commit_before_all_acks,          // coordinator: compare-and-set after the first ack
-  dedup_off,                       // receiver: a duplicate payload is applied again
-  delta_against_uncommitted_base,  // owner: advances its baseline when it finished encoding, not at commit
-  retry_without_stop_and_wait,     // coordinator skips stop_and_wait, receivers skip the device sync
-  accept_old_incarnation_acks,     // coordinator: acks/joins matched by receiver id, incarnation ignored
-  blind_write_commit,              // commit log: compare-and-set becomes an unconditional write
-  freeze_stale_prepare,            // owner: freezes and encodes a prepare whose target is not above its baseline
-  reclaim_unknown_epoch,           // coordinator: re-sends a claim whose outcome was unknown instead of reading the log
-  join_confirmed_by_any_announce,  // receiver: any announcement of its K confirms its join (and it never rejoins)
-  unfenced_abort,                  // coordinator sends abort without persisting it; receivers ignore its epoch
-};
-
-inline constexpr protocol_mutation all_mutations[] = {
-    protocol_mutation::retry_by_xor,
-    protocol_mutation::commit_before_all_acks,
-    protocol_mutation::dedup_off,
-    protocol_mutation::delta_against_uncommitted_base,
-    protocol_mutation::retry_without_stop_and_wait,
-    protocol_mutation::accept_old_incarnation_acks,
-    protocol_mutation::blind_write_commit,
-    protocol_mutation::freeze_stale_prepare,
-    protocol_mutation::reclaim_unknown_epoch,
-    protocol_mutation::join_confirmed_by_any_announce,
-    protocol_mutation::unfenced_abort,
-};
-
 constexpr std::string_view to_string(mode m) noexcept { return m == mode::xor_delta ? "xor" : "overwrite"; }
 constexpr std::string_view to_string(gate_policy g) noexcept {
   return g == gate_policy::synchronous ? "sync" : "async";
-}
-constexpr std::string_view to_string(protocol_mutation m) noexcept {
-  switch (m) {
-    case protocol_mutation::none: return "none";
-    case protocol_mutation::retry_by_xor: return "retry_by_xor";
-    case protocol_mutation::commit_before_all_acks: return "commit_before_all_acks";
-    case protocol_mutation::dedup_off: return "dedup_off";
-    case protocol_mutation::delta_against_uncommitted_base: return "delta_against_uncommitted_base";
-    case protocol_mutation::retry_without_stop_and_wait: return "retry_without_stop_and_wait";
-    case protocol_mutation::accept_old_incarnation_acks: return "accept_old_incarnation_acks";
-    case protocol_mutation::blind_write_commit: return "blind_write_commit";
-    case protocol_mutation::freeze_stale_prepare: return "freeze_stale_prepare";
-    case protocol_mutation::reclaim_unknown_epoch: return "reclaim_unknown_epoch";
-    case protocol_mutation::join_confirmed_by_any_announce: return "join_confirmed_by_any_announce";
-    case protocol_mutation::unfenced_abort: return "unfenced_abort";
-  }
-  return "?";
-}
-inline std::optional<protocol_mutation> mutation_from_string(std::string_view s) {
-  if (s == "none") return protocol_mutation::none;
-  for (auto m : all_mutations)
-    if (to_string(m) == s) return m;
-  return std::nullopt;
 }
 
 /// Configuration shared by every role of one cluster. Receivers are numbered 0..receivers-1 and
@@ -100,7 +47,6 @@ struct protocol_config {
   /// Attempts per transition before the coordinator stops retrying and waits for an operator
   /// (0: retry forever, which is what DESIGN asks for).
   std::uint32_t max_attempts = 0;
-  protocol_mutation mutation = protocol_mutation::none;
   friend auto operator<=>(const protocol_config&, const protocol_config&) = default;
 };
 
@@ -157,19 +103,11 @@ template <class T>
 inline void hash_append(hasher& h, T v) noexcept {
   h.mix(static_cast<std::uint64_t>(v));
 }
-inline void hash_append(hasher& h, const attempt_id& a) noexcept { h.mix(a.epoch); h.mix(a.counter); }
-inline void hash_append(hasher& h, const baseline_id& b) noexcept { h.mix(b.value); }
-inline void hash_append(hasher& h, const digest128& d) noexcept { h.mix(d.low64); h.mix(d.high64); }
-inline void hash_append(hasher& h, const payload_id& p) noexcept {
-  hash_append(h, p.attempt);
-  h.mix(p.owner);
-  h.mix(p.seq);
-}
-inline void hash_append(hasher& h, const commit_record& k) noexcept { h.mix(k.version); h.mix(k.baseline.value); }
-inline void hash_append(hasher& h, const member& m) noexcept { h.mix(m.receiver); h.mix(m.incarnation); }
-inline void hash_append(hasher& h, const protocol_config& c) noexcept {
-  hash_append(h, c.gate); h.mix(c.owners); h.mix(c.receivers); h.mix(c.attest); h.mix(c.max_attempts);
-  hash_append(h, c.mutation);
+/// Every field of every protocol value goes through hash_append, so states that differ anywhere
+/// hash apart (fingerprint deduplication in the checker relies on it).
+template <class... T>
+void hash_all(hasher& h, const T&... fields) {
+  (hash_append(h, fields), ...);
 }
 template <class T>
 void hash_append(hasher& h, const std::optional<T>& o);
@@ -178,11 +116,27 @@ void hash_append(hasher& h, const std::vector<T>& v);
 template <class... T>
 void hash_append(hasher& h, const std::variant<T...>& v);
 
-inline void hash_append(hasher& h, const prepare_record& p) {
-  hash_append(h, p.attempt); hash_append(h, p.base); h.mix(p.target); hash_append(h, p.next);
-  hash_append(h, p.mode); h.mix(p.xor_allowed); hash_append(h, p.members); hash_append(h, p.expected);
-  h.mix(p.aborted);
-}
+inline void hash_append(hasher&, const no_mutation&) noexcept {}
+// clang-format off
+/// The body of hash_append(h, x) for a struct with the fields named: `const auto& [names] = x`
+/// compiles only when the list has exactly as many names as the struct has fields, so a field added
+/// to a protocol value and forgotten here is a compile error, never a silently weaker hash.
+#define BITREFIT_HASH_FIELDS(...)                                   \
+  {                                                                 \
+    const auto& [__VA_ARGS__] = x;                                  \
+    ::bitrefit::protocol::detail::hash_all(h, __VA_ARGS__);         \
+  }
+// clang-format on
+inline void hash_append(hasher& h, const runtime_mutation& x) BITREFIT_HASH_FIELDS(which)
+inline void hash_append(hasher& h, const attempt_id& x) BITREFIT_HASH_FIELDS(epoch, counter)
+inline void hash_append(hasher& h, const baseline_id& x) BITREFIT_HASH_FIELDS(value)
+inline void hash_append(hasher& h, const digest128& x) BITREFIT_HASH_FIELDS(low64, high64)
+inline void hash_append(hasher& h, const payload_id& x) BITREFIT_HASH_FIELDS(attempt, owner, seq)
+inline void hash_append(hasher& h, const commit_record& x) BITREFIT_HASH_FIELDS(version, baseline)
+inline void hash_append(hasher& h, const member& x) BITREFIT_HASH_FIELDS(receiver, incarnation)
+inline void hash_append(hasher& h, const protocol_config& x) BITREFIT_HASH_FIELDS(gate, owners, receivers, attest, max_attempts)
+inline void hash_append(hasher& h, const prepare_record& x)
+    BITREFIT_HASH_FIELDS(attempt, base, target, next, mode, xor_allowed, members, expected, aborted)
 
 template <class T>
 void hash_append(hasher& h, const std::optional<T>& o) {
