@@ -432,8 +432,14 @@ TEST(Wire, EveryMessageRoundTripsAndGarbageIsRefused) {
   p.xor_allowed = true;
   p.members = {{0, 1}, {2, 5}};
   p.expected = {digest128{1, 2}, digest128{3, 4}};
+  protocol::prepare_record retry = p;
+  retry.frozen = {digest128{9, 9}};
+  retry.retry = true;
+  retry.aborted = true;
   const std::vector<protocol::message> all{
       protocol::prepare_msg{p},
+      protocol::prepare_msg{retry},
+      protocol::frozen_lost_msg{{3, 4}, 1, 8},
       protocol::obsolete_msg{{3, 4}},
       protocol::open_msg{{3, 4}, {5, 6}},
       protocol::flush_msg{{3, 4}},

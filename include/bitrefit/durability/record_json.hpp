@@ -20,12 +20,14 @@ inline json to_json(const digest128& d) { return d.to_hex(); }
 inline json to_json(const protocol::commit_record& k) { return json::array({k.version, k.baseline.value}); }
 inline json to_json(const protocol::member& m) { return json::array({m.receiver, m.incarnation}); }
 inline json to_json(const protocol::prepare_record& r) {
-  json members = json::array(), expected = json::array();
+  json members = json::array(), expected = json::array(), frozen = json::array();
   for (auto& m : r.members) members.push_back(to_json(m));
   for (auto& d : r.expected) expected.push_back(to_json(d));
+  for (auto& d : r.frozen) frozen.push_back(to_json(d));
   return {{"attempt", to_json(r.attempt)}, {"base", to_json(r.base)}, {"target", r.target},
           {"next", r.next.value},          {"mode", static_cast<int>(r.mode)}, {"xor_allowed", r.xor_allowed},
-          {"members", members},            {"expected", expected}, {"aborted", r.aborted}};
+          {"members", members},            {"expected", expected}, {"frozen", frozen},
+          {"retry", r.retry},              {"aborted", r.aborted}};
 }
 inline json to_json(const protocol::log_snapshot& s) {
   json x{{"format", "bitrefit-commit-log/1"}, {"epoch", s.epoch}, {"record", to_json(s.record)}};
@@ -58,6 +60,9 @@ inline protocol::prepare_record prepare_from(const json& x) {
   r.xor_allowed = x.at("xor_allowed").get<bool>();
   for (auto& m : x.at("members")) r.members.push_back(member_from(m));
   for (auto& d : x.at("expected")) r.expected.push_back(digest_from(d));
+  if (x.contains("frozen"))  // absent in records written before frozen identities were recorded
+    for (auto& d : x.at("frozen")) r.frozen.push_back(digest_from(d));
+  r.retry = x.value("retry", false);
   r.aborted = x.value("aborted", false);  // absent in records written before aborts were persisted
   return r;
 }

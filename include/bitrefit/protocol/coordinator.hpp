@@ -42,10 +42,13 @@ struct start_event {
 };
 /// The trainer froze version `target` (= K.v + 1). `xor_allowed`: every receiver places every XOR
 /// tensor bit-preservingly. `expected[r]`: receiver r's attestation digest of `target` (empty: none).
+/// `frozen[o]`: the identity of owner o's frozen change set (empty: not recorded), persisted with
+/// every attempt so that whoever retries delivers exactly these bits.
 struct begin_transition_event {
   version_t target = 0;
   bool xor_allowed = true;
   std::vector<digest128> expected;
+  std::vector<digest128> frozen;
   friend auto operator<=>(const begin_transition_event&, const begin_transition_event&) = default;
 };
 struct log_event {
@@ -141,6 +144,7 @@ struct basic_coordinator {
   std::optional<version_t> target;
   bool xor_allowed = false;
   std::vector<digest128> expected;
+  std::vector<digest128> frozen;       // identity of each owner's frozen change set
   std::uint32_t attempts = 0;          // attempts of this transition started by this coordinator
   bool dirty = false;                  // an attempt of this transition may have written somewhere
   // The attempt in progress (preparing .. recovering).
@@ -148,6 +152,7 @@ struct basic_coordinator {
   std::vector<std::optional<std::uint32_t>> manifests;  // per owner
   std::vector<std::uint8_t> arrived, acked, stopped;    // per member index
   after_stop then = after_stop::retry;
+  std::optional<std::uint32_t> lost_owner;  // the abort in progress: this owner lost the frozen set
   [[no_unique_address]] Mut mutation{};  // test policy (mutation.hpp); nothing in the shipped one
 
   basic_coordinator() = default;
@@ -234,6 +239,8 @@ struct basic_coordinator {
     target = e.target;
     xor_allowed = e.xor_allowed;
     expected = e.expected;
+    frozen = e.frozen;
+    lost_owner.reset();
     attempts = 0;
     dirty = false;
     prepare_attempt(out);
@@ -242,7 +249,9 @@ struct basic_coordinator {
   /// Operator abort: honoured while an attempt collects (a compare-and-set or a log write in
   /// flight must be resolved first; abort again afterwards).
   void on(const operator_abort_event&, out_t& out) {
-    if (phase == coordinator_phase::collecting) mark_obsolete(out, after_stop::abort);
+    if (phase != coordinator_phase::collecting) return;
+    lost_owner.reset();
+    mark_obsolete(out, after_stop::abort);
   }
 
   /// Some owner or receiver may not know the commit record yet (a lost announcement or roll call),
@@ -379,6 +388,8 @@ struct basic_coordinator {
       target = p->target;
       xor_allowed = p->xor_allowed;
       expected = p->expected;
+      frozen = p->frozen;
+      lost_owner.reset();
       attempts = 0;
       dirty = true;
       attempt = *p;
@@ -505,6 +516,14 @@ struct basic_coordinator {
     mark_obsolete(out, after_stop::retry);
   }
 
+  /// An owner cannot deliver the transition's frozen change set any more: no attempt can commit
+  /// the admitted bits, so the transition ends by abort, never by a commit of other bits (B1).
+  void on_msg(const frozen_lost_msg& m, out_t& out) {
+    if (phase != coordinator_phase::collecting || m.attempt != attempt->attempt) return;
+    lost_owner = m.owner;
+    mark_obsolete(out, after_stop::abort);
+  }
+
   void on_msg(const stopped_msg& m, out_t& out) {
     if (phase != coordinator_phase::stopping || m.attempt != attempt->attempt) return;
     auto i = member_index(m.from);
@@ -584,6 +603,8 @@ struct basic_coordinator {
     p.mode = use_xor ? mode::xor_delta : mode::overwrite;
     p.xor_allowed = xor_allowed;
     p.expected = expected;
+    p.frozen = frozen;
+    p.retry = dirty;  // an earlier attempt of this transition was admitted
     for (std::uint32_t r = 0; r < roster.size(); ++r) {
       const auto& e = roster[r];
       if (e.known && !e.evicted && e.at == committed) p.members.push_back(member{r, e.incarnation});
@@ -684,7 +705,11 @@ struct basic_coordinator {
       out.push_back(fence_receiver_action{m});
     }
     send_members(out, abort_msg{epoch, attempt->attempt});
-    out.push_back(aborted_action{attempt->attempt, "aborted by the operator"});
+    out.push_back(aborted_action{attempt->attempt, lost_owner ? "owner o" + std::to_string(*lost_owner) +
+                                                                     " lost the frozen change set of v" +
+                                                                     std::to_string(attempt->target) +
+                                                                     ": no attempt can deliver the admitted bits"
+                                                               : std::string("aborted by the operator")});
     phase = coordinator_phase::idle;
     target.reset();
     attempt.reset();
@@ -702,8 +727,8 @@ namespace detail {
 inline void hash_append(hasher& h, const roster_entry& x) BITREFIT_HASH_FIELDS(known, evicted, incarnation, at)
 template <class M>
 void hash_append(hasher& h, const basic_coordinator<M>& x)
-    BITREFIT_HASH_FIELDS(config, epoch, phase, counter, committed, roster, owner_at, target, xor_allowed, expected, attempts,
-                         dirty, attempt, manifests, arrived, acked, stopped, then, mutation)
+    BITREFIT_HASH_FIELDS(config, epoch, phase, counter, committed, roster, owner_at, target, xor_allowed, expected, frozen,
+                         attempts, dirty, attempt, manifests, arrived, acked, stopped, then, lost_owner, mutation)
 }  // namespace detail
 
 }  // namespace bitrefit::protocol

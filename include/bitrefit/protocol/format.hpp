@@ -61,6 +61,8 @@ inline std::string str(const prepare_record& p) {
   std::string s = str(p.attempt) + " base=" + str(p.base) + " target=v" + num(p.target) + " next=" + str(p.next) + " " +
                   std::string(to_string(p.mode)) + " members=" + list(p.members);
   if (!p.expected.empty()) s += " expected=" + list(p.expected);
+  if (!p.frozen.empty()) s += " frozen=" + list(p.frozen);
+  if (p.retry) s += " retry";
   if (p.aborted) s += " aborted";
   return s;
 }
@@ -92,6 +94,9 @@ inline std::string str(const failed_msg& m) {
 }
 inline std::string str(const baseline_msg& m) { return "baseline o" + num(m.owner) + " at=" + str(m.at); }
 inline std::string str(const join_msg& m) { return "join " + str(m.from) + " at=" + str(m.at); }
+inline std::string str(const frozen_lost_msg& m) {
+  return "frozen_lost " + str(m.attempt) + " o" + num(m.owner) + " v" + num(m.target);
+}
 inline std::string str(const message& m) {
   return std::visit([](const auto& x) { return str(x); }, m);
 }
@@ -135,6 +140,7 @@ inline std::string str(const aborted_action& a) { return "aborted " + str(a.atte
 inline std::string str(const needs_operator_action& a) { return "needs_operator: " + a.why; }
 inline std::string str(const advance_baseline_action& a) { return "advance_baseline " + str(a.record); }
 inline std::string str(const freeze_change_set_action& a) {
+  if (a.identity != digest128{}) return "freeze_change_set v" + num(a.base) + "->v" + num(a.target) + " " + str(a.identity);
   return "freeze_change_set v" + num(a.base) + "->v" + num(a.target);
 }
 inline std::string str(const encode_action& a) {

@@ -168,6 +168,17 @@ struct failed_msg {
   friend auto operator<=>(const failed_msg&, const failed_msg&) = default;
 };
 
+/// Owner `owner` cannot encode attempt τ of the transition to `target`: it no longer holds the
+/// frozen change set that the transition's admitted attempts delivered (the durable image is gone
+/// or is not the one the prepare record names). No attempt of this transition can commit bits
+/// equal to it, so the coordinator ends the transition by abort (finding B1).
+struct frozen_lost_msg {
+  attempt_id attempt{};
+  std::uint32_t owner = 0;
+  version_t target = 0;
+  friend auto operator<=>(const frozen_lost_msg&, const frozen_lost_msg&) = default;
+};
+
 /// A (re)started or restored receiver holds exactly `at` and asks to be admitted at the next prepare.
 struct join_msg {
   member from{};
@@ -179,7 +190,7 @@ struct join_msg {
 /// (control before data), see sim/cluster.hpp.
 using message = std::variant<prepare_msg, obsolete_msg, open_msg, flush_msg, announce_msg, roll_call_msg, abort_msg,
                              manifest_msg, arrived_msg, ack_msg, stopped_msg, failed_msg, join_msg,
-                             baseline_msg, payload_msg>;
+                             baseline_msg, frozen_lost_msg, payload_msg>;
 
 struct envelope {
   endpoint from{};
@@ -236,6 +247,7 @@ inline void hash_append(hasher& h, const stopped_msg& x) BITREFIT_HASH_FIELDS(at
 inline void hash_append(hasher& h, const failed_msg& x) BITREFIT_HASH_FIELDS(attempt, from, reason)
 inline void hash_append(hasher& h, const baseline_msg& x) BITREFIT_HASH_FIELDS(owner, at)
 inline void hash_append(hasher& h, const join_msg& x) BITREFIT_HASH_FIELDS(from, at)
+inline void hash_append(hasher& h, const frozen_lost_msg& x) BITREFIT_HASH_FIELDS(attempt, owner, target)
 inline void hash_append(hasher& h, const envelope& x) BITREFIT_HASH_FIELDS(from, to, msg)
 inline void hash_append(hasher& h, const send_action& x) BITREFIT_HASH_FIELDS(env)
 inline void hash_append(hasher& h, const arm_deadline_action&) { h.mix(0xa1); }  // no fields

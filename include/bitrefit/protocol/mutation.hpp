@@ -32,6 +32,8 @@ enum class protocol_mutation : std::uint8_t {
   reclaim_unknown_epoch,           // coordinator: re-sends a claim whose outcome was unknown instead of reading the log
   join_confirmed_by_any_announce,  // receiver: any announcement of its K confirms its join (and it never rejoins)
   unfenced_abort,                  // coordinator sends abort without persisting it; receivers ignore its epoch
+  refreeze_at_restart,             // a sender restart deletes the frozen images (retain_only(K.v)) and owners
+                                   // re-freeze the trainer's current bits for a retry (finding B1's engine)
 };
 
 inline constexpr protocol_mutation all_mutations[] = {
@@ -46,6 +48,7 @@ inline constexpr protocol_mutation all_mutations[] = {
     protocol_mutation::reclaim_unknown_epoch,
     protocol_mutation::join_confirmed_by_any_announce,
     protocol_mutation::unfenced_abort,
+    protocol_mutation::refreeze_at_restart,
 };
 
 constexpr std::string_view to_string(protocol_mutation m) noexcept {
@@ -62,6 +65,7 @@ constexpr std::string_view to_string(protocol_mutation m) noexcept {
     case protocol_mutation::reclaim_unknown_epoch: return "reclaim_unknown_epoch";
     case protocol_mutation::join_confirmed_by_any_announce: return "join_confirmed_by_any_announce";
     case protocol_mutation::unfenced_abort: return "unfenced_abort";
+    case protocol_mutation::refreeze_at_restart: return "refreeze_at_restart";
   }
   return "?";
 }

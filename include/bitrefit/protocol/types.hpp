@@ -76,6 +76,13 @@ struct prepare_record {
   bool xor_allowed = false;      // every member places every XOR tensor bit-preservingly
   std::vector<member> members;   // sorted by receiver
   std::vector<digest128> expected;  // expected attestation per receiver index (empty: not checked)
+  /// Identity of each owner's frozen change set (per owner index; empty: not recorded): every
+  /// attempt of the transition delivers exactly these bits, whoever runs it (finding B1).
+  std::vector<digest128> frozen;
+  /// An earlier attempt of this transition was admitted, so receivers may hold a mix of K.v and
+  /// these frozen bits: owners encode from the change set they made durable and never freeze the
+  /// trainer's (possibly newer) bits for it; an owner that lost it says so (frozen_lost_msg).
+  bool retry = false;
   /// The transition ended by abort at this attempt (re-persisted with this set BEFORE any member is
   /// told, so an abort is fenced by the log like every other decision, finding B6).
   bool aborted = false;
@@ -136,7 +143,7 @@ inline void hash_append(hasher& h, const commit_record& x) BITREFIT_HASH_FIELDS(
 inline void hash_append(hasher& h, const member& x) BITREFIT_HASH_FIELDS(receiver, incarnation)
 inline void hash_append(hasher& h, const protocol_config& x) BITREFIT_HASH_FIELDS(gate, owners, receivers, attest, max_attempts)
 inline void hash_append(hasher& h, const prepare_record& x)
-    BITREFIT_HASH_FIELDS(attempt, base, target, next, mode, xor_allowed, members, expected, aborted)
+    BITREFIT_HASH_FIELDS(attempt, base, target, next, mode, xor_allowed, members, expected, frozen, retry, aborted)
 
 template <class T>
 void hash_append(hasher& h, const std::optional<T>& o) {

@@ -71,6 +71,9 @@ struct to_json_visitor {
   }
   json operator()(const protocol::join_msg& m) const { return {{"type", "join"}, {"from", j(m.from)}, {"at", j(m.at)}}; }
   json operator()(const protocol::baseline_msg& m) const { return {{"type", "baseline"}, {"owner", m.owner}, {"at", j(m.at)}}; }
+  json operator()(const protocol::frozen_lost_msg& m) const {
+    return {{"type", "frozen_lost"}, {"attempt", j(m.attempt)}, {"owner", m.owner}, {"target", m.target}};
+  }
   json operator()(const protocol::payload_msg& m) const {
     return {{"type", "payload"}, {"id", j(m.id)},   {"base", m.base},
             {"target", m.target}, {"mode", static_cast<int>(m.mode)}, {"content", j(m.content)}};
@@ -106,6 +109,8 @@ inline protocol::message message_from(const json& x) {
   }
   if (t == "join") return protocol::join_msg{member(x.at("from")), record(x.at("at"))};
   if (t == "baseline") return protocol::baseline_msg{x.at("owner").get<std::uint32_t>(), record(x.at("at"))};
+  if (t == "frozen_lost")
+    return protocol::frozen_lost_msg{attempt(x.at("attempt")), x.at("owner").get<std::uint32_t>(), x.at("target").get<std::uint64_t>()};
   if (t == "payload")
     return protocol::payload_msg{pid(x.at("id")), x.at("base").get<std::uint64_t>(), x.at("target").get<std::uint64_t>(),
                                  mode(x.at("mode")), digest(x.at("content"))};
