@@ -250,6 +250,48 @@ TEST_F(ReceiverTest, XorOnAnotherBaseIsRefused) {
   EXPECT_EQ(f[0].reason, failure_reason::wrong_base);
 }
 
+TEST_F(ReceiverTest, OverwritePayloadRidesInAnXorAttemptAndAppliesAsOverwrite) {
+  // An encoder may code a whole chunk as overwrite inside an XOR attempt (smaller, or a tensor a
+  // receiver places non-bit-preservingly): valid on any base, applied as overwrite.
+  payload_msg p = payload(0);
+  p.mode = mode::overwrite;
+  p.base = 5;  // an overwrite payload does not depend on the base
+  auto a = r.step(payload_to(0, p));
+  EXPECT_TRUE(sent<failed_msg>(a).empty());
+  ASSERT_EQ(count_of<apply_payload_action>(a), 1u);
+  for (const auto& x : a)
+    if (const auto* ap = std::get_if<apply_payload_action>(&x)) EXPECT_EQ(ap->mode, mode::overwrite);
+}
+
+TEST(Receiver, XorPayloadInAnOverwriteAttemptFails) {
+  receiver r{0, 0, two_by_two()};
+  const attempt_id tau{1, 2};
+  r.step(from_coord(0, prepare_msg{record_of(tau, mode::overwrite, {{0, 0}, {1, 0}})}));
+  auto f = sent<failed_msg>(r.step(payload_to(0, payload_msg{payload_id{tau, 0, 0}, 0, 1, mode::xor_delta, {1, 2}})));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].reason, failure_reason::wrong_base);
+}
+
+TEST(Receiver, TimerWatchesKOutsideARestore) {
+  // Admitted: the timer is armed; at every deadline the receiver reads K and re-arms (a lost
+  // announcement or obsolete costs one deadline); while restoring it does nothing.
+  receiver r{0, 0, two_by_two()};
+  auto adm = r.step(from_coord(0, prepare_msg{record_of({1, 1}, mode::xor_delta, {{0, 0}, {1, 0}})}));
+  EXPECT_EQ(count_of<arm_deadline_action>(adm), 1u);
+  auto d = r.step(deadline_event{});
+  EXPECT_EQ(count_of<read_commit_action>(d), 1u);
+  EXPECT_EQ(count_of<arm_deadline_action>(d), 1u);
+  auto booting = receiver::restarted(0, 1, two_by_two());
+  EXPECT_TRUE(booting.step(deadline_event{}).empty());
+}
+
+TEST(Owner, DenseRestoreIsServedOnlyWhileEveryBaselineIsK) {
+  const commit_record k0{0, baseline_id{0}}, k1{1, baseline_id{7}};
+  EXPECT_TRUE(serves_dense_restore(k1, {k1, k1}));
+  EXPECT_FALSE(serves_dense_restore(k1, {k1, k0}));  // owner 1 has not advanced yet
+  EXPECT_FALSE(serves_dense_restore(k1, {}));
+}
+
 TEST_F(ReceiverTest, ObsoleteWaitsForTheDeviceBeforeStopped) {
   r.step(payload_to(0, payload(0)));  // one apply issued, not synced
   auto o = r.step(from_coord(0, obsolete_msg{tau}));
@@ -325,6 +367,18 @@ TEST_F(CoordinatorTest, CommitsOnlyWithEveryMembersAckOfThisIncarnation) {
   auto after = feed_log(acts);
   EXPECT_EQ(sent<announce_msg>(after).size(), 4u);
   EXPECT_EQ(log.state.record, (commit_record{1, baseline_of(tau)}));
+}
+
+TEST_F(CoordinatorTest, MessagesOfAFencedOrReplacedIncarnationCountForNothing) {
+  admit();
+  const attempt_id tau = c.attempt->attempt;
+  c.roster[1].evicted = true;  // r1#0 fenced
+  EXPECT_FALSE(c.counts(envelope{endpoint::receiver_(1), endpoint::coord(), ack_msg{tau, member{1, 0}, std::nullopt}}));
+  EXPECT_TRUE(c.step(to_coord(failed_msg{tau, member{1, 0}, failure_reason::wrong_base})).empty());
+  EXPECT_EQ(c.phase, coordinator_phase::collecting);  // the failure of a fenced incarnation changed nothing
+  c.roster[0].incarnation = 3;  // r0 rejoined as #3: #0 is gone
+  EXPECT_TRUE(c.step(to_coord(failed_msg{tau, member{0, 0}, failure_reason::wrong_base})).empty());
+  EXPECT_EQ(c.phase, coordinator_phase::collecting);
 }
 
 TEST_F(CoordinatorTest, AttestationMismatchRetriesInOverwrite) {

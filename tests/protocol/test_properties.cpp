@@ -64,6 +64,7 @@ world_config gen_world(protocol_mutation mutation, at_least min = {}) {
   c.protocol.attest = *rc::gen::inRange<int>(0, 3) == 0;
   c.mutation = mutation;
   c.chunks_per_owner = *rc::gen::inRange<std::uint32_t>(1, 3);
+  c.overwrite_chunks = *rc::gen::inRange<std::uint32_t>(0, c.chunks_per_owner + 1);
   c.transitions = *rc::gen::inRange<std::uint32_t>(1, 3);
   c.drops = *rc::gen::inRange<std::uint32_t>(0, 3);
   c.duplicates = *rc::gen::inRange<std::uint32_t>(min.duplicates, 5);

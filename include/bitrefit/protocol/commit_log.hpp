@@ -126,15 +126,12 @@ struct basic_commit_log {
 };
 using commit_log = basic_commit_log<>;
 
-namespace detail {
-inline void hash_append(hasher& h, const claim_epoch_request& x) BITREFIT_HASH_FIELDS(epoch)
-inline void hash_append(hasher& h, const persist_prepare_request& x) BITREFIT_HASH_FIELDS(epoch, record)
-inline void hash_append(hasher& h, const compare_and_set_request& x) BITREFIT_HASH_FIELDS(epoch, attempt, expected, desired)
-inline void hash_append(hasher& h, const read_request&) { h.mix(0x7e); }  // no fields
-inline void hash_append(hasher& h, const log_snapshot& x) BITREFIT_HASH_FIELDS(epoch, record, prepared)
-inline void hash_append(hasher& h, const log_reply& x) BITREFIT_HASH_FIELDS(request, outcome, snapshot)
-template <class M>
-void hash_append(hasher& h, const basic_commit_log<M>& x) BITREFIT_HASH_FIELDS(state, mutation)
-}  // namespace detail
+BITREFIT_FIELDS(claim_epoch_request, epoch)
+BITREFIT_FIELDS(persist_prepare_request, epoch, record)
+BITREFIT_FIELDS(compare_and_set_request, epoch, attempt, expected, desired)
+BITREFIT_NO_FIELDS(read_request)
+BITREFIT_FIELDS(log_snapshot, epoch, record, prepared)
+BITREFIT_FIELDS(log_reply, request, outcome, snapshot)
+BITREFIT_FIELDS_T(template <class M>, basic_commit_log<M>, state, mutation)
 
 }  // namespace bitrefit::protocol

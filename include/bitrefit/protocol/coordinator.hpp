@@ -179,14 +179,15 @@ struct basic_coordinator {
   }
 
   /// Does a message still count, judged by its sender alone? Nothing from a receiver incarnation
-  /// that was evicted (fenced) or replaced by a newer one counts (DESIGN op. 8).
+  /// that was evicted (fenced) or replaced by a newer one counts (DESIGN op. 8): step() drops such
+  /// a message before any handler sees it.
   bool counts(const envelope& env) const {
     const auto from = sender_member(env.msg);
     if (!from) return true;  // owners' messages
     if (from->receiver >= roster.size()) return false;
     const roster_entry& e = roster[from->receiver];
     if (!e.known) return true;
-    if (from->incarnation < e.incarnation) return false;
+    if (from->incarnation < e.incarnation) return mutated(protocol_mutation::accept_old_incarnation_acks);
     return !(e.evicted && from->incarnation == e.incarnation);
   }
 
@@ -473,6 +474,7 @@ struct basic_coordinator {
 
   // ---- messages
   void on(const message_event& e, out_t& out) {
+    if (!counts(e.env)) return;  // a fenced or replaced incarnation: counts for nothing
     std::visit([&](const auto& m) { on_msg(m, out); }, e.env.msg);
   }
   template <class M>
@@ -723,13 +725,21 @@ struct basic_coordinator {
 
 using coordinator = basic_coordinator<>;
 
-namespace detail {
-inline void hash_append(hasher& h, const roster_entry& x) BITREFIT_HASH_FIELDS(known, evicted, incarnation, at)
-template <class M>
-void hash_append(hasher& h, const basic_coordinator<M>& x)
-    BITREFIT_HASH_FIELDS(config, epoch, phase, counter, committed, roster, owner_at, target, xor_allowed, expected, frozen,
-                         attempts, dirty, attempt, manifests, arrived, acked, stopped, then, lost_owner, mutation)
-}  // namespace detail
+BITREFIT_NO_FIELDS(start_event)
+BITREFIT_FIELDS(begin_transition_event, target, xor_allowed, expected, frozen)
+BITREFIT_FIELDS(log_event, reply)
+BITREFIT_NO_FIELDS(operator_abort_event)
+BITREFIT_FIELDS(log_action, request)
+BITREFIT_FIELDS(fence_receiver_action, fenced)
+BITREFIT_FIELDS(cleanup_action, attempt)
+BITREFIT_FIELDS(committed_action, record)
+BITREFIT_NO_FIELDS(deposed_action)
+BITREFIT_FIELDS(aborted_action, attempt, why)
+BITREFIT_FIELDS(needs_operator_action, why)
+BITREFIT_FIELDS(roster_entry, known, evicted, incarnation, at)
+BITREFIT_FIELDS_T(template <class M>, basic_coordinator<M>, config, epoch, phase, counter, committed, roster, owner_at, target,
+                  xor_allowed, expected, frozen, attempts, dirty, attempt, manifests, arrived, acked, stopped, then,
+                  lost_owner, mutation)
 
 }  // namespace bitrefit::protocol
 

@@ -171,7 +171,7 @@ inline std::string str(const log_event& e) { return "log_reply " + str(e.reply);
 inline std::string str(const deadline_event&) { return "deadline"; }
 inline std::string str(const operator_abort_event&) { return "operator_abort"; }
 inline std::string str(const chunk_encoded_event& e) {
-  return "chunk_encoded " + str(e.attempt) + "/" + num(e.seq) + " " + str(e.content);
+  return "chunk_encoded " + str(e.attempt) + "/" + num(e.seq) + " " + std::string(to_string(e.mode)) + " " + str(e.content);
 }
 inline std::string str(const encode_finished_event& e) {
   return "encode_finished " + str(e.attempt) + " chunks=" + num(e.chunks);

@@ -229,31 +229,29 @@ struct deadline_event {
   friend auto operator<=>(const deadline_event&, const deadline_event&) = default;
 };
 
-// ----- hashing (every field: see BITREFIT_HASH_FIELDS) -------------------------------------------
-namespace detail {
-inline void hash_append(hasher& h, const endpoint& x) BITREFIT_HASH_FIELDS(role, index)
-inline void hash_append(hasher& h, const prepare_msg& x) BITREFIT_HASH_FIELDS(record)
-inline void hash_append(hasher& h, const obsolete_msg& x) BITREFIT_HASH_FIELDS(attempt)
-inline void hash_append(hasher& h, const open_msg& x) BITREFIT_HASH_FIELDS(attempt, chunks)
-inline void hash_append(hasher& h, const flush_msg& x) BITREFIT_HASH_FIELDS(attempt)
-inline void hash_append(hasher& h, const announce_msg& x) BITREFIT_HASH_FIELDS(record, roster, evicted)
-inline void hash_append(hasher& h, const roll_call_msg& x) BITREFIT_HASH_FIELDS(epoch)
-inline void hash_append(hasher& h, const abort_msg& x) BITREFIT_HASH_FIELDS(epoch, attempt)
-inline void hash_append(hasher& h, const payload_msg& x) BITREFIT_HASH_FIELDS(id, base, target, mode, content)
-inline void hash_append(hasher& h, const manifest_msg& x) BITREFIT_HASH_FIELDS(attempt, owner, chunks)
-inline void hash_append(hasher& h, const arrived_msg& x) BITREFIT_HASH_FIELDS(attempt, from)
-inline void hash_append(hasher& h, const ack_msg& x) BITREFIT_HASH_FIELDS(attempt, from, attestation)
-inline void hash_append(hasher& h, const stopped_msg& x) BITREFIT_HASH_FIELDS(attempt, from)
-inline void hash_append(hasher& h, const failed_msg& x) BITREFIT_HASH_FIELDS(attempt, from, reason)
-inline void hash_append(hasher& h, const baseline_msg& x) BITREFIT_HASH_FIELDS(owner, at)
-inline void hash_append(hasher& h, const join_msg& x) BITREFIT_HASH_FIELDS(from, at)
-inline void hash_append(hasher& h, const frozen_lost_msg& x) BITREFIT_HASH_FIELDS(attempt, owner, target)
-inline void hash_append(hasher& h, const envelope& x) BITREFIT_HASH_FIELDS(from, to, msg)
-inline void hash_append(hasher& h, const send_action& x) BITREFIT_HASH_FIELDS(env)
-inline void hash_append(hasher& h, const arm_deadline_action&) { h.mix(0xa1); }  // no fields
-inline void hash_append(hasher& h, const disarm_deadline_action&) { h.mix(0xa2); }
-inline void hash_append(hasher& h, const message_event& x) BITREFIT_HASH_FIELDS(env)
-inline void hash_append(hasher& h, const deadline_event&) { h.mix(0xd1); }
-}  // namespace detail
+// ----- field lists (state hashing, trace JSON; core/fields.hpp) ----------------------------------
+BITREFIT_FIELDS(endpoint, role, index)
+BITREFIT_FIELDS(prepare_msg, record)
+BITREFIT_FIELDS(obsolete_msg, attempt)
+BITREFIT_FIELDS(open_msg, attempt, chunks)
+BITREFIT_FIELDS(flush_msg, attempt)
+BITREFIT_FIELDS(announce_msg, record, roster, evicted)
+BITREFIT_FIELDS(roll_call_msg, epoch)
+BITREFIT_FIELDS(abort_msg, epoch, attempt)
+BITREFIT_FIELDS(payload_msg, id, base, target, mode, content)
+BITREFIT_FIELDS(manifest_msg, attempt, owner, chunks)
+BITREFIT_FIELDS(arrived_msg, attempt, from)
+BITREFIT_FIELDS(ack_msg, attempt, from, attestation)
+BITREFIT_FIELDS(stopped_msg, attempt, from)
+BITREFIT_FIELDS(failed_msg, attempt, from, reason)
+BITREFIT_FIELDS(baseline_msg, owner, at)
+BITREFIT_FIELDS(join_msg, from, at)
+BITREFIT_FIELDS(frozen_lost_msg, attempt, owner, target)
+BITREFIT_FIELDS(envelope, from, to, msg)
+BITREFIT_FIELDS(send_action, env)
+BITREFIT_NO_FIELDS(arm_deadline_action)
+BITREFIT_NO_FIELDS(disarm_deadline_action)
+BITREFIT_FIELDS(message_event, env)
+BITREFIT_NO_FIELDS(deadline_event)
 
 }  // namespace bitrefit::protocol

@@ -17,6 +17,8 @@
 #include <optional>
 #include <string_view>
 
+#include "bitrefit/core/fields.hpp"
+
 namespace bitrefit::protocol {
 
 enum class protocol_mutation : std::uint8_t {
@@ -98,6 +100,8 @@ struct runtime_mutation {
 };
 
 static_assert(MutationPolicy<no_mutation> && MutationPolicy<runtime_mutation>);
+BITREFIT_NO_FIELDS(no_mutation)
+BITREFIT_FIELDS(runtime_mutation, which)
 
 /// The policy value for `m` (no_mutation accepts only `none`; the caller checks).
 template <MutationPolicy M>

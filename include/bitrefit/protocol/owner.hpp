@@ -14,7 +14,8 @@
 //   freeze_change_set_action  compute and keep positions + absolute values of target vs B, BEFORE
 //                             encoding anything of the transition
 //   encode_action             encode the frozen set for τ in `mode`; report each chunk, in seq order,
-//                             as chunk_encoded_event, then encode_finished_event
+//                             as chunk_encoded_event (with the frame's own mode), then
+//                             encode_finished_event
 //   cancel_encoding_action    τ is obsolete: stop encoding and sending its chunks
 //   send_action               payloads to the members, the manifest to the coordinator
 #pragma once
@@ -33,6 +34,10 @@ struct chunk_encoded_event {
   attempt_id attempt{};
   std::uint32_t seq = 0;
   digest128 content{};  // digest of the encoded frame
+  /// The frame's own mode: xor_delta iff any item is XOR. In an XOR attempt an encoder may code a
+  /// whole chunk as overwrite (smaller, or a tensor some receiver places non-bit-preservingly);
+  /// that payload is then an overwrite payload, valid on any base. Never XOR in an overwrite attempt.
+  protocol::mode mode = mode::overwrite;
   friend auto operator<=>(const chunk_encoded_event&, const chunk_encoded_event&) = default;
 };
 struct encode_finished_event {
@@ -203,7 +208,7 @@ struct basic_owner {
 
   void on(const chunk_encoded_event& e, out_t& out) {
     if (!active || active->attempt != e.attempt || finished) return;
-    payload_msg p{payload_id{e.attempt, id, e.seq}, baseline.version, active->target, active->mode, e.content};
+    payload_msg p{payload_id{e.attempt, id, e.seq}, baseline.version, active->target, e.mode, e.content};
     for (const auto& m : active->members)
       out.push_back(send_action{envelope{endpoint::owner_(id), endpoint::receiver_(m.receiver), p}});
   }
@@ -226,11 +231,25 @@ struct basic_owner {
 
 using owner = basic_owner<>;
 
-namespace detail {
-template <class M>
-void hash_append(hasher& h, const basic_owner<M>& x)
-    BITREFIT_HASH_FIELDS(id, mutation, baseline, frozen_target, frozen_id, frozen_at, highest_seen, active, finished)
-}  // namespace detail
+/// The dense-restore rule (a restarted receiver restores K.v from the owners' baselines): serve K
+/// only while EVERY owner's baseline is exactly K. Between a commit and an owner's advance its B is
+/// still the previous version; serving those bits under K's name would hand a receiver the record
+/// K with other bits (a later XOR on it would produce garbage). The model world restores an oracle
+/// K.v; this rule is what makes the engine's restore equal to it, and bitrefit-check-trace checks
+/// it on every recorded run (README, "Limits").
+inline bool serves_dense_restore(const commit_record& k, const std::vector<commit_record>& owner_baselines) {
+  return !owner_baselines.empty() &&
+         std::all_of(owner_baselines.begin(), owner_baselines.end(), [&](const commit_record& b) { return b == k; });
+}
+
+BITREFIT_FIELDS(chunk_encoded_event, attempt, seq, content, mode)
+BITREFIT_FIELDS(encode_finished_event, attempt, chunks)
+BITREFIT_FIELDS(advance_baseline_action, record)
+BITREFIT_FIELDS(freeze_change_set_action, base, target, identity)
+BITREFIT_FIELDS(encode_action, attempt, mode, base, target)
+BITREFIT_FIELDS(cancel_encoding_action, attempt)
+BITREFIT_FIELDS_T(template <class M>, basic_owner<M>, id, mutation, baseline, frozen_target, frozen_id, frozen_at, highest_seen,
+                  active, finished)
 
 }  // namespace bitrefit::protocol
 

@@ -9,7 +9,7 @@
 //   device_synced_event   every apply issued so far took effect; carries the attestation when asked
 //   commit_read_event     the commit record, answering read_commit_action
 //   restored_event        dense_restore_action finished: parameters are exactly K.v
-//   deadline_event        the armed timer expired
+//   deadline_event        the armed timer expired (joining: join again; otherwise read K)
 // Actions (receiver_action), performed in list order:
 //   persist_incarnation_action  record the new incarnation durably BEFORE sending anything under it
 //   close_gate_action           stop admitting requests BEFORE any apply of the attempt
@@ -138,6 +138,7 @@ struct chunk_state {
   std::uint32_t owner = 0;
   std::uint32_t seq = 0;
   digest128 content{};
+  protocol::mode mode = mode::overwrite;  // the payload's own mode (overwrite allowed in an XOR attempt)
   bool applied = false;
   friend auto operator<=>(const chunk_state&, const chunk_state&) = default;
 };
@@ -231,7 +232,6 @@ struct basic_receiver {
       return;
     }
     commit_news(e.record, out);
-    if (phase == receiver_phase::member && attempt && attempt->acked) out.push_back(arm_deadline_action{});
   }
 
   void on(const restored_event& e, out_t& out) {
@@ -254,8 +254,7 @@ struct basic_receiver {
 
   /// The coordinator's roster holds this incarnation: the join is confirmed.
   void confirm_join(out_t& out) {
-    phase = receiver_phase::serving;
-    out.push_back(disarm_deadline_action{});
+    phase = receiver_phase::serving;  // the timer keeps watching K
     if (!gate_open) {
       gate_open = true;
       out.push_back(open_gate_action{});
@@ -268,13 +267,15 @@ struct basic_receiver {
     else to_coord(out, join_msg{self(), committed});
   }
 
+  /// The timer, once armed (join, admission, ack), keeps running outside a restore: joining, it
+  /// re-sends the join; otherwise it reads K. An announcement or obsolete that was lost, or a
+  /// coordinator that is gone, then costs one deadline, never a receiver stuck at an old K with
+  /// its gate closed. Reading K is idempotent: news older than or equal to K changes nothing.
   void on(const deadline_event&, out_t& out) {
-    if (phase == receiver_phase::joining) {
-      to_coord(out, join_msg{self(), committed});
-      out.push_back(arm_deadline_action{});
-    } else if ((phase == receiver_phase::member && attempt && attempt->acked) || phase == receiver_phase::between) {
-      out.push_back(read_commit_action{});  // the announcement may have been lost
-    }
+    if (phase == receiver_phase::booting || phase == receiver_phase::restoring) return;
+    if (phase == receiver_phase::joining) to_coord(out, join_msg{self(), committed});
+    else out.push_back(read_commit_action{});
+    out.push_back(arm_deadline_action{});
   }
 
   void on(const drained_event&, out_t& out) {
@@ -335,7 +336,6 @@ struct basic_receiver {
         gate_open = true;
         out.push_back(open_gate_action{});
       }
-      out.push_back(disarm_deadline_action{});
       return true;
     }
     if (k.version > committed.version) {
@@ -440,6 +440,7 @@ struct basic_receiver {
       gate_open = false;
       out.push_back(close_gate_action{});
     }
+    out.push_back(arm_deadline_action{});  // watch K while a member (a lost obsolete or announcement)
     replay_early(out);
   }
 
@@ -508,16 +509,18 @@ struct basic_receiver {
         fail(failure_reason::conflicting_payload, out);  // same id, different verified bytes
       } else if (mutated(protocol_mutation::dedup_off) && it->applied) {
         unsynced = true;  // broken on purpose: the duplicate is applied again
-        out.push_back(apply_payload_action{m.id, attempt->mode, attempt->base.version, attempt->target});
+        out.push_back(apply_payload_action{m.id, it->mode, attempt->base.version, attempt->target});
       }
       return;  // an identical duplicate is ignored
     }
-    if (m.mode != attempt->mode || m.target != attempt->target ||
-        (m.mode == mode::xor_delta && m.base != attempt->base.version)) {
+    // XOR needs exactly this attempt's base and an XOR attempt (never a retry); an overwrite
+    // payload is valid on any base, so it may ride in an XOR attempt too.
+    if (m.target != attempt->target ||
+        (m.mode == mode::xor_delta && (attempt->mode != mode::xor_delta || m.base != attempt->base.version))) {
       fail(failure_reason::wrong_base, out);
       return;
     }
-    chunk_state c{m.id.owner, m.id.seq, m.content, false};
+    chunk_state c{m.id.owner, m.id.seq, m.content, m.mode, false};
     cs.insert(std::upper_bound(cs.begin(), cs.end(), c), c);
     if (!staged) out.push_back(stage_payload_action{m.id});
     progress(out);
@@ -618,7 +621,7 @@ struct basic_receiver {
           it->applied = true;
           unsynced = true;
           completed.reset();  // parameters diverge from any earlier completed attempt
-          out.push_back(apply_payload_action{payload_id{a.attempt, o, s}, a.mode, a.base.version, a.target});
+          out.push_back(apply_payload_action{payload_id{a.attempt, o, s}, it->mode, a.base.version, a.target});
         }
         ++applied;
       }
@@ -634,17 +637,27 @@ struct basic_receiver {
 
 using receiver = basic_receiver<>;
 
-namespace detail {
-inline void hash_append(hasher& h, const chunk_state& x) BITREFIT_HASH_FIELDS(owner, seq, content, applied)
-inline void hash_append(hasher& h, const receiver_attempt& x)
-    BITREFIT_HASH_FIELDS(attempt, mode, base, target, next, open, manifest, chunks, arrived_sent, flushing, drained, syncing,
-                         acked, failed)
-inline void hash_append(hasher& h, const early_attempt& x) BITREFIT_HASH_FIELDS(attempt, payloads, conflict, open, flush)
-template <class M>
-void hash_append(hasher& h, const basic_receiver<M>& x)
-    BITREFIT_HASH_FIELDS(id, incarnation, gate, attest, mutation, phase, committed, gate_open, highest_seen, epoch_seen, attempt, completed,
-                         unsynced, sync_pending, stopping_for, deferred, early)
-}  // namespace detail
+BITREFIT_NO_FIELDS(boot_event)
+BITREFIT_NO_FIELDS(drained_event)
+BITREFIT_FIELDS(device_synced_event, attestation)
+BITREFIT_FIELDS(commit_read_event, record)
+BITREFIT_FIELDS(restored_event, record)
+BITREFIT_FIELDS(persist_incarnation_action, incarnation)
+BITREFIT_NO_FIELDS(close_gate_action)
+BITREFIT_NO_FIELDS(drain_requests_action)
+BITREFIT_FIELDS(stage_payload_action, id)
+BITREFIT_FIELDS(apply_payload_action, id, mode, base, target)
+BITREFIT_FIELDS(discard_staged_action, attempt)
+BITREFIT_FIELDS(sync_device_action, attest)
+BITREFIT_FIELDS(open_gate_action, invalidate_kv_cache)
+BITREFIT_NO_FIELDS(read_commit_action)
+BITREFIT_FIELDS(dense_restore_action, record)
+BITREFIT_FIELDS(chunk_state, owner, seq, content, mode, applied)
+BITREFIT_FIELDS(receiver_attempt, attempt, mode, base, target, next, open, manifest, chunks, arrived_sent, flushing, drained,
+                syncing, acked, failed)
+BITREFIT_FIELDS(early_attempt, attempt, payloads, conflict, open, flush)
+BITREFIT_FIELDS_T(template <class M>, basic_receiver<M>, id, incarnation, gate, attest, mutation, phase, committed, gate_open,
+                  highest_seen, epoch_seen, attempt, completed, unsynced, sync_pending, stopping_for, deferred, early)
 
 }  // namespace bitrefit::protocol
 

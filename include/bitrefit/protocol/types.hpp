@@ -11,11 +11,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <variant>
 #include <vector>
 
 #include "bitrefit/core/digest.hpp"
+#include "bitrefit/core/fields.hpp"
 #include "bitrefit/core/ids.hpp"
 #include "bitrefit/protocol/mutation.hpp"
 
@@ -92,6 +94,11 @@ struct prepare_record {
 /// The baseline id an attempt would commit: fresh per attempt and never 0 (0 is the initial g).
 constexpr baseline_id baseline_of(attempt_id a) noexcept { return baseline_id{(a.epoch << 32) | (a.counter & 0xffffffffu)}; }
 
+BITREFIT_FIELDS(commit_record, version, baseline)
+BITREFIT_FIELDS(member, receiver, incarnation)
+BITREFIT_FIELDS(protocol_config, gate, owners, receivers, attest, max_attempts)
+BITREFIT_FIELDS(prepare_record, attempt, base, target, next, mode, xor_allowed, members, expected, frozen, retry, aborted)
+
 // ---------------------------------------------------------------------------------------------
 // Hashing for state deduplication (model checker, RapidCheck shrinking caches).
 
@@ -123,27 +130,16 @@ void hash_append(hasher& h, const std::vector<T>& v);
 template <class... T>
 void hash_append(hasher& h, const std::variant<T...>& v);
 
-inline void hash_append(hasher&, const no_mutation&) noexcept {}
-// clang-format off
-/// The body of hash_append(h, x) for a struct with the fields named: `const auto& [names] = x`
-/// compiles only when the list has exactly as many names as the struct has fields, so a field added
-/// to a protocol value and forgotten here is a compile error, never a silently weaker hash.
-#define BITREFIT_HASH_FIELDS(...)                                   \
-  {                                                                 \
-    const auto& [__VA_ARGS__] = x;                                  \
-    ::bitrefit::protocol::detail::hash_all(h, __VA_ARGS__);         \
-  }
-// clang-format on
-inline void hash_append(hasher& h, const runtime_mutation& x) BITREFIT_HASH_FIELDS(which)
-inline void hash_append(hasher& h, const attempt_id& x) BITREFIT_HASH_FIELDS(epoch, counter)
-inline void hash_append(hasher& h, const baseline_id& x) BITREFIT_HASH_FIELDS(value)
-inline void hash_append(hasher& h, const digest128& x) BITREFIT_HASH_FIELDS(low64, high64)
-inline void hash_append(hasher& h, const payload_id& x) BITREFIT_HASH_FIELDS(attempt, owner, seq)
-inline void hash_append(hasher& h, const commit_record& x) BITREFIT_HASH_FIELDS(version, baseline)
-inline void hash_append(hasher& h, const member& x) BITREFIT_HASH_FIELDS(receiver, incarnation)
-inline void hash_append(hasher& h, const protocol_config& x) BITREFIT_HASH_FIELDS(gate, owners, receivers, attest, max_attempts)
-inline void hash_append(hasher& h, const prepare_record& x)
-    BITREFIT_HASH_FIELDS(attempt, base, target, next, mode, xor_allowed, members, expected, frozen, retry, aborted)
+inline void hash_append(hasher& h, const std::string& s) {
+  for (char c : s) h.mix(static_cast<unsigned char>(c));
+  h.mix(s.size());
+}
+/// A value with a field list (core/fields.hpp): every field, in order. The field list is the one
+/// the trace's JSON uses too, and it cannot leave a field out (it would not compile).
+template <has_fields T>
+void hash_append(hasher& h, const T& x) {
+  std::apply([&h](const auto&... f) { hash_all(h, f...); }, fields_of(x));
+}
 
 template <class T>
 void hash_append(hasher& h, const std::optional<T>& o) {

@@ -104,18 +104,6 @@ class receiver {
       read_retry_.reset();
       if (auto ev = read_commit()) step_sm(*ev);
     }
-    // Whenever no timer is armed (outside attempts, or a member waiting for open/flush/obsolete), a
-    // lost announcement or obsolete would leave this receiver stale until the next prepare reaches
-    // it — which never happens once it was evicted. Reading K now
-    // and then is DESIGN's "a receiver that missed one reads K" (commit_read_event is accepted in
-    // every phase but restoring). The idle coordinator now also repeats announcements and roll
-    // calls until every receiver confirms K; this read stays as a second, coordinator-independent
-    // path (idempotent: news older than or equal to K changes nothing).
-    if (!deadline_ && !restoring_ && sm_.phase != protocol::receiver_phase::booting &&
-        sm_.phase != protocol::receiver_phase::restoring && clock::now() >= next_idle_read_) {
-      next_idle_read_ = clock::now() + opt_.deadline;
-      if (auto ev = read_commit()) step_sm(*ev);
-    }
     (void)any;
   }
 
@@ -250,8 +238,8 @@ class receiver {
       ++counters_.delivered;
       any = true;
       if (!sm_.attempt || sm_.attempt->attempt != a) break;
-      protocol::payload_msg m{v.header.id, v.header.base_version, v.header.target_version,
-                              v.mode == protocol::mode::xor_delta ? protocol::mode::xor_delta : sm_.attempt->mode, v.content};
+      // The frame's own mode (xor iff any item is XOR): the machine decides whether it fits the attempt.
+      protocol::payload_msg m{v.header.id, v.header.base_version, v.header.target_version, v.mode, v.content};
       arrived_.emplace(v.header.id, std::move(*bytes));
       step_sm(protocol::message_event{protocol::envelope{protocol::endpoint::owner_(key.owner), self_endpoint(), m}});
       arrived_.reset();
@@ -347,7 +335,6 @@ class receiver {
   std::optional<attempt_id> listing_;
   std::set<transport::frame_key> delivered_;
   std::optional<clock::time_point> deadline_, read_retry_, gate_closed_at_, restore_asked_;
-  clock::time_point next_idle_read_ = clock::now();
   bool restoring_ = false;
   std::optional<digest128> last_attestation_;
   std::optional<attempt_id> report_attempt_;

@@ -248,7 +248,7 @@ class sender {
     std::atomic<std::uint64_t> generation{0};  // bumped by cancel: queued chunks of older jobs skip
     attempt_id encoding{};
     std::uint32_t next_report = 0;              // chunk_encoded_event is fed in seq order
-    std::map<std::uint32_t, digest128> done;    // encoded, not yet reported
+    std::map<std::uint32_t, std::pair<digest128, protocol::mode>> done;  // encoded, not yet reported
     std::uint32_t total = 0;
     version_t persisted = 0;                    // target whose frozen image is durable
   };
@@ -259,6 +259,7 @@ class sender {
     attempt_id attempt{};
     std::uint32_t seq = 0;
     digest128 content{};
+    protocol::mode mode = protocol::mode::overwrite;  // xor_delta iff the frame has an XOR item
     bool crashed = false;
     bool fatal = false;
     std::string what;
@@ -352,7 +353,7 @@ class sender {
       pool_->submit([this, i, gen, seq, policy, act](std::size_t w) {
         auto& slot = *owners_[i];
         if (slot.generation.load() != gen) return;  // cancelled
-        completion c{i, gen, act.attempt, seq, {}, false, false, {}};
+        completion c{i, gen, act.attempt, seq, {}, protocol::mode::overwrite, false, false, {}};
         try {
           const auto te = clock::now();
           auto& enc = *encoders_[2 * w + (policy == codec::mode_policy::overwrite_only ? 1 : 0)];
@@ -362,12 +363,12 @@ class sender {
           if (slot.generation.load() != gen) return;
           transport_.publish(transport::key_of(h.id), out.span());
           c.content = codec::load_digest_le(out.data() + out.size() - codec::frame_digest_size);
+          c.mode = st.xor_items > 0 ? protocol::mode::xor_delta : protocol::mode::overwrite;
           std::lock_guard lock(mu_);
           if (!first_publish_) first_publish_ = clock::now();
           stats_.payload_bytes += out.size();
           stats_.frames += 1;
           stats_.phases.encode_s += seconds(clock::now() - te);
-          (void)st;
         } catch (const injected_crash& e) {
           c.crashed = true;
           c.what = e.what();
@@ -404,10 +405,11 @@ class sender {
         crash_owner(c.owner);
         continue;
       }
-      o.done[c.seq] = c.content;
+      o.done[c.seq] = {c.content, c.mode};
       while (o.done.count(o.next_report)) {
         const std::uint32_t s = o.next_report++;
-        step_owner(c.owner, protocol::chunk_encoded_event{c.attempt, s, o.done[s]});
+        const auto [content, mode] = o.done[s];
+        step_owner(c.owner, protocol::chunk_encoded_event{c.attempt, s, content, mode});
         o.done.erase(s);
       }
       if (o.next_report == o.total) step_owner(c.owner, protocol::encode_finished_event{c.attempt, o.total});
@@ -508,7 +510,9 @@ class sender {
       }
       s.coord_later_.push(protocol::log_event{reply});
     }
-    void fence(const protocol::endpoint&, const protocol::member& m) { s.fenced_.insert(m); }
+    /// The coordinator itself ignores a fenced incarnation (coordinator::counts); this transport
+    /// has nothing to drop early.
+    void fence(const protocol::endpoint&, const protocol::member&) {}
     void cleanup(const protocol::endpoint&, const attempt_id& a) { s.transport_.discard(transport::attempt_stream(a)); }
     void committed(const protocol::endpoint&, const protocol::commit_record& k) { s.committed_ = k; }
     void deposed(const protocol::endpoint&) {
@@ -588,7 +592,6 @@ class sender {
       } catch (const error&) {
         continue;  // not a protocol message: lost, as far as the protocol is concerned
       }
-      if (auto m = protocol::coordinator::sender_member(env.msg); m && fenced_.count(*m)) continue;  // fenced incarnation
       step_coordinator(protocol::message_event{env});
     }
     for (auto& bytes : transport_.receive(placement_mailbox, std::chrono::milliseconds(0))) {
@@ -624,9 +627,9 @@ class sender {
       }
     }
     if (restore_waiting_.empty()) return;
-    // Serve K only while every owner's B is exactly K (not between a commit and its announcement).
-    for (auto& o : owners_)
-      if (o->sm.baseline != committed_) return;
+    std::vector<protocol::commit_record> baselines;
+    for (auto& o : owners_) baselines.push_back(o->sm.baseline);
+    if (!protocol::serves_dense_restore(committed_, baselines)) return;  // owners still advancing: later
     if (restored_k_ != committed_) {
       if (restored_k_) transport_.discard(transport::restore_stream(restored_k_->version, restored_k_->baseline));
       const auto stream = transport::restore_stream(committed_.version, committed_.baseline);
@@ -701,7 +704,6 @@ class sender {
   protocol::completion_queue<std::pair<std::uint32_t, protocol::owner_event>> owner_later_;
   bool settling_ = false;
   std::optional<clock::time_point> deadline_;
-  std::set<protocol::member> fenced_;
   std::set<std::uint32_t> restore_waiting_;
   std::optional<protocol::commit_record> restored_k_;
   tensor_source next_;

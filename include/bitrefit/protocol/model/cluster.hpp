@@ -81,6 +81,10 @@ struct world_config {
   /// runtime_mutation (`mutated_cluster`); the shipped world refuses anything but `none`.
   protocol_mutation mutation = protocol_mutation::none;
   std::uint32_t chunks_per_owner = 1;
+  /// The last `overwrite_chunks` chunks of every owner are coded as overwrite even in an XOR
+  /// attempt (as the engine codes tensors some receiver places non-bit-preservingly, or a chunk
+  /// whose overwrite coding is smaller): overwrite payloads riding in an XOR attempt.
+  std::uint32_t overwrite_chunks = 0;
   std::uint32_t transitions = 1;  // goal: K.v == transitions (starting from v0)
   bool xor_allowed = true;
   bool ordered_device = false;    // device applies complete in issue order (smaller state space)
@@ -869,9 +873,11 @@ struct basic_cluster {
       const auto& img = w.stores[o].frozen;  // the bits the chunks carry: the durable frozen set's
       const std::uint64_t flavor = img && img->target == x.target ? img->flavor : 0;
       for (std::uint32_t s = 0; s < n; ++s) {
+        const bool overwrite_only = s + w.config.overwrite_chunks >= n;
+        const mode m = x.mode == mode::xor_delta && !overwrite_only ? mode::xor_delta : mode::overwrite;
         digest128 content{(std::uint64_t(o) << 16 | s) + 1,
-                          (x.target << 8) | (x.mode == mode::xor_delta ? 1u : 2u) | (x.base << 32) | (flavor << 60)};
-        q.push_back({node_ref::own(o), owner_event{chunk_encoded_event{x.attempt, s, content}}});
+                          (x.target << 8) | (m == mode::xor_delta ? 1u : 2u) | (x.base << 32) | (flavor << 60)};
+        q.push_back({node_ref::own(o), owner_event{chunk_encoded_event{x.attempt, s, content, m}}});
       }
       q.push_back({node_ref::own(o), owner_event{encode_finished_event{x.attempt, n}}});
     }
@@ -969,7 +975,15 @@ std::optional<move> fair_move(const basic_cluster<Mut>& w, bool with_deadlines =
       case move_kind::deliver: rank = 10 + w.inflight[m.index].msg.index(); break;
       case move_kind::restart: rank = 100; break;
       case move_kind::begin: rank = 150; break;
-      case move_kind::deadline: rank = with_deadlines ? 200 + m.index : ~std::size_t{0}; break;
+      case move_kind::deadline: {
+        rank = with_deadlines ? 200 + m.index : ~std::size_t{0};
+        if (rank < best_rank) {  // a timer that fires into the same state (a receiver re-reading K) is no progress
+          basic_cluster<Mut> after = w;
+          after.apply(m);
+          if (after == w) rank = ~std::size_t{0};
+        }
+        break;
+      }
       default: rank = ~std::size_t{0};
     }
     if (rank < best_rank && rank != ~std::size_t{0}) { best_rank = rank; best = m; }
@@ -981,29 +995,27 @@ std::optional<move> fair_move(const basic_cluster<Mut>& w, bool with_deadlines =
 using cluster = basic_cluster<no_mutation>;
 using mutated_cluster = basic_cluster<runtime_mutation>;
 
+BITREFIT_FIELDS(pending_write, id, mode, base, target, flavor, incarnation)
+BITREFIT_FIELDS(pending_log, request, epoch)
+BITREFIT_FIELDS(attempt_note, attempt, target, members)
+BITREFIT_FIELDS(owner_store::frozen_image, target, flavor, frozen_at)
+BITREFIT_FIELDS(owner_store, baseline, frozen)
+BITREFIT_FIELDS(fault_budget, drops, duplicates, corruptions, conflicts, crashes, failovers, log_faults, early_deadlines, aborts,
+                owner_crashes, sender_restarts)
+BITREFIT_FIELDS(world_config, protocol, mutation, chunks_per_owner, overwrite_chunks, transitions, xor_allowed, ordered_device,
+                drops, duplicates, corruptions, conflicts, crashes, owner_crashes, failovers, log_faults, early_deadlines, aborts,
+                sender_restarts)
+BITREFIT_FIELDS_T(template <class M>, basic_cluster<M>, config, log, coord, owners, receivers, incarnations, stores,
+                  trainer_flavor, truth, regions, device, sync_waiting, inflight, log_queue, coord_deadline, receiver_deadline,
+                  budget, max_epoch, attempts, acks, stopped, fenced, aborts_durable, violation, stuck)
+
 }  // namespace bitrefit::protocol::model
 
 namespace bitrefit::protocol::detail {
-inline void hash_append(hasher& h, const model::pending_write& x) BITREFIT_HASH_FIELDS(id, mode, base, target, flavor, incarnation)
-inline void hash_append(hasher& h, const model::owner_store::frozen_image& x) BITREFIT_HASH_FIELDS(target, flavor, frozen_at)
-inline void hash_append(hasher& h, const model::owner_store& x) BITREFIT_HASH_FIELDS(baseline, frozen)
-inline void hash_append(hasher& h, const model::pending_log& x) BITREFIT_HASH_FIELDS(request, epoch)
-inline void hash_append(hasher& h, const model::attempt_note& x) BITREFIT_HASH_FIELDS(attempt, target, members)
-inline void hash_append(hasher& h, const std::pair<attempt_id, member>& x) BITREFIT_HASH_FIELDS(first, second)
-inline void hash_append(hasher& h, const std::string& s) { for (char c : s) h.mix(static_cast<unsigned char>(c)); h.mix(s.size()); }
-inline void hash_append(hasher& h, const model::fault_budget& x)
-    BITREFIT_HASH_FIELDS(drops, duplicates, corruptions, conflicts, crashes, failovers, log_faults, early_deadlines, aborts,
-                         owner_crashes, sender_restarts)
-inline void hash_append(hasher& h, const model::world_config& x)
-    BITREFIT_HASH_FIELDS(protocol, mutation, chunks_per_owner, transitions, xor_allowed, ordered_device, drops, duplicates,
-                         corruptions, conflicts, crashes, owner_crashes, failovers, log_faults, early_deadlines, aborts,
-                         sender_restarts)
-template <class M>
-void hash_append(hasher& h, const model::basic_cluster<M>& x)
-    BITREFIT_HASH_FIELDS(config, log, coord, owners, receivers, incarnations, stores, trainer_flavor, truth, regions, device,
-                         sync_waiting, inflight,
-                         log_queue, coord_deadline, receiver_deadline, budget, max_epoch, attempts, acks, stopped, fenced,
-                         aborts_durable, violation, stuck)
+inline void hash_append(hasher& h, const std::pair<attempt_id, member>& p) {
+  hash_append(h, p.first);
+  hash_append(h, p.second);
+}
 }  // namespace bitrefit::protocol::detail
 
 template <class M>

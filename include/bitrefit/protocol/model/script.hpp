@@ -9,7 +9,7 @@
 //   <blank line>
 //
 // Commands (one line each):
-//   world k=v ...     start a new world. Keys: receivers owners chunks transitions gate=sync|async
+//   world k=v ...     start a new world. Keys: receivers owners chunks overwrite_chunks transitions gate=sync|async
 //                     attest=0|1 xor=0|1 ordered_device=0|1 max_attempts mutation=<name> and the fault
 //                     budgets drops duplicates corruptions conflicts crashes failovers log_faults
 //                     early_deadlines aborts. Prints the world summary.
@@ -64,6 +64,7 @@ inline world_config parse_world(const std::string& args) {
     if (k == "receivers") p.receivers = n();
     else if (k == "owners") p.owners = n();
     else if (k == "chunks") c.chunks_per_owner = n();
+    else if (k == "overwrite_chunks") c.overwrite_chunks = n();
     else if (k == "transitions") c.transitions = n();
     else if (k == "gate") {
       if (v == "sync") p.gate = gate_policy::synchronous;
@@ -104,6 +105,7 @@ inline std::string world_line(const world_config& c) {
   auto add = [&](const char* k, std::uint64_t v, std::uint64_t dflt) {
     if (v != dflt) s += std::string(" ") + k + "=" + std::to_string(v);
   };
+  add("overwrite_chunks", c.overwrite_chunks, 0);
   add("attest", p.attest, 1);
   add("xor", c.xor_allowed, 1);
   add("ordered_device", c.ordered_device, 0);
