@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <thread>
 
@@ -176,7 +177,7 @@ RC_GTEST_PROP(Transport, DirectoryRoundTripsArbitraryBytes, (const std::vector<s
   static const auto dir = fresh_dir("prop");
   directory_transport t{directory_store(dir)};
   bytes b(data.size());
-  std::memcpy(b.data(), data.data(), data.size());
+  std::ranges::transform(data, b.begin(), [](std::uint8_t x) { return std::byte{x}; });  // (memcpy of an empty vector's null data() is UB)
   const frame_key k = key_of({{5, 5}, owner, seq});
   t.publish(k, b);
   RC_ASSERT(*t.fetch(k) == b);
