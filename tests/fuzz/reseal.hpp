@@ -41,11 +41,14 @@ struct byte_writer {
   }
 };
 
-/// A payload frame whose header frame_size and trailing XXH3-128 digest match its bytes (magic and
-/// version as they are). Frames shorter than header + digest are returned unchanged.
+/// A payload frame whose format version is this build's and whose header frame_size and trailing
+/// XXH3-128 digest match its bytes (the magic as it is), so inputs kept from an older frame format
+/// still reach the descriptor checks. Frames shorter than header + digest are returned unchanged.
 inline std::vector<std::byte> reseal_frame(std::span<const std::byte> in) {
   std::vector<std::byte> f(in.begin(), in.end());
   if (f.size() < codec::frame_header_size + codec::frame_digest_size) return f;
+  f[4] = static_cast<std::byte>(codec::frame_format_version & 0xFF);
+  f[5] = static_cast<std::byte>(codec::frame_format_version >> 8);
   put_u64_le(f.data() + 56, f.size());
   codec::store_digest_le(codec::xxh3_128({f.data(), f.size() - codec::frame_digest_size}), f.data() + f.size() - codec::frame_digest_size);
   return f;

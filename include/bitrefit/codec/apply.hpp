@@ -76,7 +76,7 @@ class frame_decoder {
     positions_ = {};
     values_ = {};
     raw_ = {};
-    out_ = {};
+    std::vector<decoded_item>().swap(out_);  // (out_ = {} would keep the capacity)
   }
 
  private:

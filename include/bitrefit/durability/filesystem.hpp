@@ -82,7 +82,7 @@ class filesystem_commit_log {
 
   /// The durable state as a fresh process would see it (no lock: a single file read is atomic).
   protocol::log_snapshot read_unlocked() {
-    auto text = transport::detail::read_file(file());
+    auto text = transport::detail::read_file(file(), json_io::control_json_limits.max_bytes);
     if (!text) return protocol::log_snapshot{};
     return json_io::snapshot_from(std::string(reinterpret_cast<const char*>(text->data()), text->size()), file().string());
   }
