@@ -34,6 +34,7 @@
 #pragma once
 
 #include <chrono>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -246,6 +247,7 @@ class sender {
     B store;
     version_t frozen_version = 0;
     std::atomic<std::uint64_t> generation{0};  // bumped by cancel: queued chunks of older jobs skip
+    std::atomic<std::uint32_t> in_flight{0};   // pool tasks of this owner past their generation check
     attempt_id encoding{};
     std::uint32_t next_report = 0;              // chunk_encoded_event is fed in seq order
     std::map<std::uint32_t, digest128> done;    // encoded, not yet reported
@@ -270,13 +272,25 @@ class sender {
 
   // ---- owners ---------------------------------------------------------------------------------
 
+  /// Cancels the owner's queued chunks and waits for the ones already encoding: afterwards no pool
+  /// task reads the owner's shard (until the next start_encoding), so it may be replaced. Without
+  /// this, a crash or a restore swapped the shard's images while chunks were still being encoded
+  /// from them (a heap-use-after-free AddressSanitizer found in the demo). A task enters in_flight
+  /// before it reads the generation and this bumps the generation before it reads in_flight (both
+  /// sequentially consistent), so either the task sees the new generation and leaves, or this
+  /// waits for it.
+  void quiesce(owner_slot& o) {
+    o.generation++;
+    while (o.in_flight.load() != 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+
   /// The owner process died mid-stream: every volatile bit is gone. What it made durable survives
   /// (protocol::owner::recovered): B^v of its commit record and the frozen target of the transition
   /// in progress, both read back from its baseline store — never from the trainer. The
   /// coordinator's deadline then retries the attempt; the retry encodes the recovered frozen set.
   void crash_owner(std::uint32_t i) {
     auto& o = *owners_[i];
-    o.generation++;
+    quiesce(o);
     o.done.clear();
     o.next_report = 0;
     const protocol::owner before = o.sm;
@@ -297,7 +311,7 @@ class sender {
 
   void recover_owner(std::uint32_t i, const tensor_source& committed_bits) {
     auto& o = *owners_[i];
-    o.generation++;
+    quiesce(o);
     o.persisted = 0;
     o.done.clear();
     o.next_report = 0;
@@ -325,6 +339,7 @@ class sender {
             if constexpr (std::is_same_v<A, protocol::send_action>) {
               route(act.env);
             } else if constexpr (std::is_same_v<A, protocol::advance_baseline_action>) {
+              quiesce(o);  // chunks of a cancelled attempt may still be encoding from the baseline
               o.shard.advance();
               o.frozen_version = 0;
               const auto tr = clock::now();
@@ -333,6 +348,7 @@ class sender {
             } else if constexpr (std::is_same_v<A, protocol::freeze_change_set_action>) {
               if (o.frozen_version != act.target) {  // e.g. a restarted trainer-side engine
                 if (!next_) throw error(errc::protocol, "owner asked to freeze without the trainer's target bits");
+                quiesce(o);
                 o.shard.freeze(next_);
                 o.frozen_version = act.target;
               }
@@ -381,6 +397,11 @@ class sender {
                                                                                                  : codec::mode_policy::overwrite_only;
       pool_->submit([this, i, gen, seq, policy, act](std::size_t w) {
         auto& slot = *owners_[i];
+        ++slot.in_flight;  // before the generation check: see quiesce()
+        struct leave {
+          std::atomic<std::uint32_t>& n;
+          ~leave() { --n; }
+        } in_flight_guard{slot.in_flight};
         if (slot.generation.load() != gen) return;  // cancelled
         completion c{i, gen, act.attempt, seq, {}, false, false, {}};
         try {
