@@ -18,6 +18,31 @@
 
 using namespace bitrefit;
 
+template <class W>
+int run(const proofs::cluster_bounds& b, const proofs::check_options& opt, const std::string& scenario_file) {
+  const auto r = proofs::check(proofs::basic_cluster_world<W>(b), opt);
+  std::printf("{\"world\": \"%s\", \"verdict\": \"%s\", \"states\": %llu, \"transitions\": %llu, \"depth\": %u, "
+              "\"goal_states\": %llu, \"terminal_states\": %llu, \"seconds\": %.2f, \"collision_bound\": %.3g, "
+              "\"counterexample_moves\": %zu",
+              protocol::model::world_line(b.world()).c_str(), proofs::to_string(r.outcome),
+              (unsigned long long)r.states, (unsigned long long)r.transitions, r.depth,
+              (unsigned long long)r.goal_states, (unsigned long long)r.terminal_states, r.seconds, r.collision_bound,
+              r.counterexample.size());
+  if (!r.ok()) {
+    std::string msg;
+    for (char c : r.violation) msg += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+    std::printf(", \"violation\": \"%s\"", msg.c_str());
+  }
+  std::printf("}\n");
+  if (!r.ok() && !r.counterexample.empty() && !scenario_file.empty()) {
+    std::ofstream f(scenario_file);
+    f << proofs::counterexample_scenario<W>(b, r.counterexample,
+                                         std::string("counterexample found by proofs/check_protocol: ") + r.violation);
+  }
+  if (r.outcome == proofs::verdict::state_limit) return 3;
+  return r.ok() ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   proofs::cluster_bounds b;
   proofs::check_options opt;
@@ -55,25 +80,7 @@ int main(int argc, char** argv) {
       b.mutation = *m;
     } else { std::cerr << "check_protocol: unknown key '" << k << "'\n"; return 2; }
   }
-  const auto r = proofs::check(proofs::cluster_world(b), opt);
-  std::printf("{\"world\": \"%s\", \"verdict\": \"%s\", \"states\": %llu, \"transitions\": %llu, \"depth\": %u, "
-              "\"goal_states\": %llu, \"terminal_states\": %llu, \"seconds\": %.2f, \"collision_bound\": %.3g, "
-              "\"counterexample_moves\": %zu",
-              protocol::sim::world_line(b.world()).c_str(), proofs::to_string(r.outcome),
-              (unsigned long long)r.states, (unsigned long long)r.transitions, r.depth,
-              (unsigned long long)r.goal_states, (unsigned long long)r.terminal_states, r.seconds, r.collision_bound,
-              r.counterexample.size());
-  if (!r.ok()) {
-    std::string msg;
-    for (char c : r.violation) msg += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
-    std::printf(", \"violation\": \"%s\"", msg.c_str());
-  }
-  std::printf("}\n");
-  if (!r.ok() && !r.counterexample.empty() && !scenario_file.empty()) {
-    std::ofstream f(scenario_file);
-    f << proofs::counterexample_scenario(b, r.counterexample,
-                                         std::string("counterexample found by proofs/check_protocol: ") + r.violation);
-  }
-  if (r.outcome == proofs::verdict::state_limit) return 3;
-  return r.ok() ? 0 : 1;
+  // The shipped protocol's world, or the machines with a run-time mutation (mutation.hpp).
+  return b.mutation == protocol::protocol_mutation::none ? run<protocol::model::cluster>(b, opt, scenario_file)
+                                                         : run<protocol::model::mutated_cluster>(b, opt, scenario_file);
 }

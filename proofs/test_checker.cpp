@@ -3,7 +3,7 @@
 // 1. The engine on a toy world whose state graph is known in closed form: exact counts, fingerprint
 //    mode agrees with exact mode, a shortest counterexample, a trap found by reverse reachability,
 //    a witness.
-// 2. The real protocol (sim::cluster over the real coordinator/owner/receiver/commit-log machines)
+// 2. The real protocol (model::cluster over the real coordinator/owner/receiver/commit-log machines)
 //    under the bounds of proofs/README.md: no violation, the end of the transition reachable from
 //    every state, and the unique state / transition / depth counts pinned (a behaviour change in
 //    the protocol shows up here as a diff; update the numbers deliberately, with the reason).
@@ -130,7 +130,7 @@ std::string report(const std::string& name, const auto& r) {
 
 void expect_pinned(const pinned& p) {
   const auto r = check(cluster_world(p.bounds));
-  std::cout << report(p.name, r) << "\n  " << protocol::sim::world_line(p.bounds.world()) << std::endl;
+  std::cout << report(p.name, r) << "\n  " << protocol::model::world_line(p.bounds.world()) << std::endl;
   ASSERT_TRUE(r.ok()) << p.name << ": " << r.violation << "\n"
                       << proofs::counterexample_scenario(p.bounds, r.counterexample, r.violation);
   EXPECT_EQ(r.states, p.states) << p.name;
@@ -139,6 +139,20 @@ void expect_pinned(const pinned& p) {
 }
 
 #include "pinned_counts.inc"
+
+// Fingerprint mode deduplicates by hash_of alone, exact mode by ==. If a hash_append left out a
+// field that == compares, two reachable states differing only there would merge under fingerprints
+// and the counts would differ (the field lists are also checked at compile time, BITREFIT_HASH_FIELDS).
+TEST(Protocol, FingerprintAndExactModeAgree) {
+  for (auto b : {with(base(), [](auto& b) { b.owners = 1; b.chunks = 1; b.transitions = 2; b.owner_crashes = 1; }),
+                 with(base(), [](auto& b) { b.owners = 1; b.chunks = 1; b.transitions = 1; b.duplicates = 1; b.drops = 1; })}) {
+    const auto exact = check(cluster_world(b), check_options{false, true});
+    const auto fingerprints = check(cluster_world(b), check_options{false, false});
+    ASSERT_TRUE(exact.ok()) << exact.violation;
+    EXPECT_EQ(exact.states, fingerprints.states) << protocol::model::world_line(b.world());
+    EXPECT_EQ(exact.transitions, fingerprints.transitions);
+  }
+}
 
 // ---- 3. the witness
 std::string read_file(const std::string& path) {
@@ -157,7 +171,7 @@ TEST(Protocol, WitnessCommitAfterCrashAndOverwriteRetry) {
            std::count_if(s.attempts.begin(), s.attempts.end(), [](const auto& a) { return a.target == 1; }) >= 2;
   });
   ASSERT_TRUE(w.has_value());
-  const std::string text = protocol::sim::to_scenario(b.world(), *w, "witness: commit reached after a crash and an overwrite retry (pinned by proofs/test_checker.cpp)");
+  const std::string text = protocol::model::to_scenario(b.world(), *w, "witness: commit reached after a crash and an overwrite retry (pinned by proofs/test_checker.cpp)");
   EXPECT_NE(text.find("\ncrash r"), std::string::npos);
   EXPECT_NE(text.find(" overwrite "), std::string::npos);
   EXPECT_EQ(text.find("VIOLATION"), std::string::npos);
@@ -179,18 +193,19 @@ struct mutation_case {
 void expect_caught(const mutation_case& m) {
   cluster_bounds b = m.bounds;
   b.mutation = m.mutation;
-  const auto r = check(cluster_world(b));
+  const auto r = check(proofs::mutated_cluster_world(b));
   const std::string name = std::string(protocol::to_string(m.mutation));
   std::cout << report("mutation " + name, r) << std::endl;
   ASSERT_FALSE(r.ok()) << name << " was not caught";
   ASSERT_NE(r.outcome, verdict::state_limit);
   // The counterexample replays on a fresh world and ends in the violation.
-  const cluster_world end = proofs::replay(cluster_world(b), r.counterexample);
+  const proofs::mutated_cluster_world end = proofs::replay(proofs::mutated_cluster_world(b), r.counterexample);
   if (r.outcome == verdict::invariant_violated) {
     EXPECT_EQ(end.check_invariants(), r.violation);
   }
   // It prints as a scenario of the protocol's scenario tests; an invariant violation is its last line.
-  const std::string text = proofs::counterexample_scenario(b, r.counterexample, name + ": " + r.violation);
+  const std::string text =
+      proofs::counterexample_scenario<protocol::model::mutated_cluster>(b, r.counterexample, name + ": " + r.violation);
   if (r.outcome == verdict::invariant_violated) {
     EXPECT_NE(text.find("VIOLATION: " + r.violation), std::string::npos);
   }

@@ -6,7 +6,7 @@
 // grad_scale * (0.5 s_j + sqrt(0.75) n_{j,t}) (a persistent direction plus minibatch noise), with
 // approximately normal draws (Irwin-Hall sums of four 16-bit uniforms from a counter-based mixer);
 // AdamW with bias correction in float32, exported by round-to-nearest-even to BF16. The same
-// process as include/bitrefit/sim/adamw.hpp (branch cli) in spirit, but memory-free, so a 1 GiB
+// process as include/bitrefit/testing/adamw.hpp (branch cli) in spirit, but memory-free, so a 1 GiB
 // model fits next to its copies.
 #pragma once
 

@@ -1,7 +1,7 @@
 // examples/cli/make_chain.cpp — `bitrefit-make-chain`: writes a chain of training-like checkpoints.
 //
 // Versions v0..v{N-1} of a Llama-shaped model trained by the deterministic AdamW simulation
-// (sim/adamw.hpp: FP32 master weights, synthetic gradients, lr 1e-6 by default, BF16 export by
+// (testing/adamw.hpp: FP32 master weights, synthetic gradients, lr 1e-6 by default, BF16 export by
 // round-to-nearest-even), as DIR/v<k>.safetensors, or as sharded directories DIR/v<k>/ with
 // --sharded. Meant for trying `bitrefit stat/diff/apply` without real checkpoints at hand and for
 // reproducing the numbers in README.md. Same arguments, same bytes, on every platform.
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "bitrefit/io/checkpoint.hpp"
-#include "bitrefit/sim/adamw.hpp"
+#include "bitrefit/testing/adamw.hpp"
 
 namespace {
 
@@ -34,8 +34,8 @@ int main(int argc, char** argv) {
     return args.empty() ? 2 : 0;
   }
   std::filesystem::path dir;
-  sim::llama_dims dims{.layers = 2, .hidden = 256, .intermediate = 688, .vocab = 4096, .heads = 8, .kv_heads = 4};
-  sim::adamw_config cfg;
+  testing::llama_dims dims{.layers = 2, .hidden = 256, .intermediate = 688, .vocab = 4096, .heads = 8, .kv_heads = 4};
+  testing::adamw_config cfg;
   std::uint64_t versions = 5, seed = 42, shard_mib = 0;
   bool sharded = false;
   try {
@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
   }
   try {
     std::filesystem::create_directories(dir);
-    sim::adamw_sim s(sim::llama_like(dims), seed, cfg);
+    testing::adamw_sim s(testing::llama_like(dims), seed, cfg);
     const io::metadata_map meta{{"format", "pt"}, {"generator", "bitrefit-make-chain"}, {"seed", std::to_string(seed)}};
     for (std::uint64_t v = 0; v < versions; ++v) {
       if (v > 0) s.step();

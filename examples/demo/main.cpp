@@ -7,7 +7,7 @@
 //                 [--restart-trainer-every K] [--crash-owner-every K]
 //
 // The trainer applies real AdamW steps (FP32 master weights, lr 1e-6, synthetic gradients,
-// round-to-nearest-even BF16 export; sim/adamw.hpp) to a Llama-shaped model of about P parameters
+// round-to-nearest-even BF16 export; testing/adamw.hpp) to a Llama-shaped model of about P parameters
 // (default 100M) and runs the sender (coordinator + owners). Each rollout process is this binary
 // started again with --role receiver: it keeps its weights in a shared mapping under /dev/shm
 // (mapped_store.hpp), restores densely from the owners when it starts, and applies refits in place.
@@ -39,7 +39,7 @@
 #include "bitrefit/durability/filesystem.hpp"
 #include "bitrefit/refit/receiver.hpp"
 #include "bitrefit/refit/sender.hpp"
-#include "bitrefit/sim/adamw.hpp"
+#include "bitrefit/testing/adamw.hpp"
 #include "bitrefit/transport/object_store.hpp"
 #include "mapped_store.hpp"
 
@@ -141,8 +141,8 @@ options parse(int argc, char** argv) {
 }
 
 /// A Llama-shaped decoder of about `p` parameters: width by size class, then as many layers as fit.
-sim::llama_dims dims_for(std::uint64_t p) {
-  sim::llama_dims d;
+testing::llama_dims dims_for(std::uint64_t p) {
+  testing::llama_dims d;
   if (p < 2'000'000) d = {1, 64, 172, 256, 4, 2, false};
   else if (p < 30'000'000) d = {1, 256, 688, 4096, 8, 4, false};
   else d = {1, 768, 2048, 32000, 12, 4, false};
@@ -153,7 +153,7 @@ sim::llama_dims dims_for(std::uint64_t p) {
   return d;
 }
 
-model_manifest manifest_of(const std::vector<sim::tensor_spec>& specs) {
+model_manifest manifest_of(const std::vector<testing::tensor_spec>& specs) {
   std::vector<tensor_info> ts;
   for (const auto& s : specs) ts.push_back({s.name, dtype::BF16, s.shape});
   return model_manifest(std::move(ts));
@@ -176,7 +176,7 @@ void write_number_durably(const fs::path& p, std::uint64_t v) {
 
 int run_receiver(const options& o) {
   const fs::path dir = o.dir;
-  const auto specs = sim::llama_like(dims_for(o.params));
+  const auto specs = testing::llama_like(dims_for(o.params));
   const model_manifest m = manifest_of(specs);
   // A (re)started process: a new incarnation, recorded durably before anything is sent under it.
   const fs::path inc_file = dir / "inc" / ("receiver-" + std::to_string(o.index));
@@ -273,7 +273,7 @@ int run_trainer(options o) {
   for (auto sub : {"store", "log", "inc", "kill", "baseline"}) fs::create_directories(dir / sub);
 
   const auto dims = dims_for(o.params);
-  const auto specs = sim::llama_like(dims);
+  const auto specs = testing::llama_like(dims);
   const model_manifest m = manifest_of(specs);
   std::map<std::string, std::size_t> sim_index;
   for (std::size_t i = 0; i < specs.size(); ++i) sim_index[specs[i].name] = i;
@@ -285,10 +285,10 @@ int run_trainer(options o) {
                 m.total_elements(), dims.layers, dims.hidden, dims.vocab, double(m.total_bytes()) / 1048576.0,
                 o.receivers, o.refits, mode_name(o.mode).c_str(), o.kill_every, o.restart_trainer_every, o.crash_owner_every);
 
-  sim::adamw_config cfg;
+  testing::adamw_config cfg;
   cfg.lr = 1e-6f;
   cfg.threads = o.threads;
-  sim::adamw_sim trainer_sim(specs, o.seed, cfg);
+  testing::adamw_sim trainer_sim(specs, o.seed, cfg);
   std::map<std::string, std::vector<std::byte>> dense;  // the trainer's dense BF16 copy of the current version
   auto export_all = [&] {
     for (const auto& t : m.tensors()) {

@@ -1,6 +1,6 @@
 // bitrefit/bitrefit.hpp — the host library in one include (target bitrefit::bitrefit).
 // Each area's own umbrella is listed here as the area provides one; Thrust/CUDA headers
-// (codec/thrust/) and test simulators (protocol/sim, sim/) are included apart.
+// (codec/thrust/) and test simulators (protocol/model, testing/) are included apart.
 #pragma once
 
 #include "bitrefit/codec/codec.hpp"

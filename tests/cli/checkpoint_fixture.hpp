@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "bitrefit/sim/adamw.hpp"
+#include "bitrefit/testing/adamw.hpp"
 
 namespace fixture {
 
@@ -127,8 +127,8 @@ inline model read(const fs::path& p) {
 /// Version k of a small Llama-shaped model trained by the AdamW simulation, plus tensors of other
 /// dtypes that checkpoints carry: the FP32 master copy of one projection (changes almost every
 /// element each step), an F16 copy of the final norm, and integer/bool buffers that never change.
-inline std::vector<model> make_chain(int versions, std::uint64_t seed, const bitrefit::sim::llama_dims& dims = {}) {
-  using namespace bitrefit::sim;
+inline std::vector<model> make_chain(int versions, std::uint64_t seed, const bitrefit::testing::llama_dims& dims = {}) {
+  using namespace bitrefit::testing;
   adamw_sim sim(llama_like(dims), seed, {.lr = 1e-6f});
   std::vector<model> out;
   auto u64_shape = [](const bitrefit::shape_t& s) { return std::vector<std::uint64_t>(s.begin(), s.end()); };

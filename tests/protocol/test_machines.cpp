@@ -9,7 +9,7 @@
 #include <iostream>
 
 #include "bitrefit/protocol/protocol.hpp"
-#include "bitrefit/protocol/sim/cluster.hpp"
+#include "bitrefit/protocol/model/cluster.hpp"
 
 namespace {
 
@@ -59,17 +59,17 @@ std::vector<M> sent(const std::vector<V>& actions) {
 // ----- value semantics --------------------------------------------------------------------------
 
 TEST(ValueSemantics, CopiesAreEqualIndependentAndHashEqually) {
-  sim::world_config cfg;
+  model::world_config cfg;
   cfg.chunks_per_owner = 2;
-  sim::cluster a(cfg);
+  model::cluster a(cfg);
   a.apply(*a.find_move("log ok claim_epoch"));
   a.apply(*a.find_move("begin"));
   a.apply(*a.find_move("log ok persist_prepare"));
-  sim::cluster b = a;
+  model::cluster b = a;
   const std::size_t in_flight = a.inflight.size();
   EXPECT_TRUE(a == b);
   EXPECT_EQ(hash_of(a), hash_of(b));
-  EXPECT_EQ(std::hash<sim::cluster>{}(a), std::hash<sim::cluster>{}(b));
+  EXPECT_EQ(std::hash<model::cluster>{}(a), std::hash<model::cluster>{}(b));
   b.apply(*b.find_move("deliver c->o0 prepare"));
   EXPECT_FALSE(a == b);
   EXPECT_NE(hash_of(a), hash_of(b));
@@ -78,12 +78,12 @@ TEST(ValueSemantics, CopiesAreEqualIndependentAndHashEqually) {
 }
 
 TEST(ValueSemantics, IndependentDeliveriesCommute) {
-  sim::world_config cfg;
-  sim::cluster w(cfg);
+  model::world_config cfg;
+  model::cluster w(cfg);
   w.apply(*w.find_move("log ok claim_epoch"));
   w.apply(*w.find_move("begin"));
   w.apply(*w.find_move("log ok persist_prepare"));
-  sim::cluster x = w, y = w;
+  model::cluster x = w, y = w;
   x.apply(*x.find_move("deliver c->o0 prepare"));
   x.apply(*x.find_move("deliver c->r1 prepare"));
   y.apply(*y.find_move("deliver c->r1 prepare"));
@@ -93,11 +93,11 @@ TEST(ValueSemantics, IndependentDeliveriesCommute) {
 }
 
 TEST(ValueSemantics, ReplayingTheSameMovesIsDeterministic) {
-  sim::world_config cfg;
+  model::world_config cfg;
   cfg.drops = 1;
   cfg.duplicates = 2;
   cfg.crashes = 1;
-  sim::cluster a(cfg), b(cfg);
+  model::cluster a(cfg), b(cfg);
   for (int i = 0; i < 200; ++i) {
     auto moves = a.enabled_moves();
     ASSERT_EQ(moves, b.enabled_moves());
@@ -250,6 +250,48 @@ TEST_F(ReceiverTest, XorOnAnotherBaseIsRefused) {
   EXPECT_EQ(f[0].reason, failure_reason::wrong_base);
 }
 
+TEST_F(ReceiverTest, OverwritePayloadRidesInAnXorAttemptAndAppliesAsOverwrite) {
+  // An encoder may code a whole chunk as overwrite inside an XOR attempt (smaller, or a tensor a
+  // receiver places non-bit-preservingly): valid on any base, applied as overwrite.
+  payload_msg p = payload(0);
+  p.mode = mode::overwrite;
+  p.base = 5;  // an overwrite payload does not depend on the base
+  auto a = r.step(payload_to(0, p));
+  EXPECT_TRUE(sent<failed_msg>(a).empty());
+  ASSERT_EQ(count_of<apply_payload_action>(a), 1u);
+  for (const auto& x : a)
+    if (const auto* ap = std::get_if<apply_payload_action>(&x)) EXPECT_EQ(ap->mode, mode::overwrite);
+}
+
+TEST(Receiver, XorPayloadInAnOverwriteAttemptFails) {
+  receiver r{0, 0, two_by_two()};
+  const attempt_id tau{1, 2};
+  r.step(from_coord(0, prepare_msg{record_of(tau, mode::overwrite, {{0, 0}, {1, 0}})}));
+  auto f = sent<failed_msg>(r.step(payload_to(0, payload_msg{payload_id{tau, 0, 0}, 0, 1, mode::xor_delta, {1, 2}})));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].reason, failure_reason::wrong_base);
+}
+
+TEST(Receiver, TimerWatchesKOutsideARestore) {
+  // Admitted: the timer is armed; at every deadline the receiver reads K and re-arms (a lost
+  // announcement or obsolete costs one deadline); while restoring it does nothing.
+  receiver r{0, 0, two_by_two()};
+  auto adm = r.step(from_coord(0, prepare_msg{record_of({1, 1}, mode::xor_delta, {{0, 0}, {1, 0}})}));
+  EXPECT_EQ(count_of<arm_deadline_action>(adm), 1u);
+  auto d = r.step(deadline_event{});
+  EXPECT_EQ(count_of<read_commit_action>(d), 1u);
+  EXPECT_EQ(count_of<arm_deadline_action>(d), 1u);
+  auto booting = receiver::restarted(0, 1, two_by_two());
+  EXPECT_TRUE(booting.step(deadline_event{}).empty());
+}
+
+TEST(Owner, DenseRestoreIsServedOnlyWhileEveryBaselineIsK) {
+  const commit_record k0{0, baseline_id{0}}, k1{1, baseline_id{7}};
+  EXPECT_TRUE(serves_dense_restore(k1, {k1, k1}));
+  EXPECT_FALSE(serves_dense_restore(k1, {k1, k0}));  // owner 1 has not advanced yet
+  EXPECT_FALSE(serves_dense_restore(k1, {}));
+}
+
 TEST_F(ReceiverTest, ObsoleteWaitsForTheDeviceBeforeStopped) {
   r.step(payload_to(0, payload(0)));  // one apply issued, not synced
   auto o = r.step(from_coord(0, obsolete_msg{tau}));
@@ -325,6 +367,18 @@ TEST_F(CoordinatorTest, CommitsOnlyWithEveryMembersAckOfThisIncarnation) {
   auto after = feed_log(acts);
   EXPECT_EQ(sent<announce_msg>(after).size(), 4u);
   EXPECT_EQ(log.state.record, (commit_record{1, baseline_of(tau)}));
+}
+
+TEST_F(CoordinatorTest, MessagesOfAFencedOrReplacedIncarnationCountForNothing) {
+  admit();
+  const attempt_id tau = c.attempt->attempt;
+  c.roster[1].evicted = true;  // r1#0 fenced
+  EXPECT_FALSE(c.counts(envelope{endpoint::receiver_(1), endpoint::coord(), ack_msg{tau, member{1, 0}, std::nullopt}}));
+  EXPECT_TRUE(c.step(to_coord(failed_msg{tau, member{1, 0}, failure_reason::wrong_base})).empty());
+  EXPECT_EQ(c.phase, coordinator_phase::collecting);  // the failure of a fenced incarnation changed nothing
+  c.roster[0].incarnation = 3;  // r0 rejoined as #3: #0 is gone
+  EXPECT_TRUE(c.step(to_coord(failed_msg{tau, member{0, 0}, failure_reason::wrong_base})).empty());
+  EXPECT_EQ(c.phase, coordinator_phase::collecting);
 }
 
 TEST_F(CoordinatorTest, AttestationMismatchRetriesInOverwrite) {
@@ -420,7 +474,7 @@ TEST(CommitLog, CompareAndSetLaws) {
 }
 
 TEST(CommitLog, BlindWriteMutationIgnoresFenceAndExpectation) {
-  commit_log log(commit_record{}, protocol_mutation::blind_write_commit);
+  basic_commit_log<runtime_mutation> log(commit_record{}, runtime_mutation{protocol_mutation::blind_write_commit});
   log.apply(claim_epoch_request{3});
   auto r = log.apply(compare_and_set_request{1, {}, commit_record{9, {}}, commit_record{5, {}}});
   EXPECT_EQ(r.outcome, log_outcome::ok);

@@ -1,9 +1,9 @@
-// RapidCheck properties over sim::cluster: the real coordinator, owners, receivers and commit log
+// RapidCheck properties over model::cluster: the real coordinator, owners, receivers and commit log
 // on a network that drops, duplicates, corrupts, delays and reorders, with receiver crashes and
 // restarts, coordinator failovers, commit-log faults and early deadlines. Weights are abstract
 // regions holding a version or garbage.
 //
-// Safety: after every move, every invariant of DESIGN.md holds (sim::cluster::check_invariants).
+// Safety: after every move, every invariant of DESIGN.md holds (model::cluster::check_invariants).
 // Liveness: once faults stop, a fair fault-free schedule settles the world (K reached the goal,
 // every live receiver serves it with the gate open) within a bounded number of moves.
 // Mutations: a deliberately broken protocol variant makes the safety property fail.
@@ -15,13 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "bitrefit/protocol/sim/script.hpp"
+#include "bitrefit/protocol/model/script.hpp"
 
 namespace {
 
 using namespace bitrefit::protocol;
-using sim::cluster;
-using sim::world_config;
+using model::cluster;
+using model::world_config;
 
 constexpr int min_cases = 1000;
 constexpr std::size_t liveness_bound = 4000;
@@ -54,8 +54,9 @@ world_config gen_world(protocol_mutation mutation, std::uint32_t min_duplicates 
   c.protocol.receivers = *rc::gen::inRange<std::uint32_t>(2, 5);
   c.protocol.owners = 2;
   c.protocol.gate = *rc::gen::element(gate_policy::synchronous, gate_policy::asynchronous);
-  c.protocol.mutation = mutation;
+  c.mutation = mutation;
   c.chunks_per_owner = *rc::gen::inRange<std::uint32_t>(1, 3);
+  c.overwrite_chunks = *rc::gen::inRange<std::uint32_t>(0, c.chunks_per_owner + 1);
   c.transitions = *rc::gen::inRange<std::uint32_t>(1, 3);
   c.drops = *rc::gen::inRange<std::uint32_t>(0, 3);
   c.duplicates = *rc::gen::inRange<std::uint32_t>(min_duplicates, 5);
@@ -71,14 +72,16 @@ world_config gen_world(protocol_mutation mutation, std::uint32_t min_duplicates 
 }
 
 /// Random faulty prefix, then a fair fault-free suffix. Fails with a replayable scenario.
+/// W: model::cluster (the shipped protocol) or model::mutated_cluster (a mutation test policy).
+template <class W = cluster>
 void cluster_property(protocol_mutation mutation, std::uint32_t min_duplicates = 0) {
   const world_config cfg = gen_world(mutation, min_duplicates);
   const auto choices = *rc::gen::container<std::vector<std::uint32_t>>(
       *rc::gen::inRange<std::size_t>(0, 250), rc::gen::arbitrary<std::uint32_t>());
-  cluster w(cfg);
+  W w(cfg);
   std::vector<std::string> path;
   auto fail = [&](const std::string& what) {
-    std::string s = what + "\nreplay:\n" + sim::world_line(cfg) + "\n";
+    std::string s = what + "\nreplay:\n" + model::world_line(cfg) + "\n";
     for (const auto& p : path) s += p + "\n";
     RC_FAIL(s);
   };
@@ -94,7 +97,7 @@ void cluster_property(protocol_mutation mutation, std::uint32_t min_duplicates =
   // operator abort (the transition then waits for the operator), safety does not.
   const bool aborted = w.budget.aborts != cfg.aborts;  // an operator abort was issued
   for (std::size_t i = 0; i < liveness_bound && !w.settled() && !aborted; ++i) {
-    auto m = sim::fair_move(w);
+    auto m = model::fair_move(w);
     if (!m) break;
     path.push_back(w.describe(*m));
     w.apply(*m);
@@ -118,7 +121,7 @@ TEST(ClusterProperties, BrokenVariantsAreCaught) {
                                           protocol_mutation::delta_against_uncommitted_base};
   for (auto m : must_catch) {
     const bool passed = run_property(std::string("mutation ") + std::string(to_string(m)) + " (expected to FAIL)",
-                                     [m] { cluster_property(m, 2); });
+                                     [m] { cluster_property<model::mutated_cluster>(m, 2); });
     EXPECT_FALSE(passed) << "mutation " << to_string(m) << " was not caught";
   }
 }

@@ -1,6 +1,6 @@
 // Scripted scenarios (etcd-raft datadriven style): every file in scenarios/ is a list of
 //   command / ---- / expected output / blank line
-// run against sim::cluster (the real coordinator, owners, receivers and commit log). With
+// run against model::cluster (the real coordinator, owners, receivers and commit log). With
 // BITREFIT_REWRITE=1 the expected outputs are rewritten from the actual ones (review the diff!).
 #include <gtest/gtest.h>
 
@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "bitrefit/protocol/sim/script.hpp"
+#include "bitrefit/protocol/model/script.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
-using bitrefit::protocol::sim::script_runner;
+using bitrefit::protocol::model::script_runner;
 
 struct scenario_case {
   std::vector<std::string> comments;  // lines before the command

@@ -11,6 +11,8 @@
 #include <string>
 #include <string_view>
 
+#include "bitrefit/core/fields.hpp"
+
 namespace bitrefit {
 
 struct digest128 {
@@ -48,6 +50,8 @@ struct digest128 {
     return d;
   }
 };
+
+BITREFIT_FIELDS(digest128, low64, high64)
 
 }  // namespace bitrefit
 

@@ -11,6 +11,8 @@
 #include <functional>
 #include <string>
 
+#include "bitrefit/core/fields.hpp"
+
 namespace bitrefit {
 
 using version_t = std::uint64_t;
@@ -37,6 +39,10 @@ struct payload_id {
     return attempt.to_string() + "/" + std::to_string(owner) + "/" + std::to_string(seq);
   }
 };
+
+BITREFIT_FIELDS(baseline_id, value)
+BITREFIT_FIELDS(attempt_id, epoch, counter)
+BITREFIT_FIELDS(payload_id, attempt, owner, seq)
 
 }  // namespace bitrefit
 

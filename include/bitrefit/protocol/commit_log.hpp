@@ -82,14 +82,15 @@ struct log_reply {
   friend auto operator<=>(const log_reply&, const log_reply&) = default;
 };
 
-/// The pure commit log. `mutation` lets tests break compare-and-set on purpose.
-struct commit_log {
+/// The pure commit log. The mutation policy (mutation.hpp) lets tests break compare-and-set on
+/// purpose; `commit_log` is the shipped one.
+template <MutationPolicy Mut = no_mutation>
+struct basic_commit_log {
   log_snapshot state;
-  protocol_mutation mutation = protocol_mutation::none;
+  [[no_unique_address]] Mut mutation{};
 
-  commit_log() = default;
-  explicit commit_log(commit_record initial, protocol_mutation m = protocol_mutation::none)
-      : state{0, initial, std::nullopt}, mutation(m) {}
+  basic_commit_log() = default;
+  explicit basic_commit_log(commit_record initial, Mut m = {}) : state{0, initial, std::nullopt}, mutation(m) {}
 
   /// Apply one request atomically and return its reply (never failed/unknown: those are outcomes a
   /// faulty channel produces around a log, see sim/cluster.hpp).
@@ -105,7 +106,7 @@ struct commit_log {
             if (q.epoch == state.epoch) state.prepared = q.record;
             else r.outcome = log_outcome::fenced;
           } else if constexpr (std::is_same_v<Q, compare_and_set_request>) {
-            if (mutation == protocol_mutation::blind_write_commit) {
+            if (broken(mutation, protocol_mutation::blind_write_commit)) {
               state.record = q.desired;  // the broken variant: no epoch fence, no comparison
             } else if (q.epoch != state.epoch) {
               r.outcome = log_outcome::fenced;
@@ -121,19 +122,16 @@ struct commit_log {
     return r;
   }
 
-  friend bool operator==(const commit_log&, const commit_log&) = default;
+  friend bool operator==(const basic_commit_log&, const basic_commit_log&) = default;
 };
+using commit_log = basic_commit_log<>;
 
-namespace detail {
-inline void hash_append(hasher& h, const claim_epoch_request& q) { h.mix(q.epoch); }
-inline void hash_append(hasher& h, const persist_prepare_request& q) { h.mix(q.epoch); hash_append(h, q.record); }
-inline void hash_append(hasher& h, const compare_and_set_request& q) {
-  h.mix(q.epoch); hash_append(h, q.attempt); hash_append(h, q.expected); hash_append(h, q.desired);
-}
-inline void hash_append(hasher& h, const read_request&) { h.mix(0x7e); }
-inline void hash_append(hasher& h, const log_snapshot& s) { h.mix(s.epoch); hash_append(h, s.record); hash_append(h, s.prepared); }
-inline void hash_append(hasher& h, const log_reply& r) { hash_append(h, r.request); hash_append(h, r.outcome); hash_append(h, r.snapshot); }
-inline void hash_append(hasher& h, const commit_log& l) { hash_append(h, l.state); hash_append(h, l.mutation); }
-}  // namespace detail
+BITREFIT_FIELDS(claim_epoch_request, epoch)
+BITREFIT_FIELDS(persist_prepare_request, epoch, record)
+BITREFIT_FIELDS(compare_and_set_request, epoch, attempt, expected, desired)
+BITREFIT_NO_FIELDS(read_request)
+BITREFIT_FIELDS(log_snapshot, epoch, record, prepared)
+BITREFIT_FIELDS(log_reply, request, outcome, snapshot)
+BITREFIT_FIELDS_T(template <class M>, basic_commit_log<M>, state, mutation)
 
 }  // namespace bitrefit::protocol

@@ -125,7 +125,8 @@ struct roster_entry {
 /// What happens once stop_and_wait completes.
 enum class after_stop : std::uint8_t { retry, recover, abort };
 
-struct coordinator {
+template <MutationPolicy Mut = no_mutation>
+struct basic_coordinator {
   protocol_config config;
   std::uint64_t epoch = 1;
   coordinator_phase phase = coordinator_phase::booting;
@@ -144,18 +145,19 @@ struct coordinator {
   std::vector<std::optional<std::uint32_t>> manifests;  // per owner
   std::vector<std::uint8_t> arrived, acked, stopped;    // per member index
   after_stop then = after_stop::retry;
+  [[no_unique_address]] Mut mutation{};  // test policy (mutation.hpp); nothing in the shipped one
 
-  coordinator() = default;
+  basic_coordinator() = default;
   /// @param initial_roster receivers known to hold `initial` (e.g. the deployment's first members);
   ///        a coordinator that takes over passes {} and rebuilds its roster from the log + roll call.
-  coordinator(protocol_config cfg, std::uint64_t epoch_, std::vector<member> initial_roster = {},
-              commit_record initial = {})
-      : config(cfg), epoch(epoch_), committed(initial), roster(cfg.receivers), owner_at(cfg.owners, initial) {
+  basic_coordinator(protocol_config cfg, std::uint64_t epoch_, std::vector<member> initial_roster = {},
+                    commit_record initial = {}, Mut m = {})
+      : config(cfg), epoch(epoch_), committed(initial), roster(cfg.receivers), owner_at(cfg.owners, initial), mutation(m) {
     for (const auto& m : initial_roster)
       if (m.receiver < roster.size()) roster[m.receiver] = roster_entry{true, false, m.incarnation, initial};
   }
 
-  friend auto operator<=>(const coordinator&, const coordinator&) = default;
+  friend auto operator<=>(const basic_coordinator&, const basic_coordinator&) = default;
 
   /// Is a transition (attempt, stop, commit, recovery) in progress?
   bool busy() const noexcept {
@@ -169,9 +171,32 @@ struct coordinator {
     return out;
   }
 
+  /// Does a message still count, judged by its sender alone? Nothing from a receiver incarnation
+  /// that was evicted (fenced) or replaced by a newer one counts (DESIGN op. 8): step() drops such
+  /// a message before any handler sees it.
+  bool counts(const envelope& env) const {
+    const auto from = sender_member(env.msg);
+    if (!from) return true;  // owners' messages
+    if (from->receiver >= roster.size()) return false;
+    const roster_entry& e = roster[from->receiver];
+    if (!e.known) return true;
+    if (from->incarnation < e.incarnation) return mutated(protocol_mutation::accept_old_incarnation_acks);
+    return !(e.evicted && from->incarnation == e.incarnation);
+  }
+
+  /// The receiver incarnation a message speaks for, if it is a receiver's message.
+  static std::optional<member> sender_member(const message& m) {
+    return std::visit(
+        [](const auto& x) -> std::optional<member> {
+          if constexpr (requires { x.from; }) return x.from;
+          else return std::nullopt;
+        },
+        m);
+  }
+
  private:
   using out_t = std::vector<coordinator_action>;
-  bool mutated(protocol_mutation m) const noexcept { return config.mutation == m; }
+  bool mutated(protocol_mutation m) const noexcept { return broken(mutation, m); }
 
   void send(out_t& out, endpoint to, message m) const {
     out.push_back(send_action{envelope{endpoint::coord(), to, std::move(m)}});
@@ -371,6 +396,7 @@ struct coordinator {
 
   // ---- messages
   void on(const message_event& e, out_t& out) {
+    if (!counts(e.env)) return;  // a fenced or replaced incarnation: counts for nothing
     std::visit([&](const auto& m) { on_msg(m, out); }, e.env.msg);
   }
   template <class M>
@@ -563,21 +589,26 @@ struct coordinator {
   }
 };
 
-namespace detail {
-inline void hash_append(hasher& h, const roster_entry& r) {
-  h.mix(r.known); h.mix(r.evicted); h.mix(r.incarnation); hash_append(h, r.at);
-}
-inline void hash_append(hasher& h, const coordinator& c) {
-  hash_append(h, c.config); h.mix(c.epoch); hash_append(h, c.phase); h.mix(c.counter); hash_append(h, c.committed);
-  hash_append(h, c.roster); hash_append(h, c.owner_at); hash_append(h, c.target); h.mix(c.xor_allowed); hash_append(h, c.expected);
-  h.mix(c.attempts); h.mix(c.dirty); hash_append(h, c.attempt); hash_append(h, c.manifests);
-  hash_append(h, c.arrived); hash_append(h, c.acked); hash_append(h, c.stopped); hash_append(h, c.then);
-}
-}  // namespace detail
+using coordinator = basic_coordinator<>;
+
+BITREFIT_NO_FIELDS(start_event)
+BITREFIT_FIELDS(begin_transition_event, target, xor_allowed, expected)
+BITREFIT_FIELDS(log_event, reply)
+BITREFIT_NO_FIELDS(operator_abort_event)
+BITREFIT_FIELDS(log_action, request)
+BITREFIT_FIELDS(fence_receiver_action, fenced)
+BITREFIT_FIELDS(cleanup_action, attempt)
+BITREFIT_FIELDS(committed_action, record)
+BITREFIT_NO_FIELDS(deposed_action)
+BITREFIT_FIELDS(aborted_action, attempt)
+BITREFIT_FIELDS(needs_operator_action, why)
+BITREFIT_FIELDS(roster_entry, known, evicted, incarnation, at)
+BITREFIT_FIELDS_T(template <class M>, basic_coordinator<M>, config, epoch, phase, counter, committed, roster, owner_at, target,
+                  xor_allowed, expected, attempts, dirty, attempt, manifests, arrived, acked, stopped, then, mutation)
 
 }  // namespace bitrefit::protocol
 
-template <>
-struct std::hash<bitrefit::protocol::coordinator> {
-  std::size_t operator()(const bitrefit::protocol::coordinator& c) const { return bitrefit::protocol::hash_of(c); }
+template <class M>
+struct std::hash<bitrefit::protocol::basic_coordinator<M>> {
+  std::size_t operator()(const bitrefit::protocol::basic_coordinator<M>& c) const { return bitrefit::protocol::hash_of(c); }
 };

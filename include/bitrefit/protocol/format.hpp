@@ -161,7 +161,7 @@ inline std::string str(const log_event& e) { return "log_reply " + str(e.reply);
 inline std::string str(const deadline_event&) { return "deadline"; }
 inline std::string str(const operator_abort_event&) { return "operator_abort"; }
 inline std::string str(const chunk_encoded_event& e) {
-  return "chunk_encoded " + str(e.attempt) + "/" + num(e.seq) + " " + str(e.content);
+  return "chunk_encoded " + str(e.attempt) + "/" + num(e.seq) + " " + std::string(to_string(e.mode)) + " " + str(e.content);
 }
 inline std::string str(const encode_finished_event& e) {
   return "encode_finished " + str(e.attempt) + " chunks=" + num(e.chunks);
@@ -181,7 +181,8 @@ std::string str(const std::variant<T...>& v) {
 }
 
 // ----- states (one line each)
-inline std::string str(const coordinator& c) {
+template <class M>
+std::string str(const basic_coordinator<M>& c) {
   std::string s = "c e" + num(c.epoch) + " " + std::string(to_string(c.phase)) + " K=" + str(c.committed);
   if (c.attempt) s += " attempt=" + str(c.attempt->attempt) + " " + std::string(to_string(c.attempt->mode));
   s += " roster=[";
@@ -193,13 +194,15 @@ inline std::string str(const coordinator& c) {
   }
   return s + "]";
 }
-inline std::string str(const owner& o) {
+template <class M>
+std::string str(const basic_owner<M>& o) {
   std::string s = "o" + num(o.id) + " B=" + str(o.baseline);
   if (o.frozen_target) s += " frozen=v" + num(*o.frozen_target);
   if (o.active) s += " active=" + str(o.active->attempt);
   return s;
 }
-inline std::string str(const receiver& r) {
+template <class M>
+std::string str(const basic_receiver<M>& r) {
   std::string s = "r" + num(r.id) + "#" + num(r.incarnation) + " " + std::string(to_string(r.phase)) + " K=" +
                   str(r.committed) + (r.gate_open ? " gate=open" : " gate=closed");
   if (r.attempt) {

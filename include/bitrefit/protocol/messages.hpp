@@ -205,32 +205,28 @@ struct deadline_event {
   friend auto operator<=>(const deadline_event&, const deadline_event&) = default;
 };
 
-// ----- hashing ---------------------------------------------------------------------------------
-namespace detail {
-inline void hash_append(hasher& h, const endpoint& e) noexcept { h.mix(static_cast<std::uint64_t>(e.role)); h.mix(e.index); }
-inline void hash_append(hasher& h, const prepare_msg& m) { hash_append(h, m.record); }
-inline void hash_append(hasher& h, const obsolete_msg& m) { hash_append(h, m.attempt); }
-inline void hash_append(hasher& h, const open_msg& m) { hash_append(h, m.attempt); hash_append(h, m.chunks); }
-inline void hash_append(hasher& h, const flush_msg& m) { hash_append(h, m.attempt); }
-inline void hash_append(hasher& h, const announce_msg& m) { hash_append(h, m.record); }
-inline void hash_append(hasher& h, const roll_call_msg& m) { h.mix(m.epoch); }
-inline void hash_append(hasher& h, const abort_msg& m) { hash_append(h, m.attempt); }
-inline void hash_append(hasher& h, const payload_msg& m) {
-  hash_append(h, m.id); h.mix(m.base); h.mix(m.target); hash_append(h, m.mode); hash_append(h, m.content);
-}
-inline void hash_append(hasher& h, const manifest_msg& m) { hash_append(h, m.attempt); h.mix(m.owner); h.mix(m.chunks); }
-inline void hash_append(hasher& h, const arrived_msg& m) { hash_append(h, m.attempt); hash_append(h, m.from); }
-inline void hash_append(hasher& h, const ack_msg& m) { hash_append(h, m.attempt); hash_append(h, m.from); hash_append(h, m.attestation); }
-inline void hash_append(hasher& h, const stopped_msg& m) { hash_append(h, m.attempt); hash_append(h, m.from); }
-inline void hash_append(hasher& h, const failed_msg& m) { hash_append(h, m.attempt); hash_append(h, m.from); hash_append(h, m.reason); }
-inline void hash_append(hasher& h, const baseline_msg& m) { h.mix(m.owner); hash_append(h, m.at); }
-inline void hash_append(hasher& h, const join_msg& m) { hash_append(h, m.from); hash_append(h, m.at); }
-inline void hash_append(hasher& h, const envelope& e) { hash_append(h, e.from); hash_append(h, e.to); hash_append(h, e.msg); }
-inline void hash_append(hasher& h, const send_action& a) { hash_append(h, a.env); }
-inline void hash_append(hasher& h, const arm_deadline_action&) { h.mix(0xa1); }
-inline void hash_append(hasher& h, const disarm_deadline_action&) { h.mix(0xa2); }
-inline void hash_append(hasher& h, const message_event& e) { hash_append(h, e.env); }
-inline void hash_append(hasher& h, const deadline_event&) { h.mix(0xd1); }
-}  // namespace detail
+// ----- field lists (state hashing, trace JSON; core/fields.hpp) ----------------------------------
+BITREFIT_FIELDS(endpoint, role, index)
+BITREFIT_FIELDS(prepare_msg, record)
+BITREFIT_FIELDS(obsolete_msg, attempt)
+BITREFIT_FIELDS(open_msg, attempt, chunks)
+BITREFIT_FIELDS(flush_msg, attempt)
+BITREFIT_FIELDS(announce_msg, record)
+BITREFIT_FIELDS(roll_call_msg, epoch)
+BITREFIT_FIELDS(abort_msg, attempt)
+BITREFIT_FIELDS(payload_msg, id, base, target, mode, content)
+BITREFIT_FIELDS(manifest_msg, attempt, owner, chunks)
+BITREFIT_FIELDS(arrived_msg, attempt, from)
+BITREFIT_FIELDS(ack_msg, attempt, from, attestation)
+BITREFIT_FIELDS(stopped_msg, attempt, from)
+BITREFIT_FIELDS(failed_msg, attempt, from, reason)
+BITREFIT_FIELDS(baseline_msg, owner, at)
+BITREFIT_FIELDS(join_msg, from, at)
+BITREFIT_FIELDS(envelope, from, to, msg)
+BITREFIT_FIELDS(send_action, env)
+BITREFIT_NO_FIELDS(arm_deadline_action)
+BITREFIT_NO_FIELDS(disarm_deadline_action)
+BITREFIT_FIELDS(message_event, env)
+BITREFIT_NO_FIELDS(deadline_event)
 
 }  // namespace bitrefit::protocol

@@ -14,7 +14,8 @@
 //   freeze_change_set_action  compute and keep positions + absolute values of target vs B, BEFORE
 //                             encoding anything of the transition
 //   encode_action             encode the frozen set for τ in `mode`; report each chunk, in seq order,
-//                             as chunk_encoded_event, then encode_finished_event
+//                             as chunk_encoded_event (with the frame's own mode), then
+//                             encode_finished_event
 //   cancel_encoding_action    τ is obsolete: stop encoding and sending its chunks
 //   send_action               payloads to the members, the manifest to the coordinator
 #pragma once
@@ -33,6 +34,10 @@ struct chunk_encoded_event {
   attempt_id attempt{};
   std::uint32_t seq = 0;
   digest128 content{};  // digest of the encoded frame
+  /// The frame's own mode: xor_delta iff any item is XOR. In an XOR attempt an encoder may code a
+  /// whole chunk as overwrite (smaller, or a tensor some receiver places non-bit-preservingly);
+  /// that payload is then an overwrite payload, valid on any base. Never XOR in an overwrite attempt.
+  protocol::mode mode = mode::overwrite;
   friend auto operator<=>(const chunk_encoded_event&, const chunk_encoded_event&) = default;
 };
 struct encode_finished_event {
@@ -65,9 +70,10 @@ struct cancel_encoding_action {
 using owner_action =
     std::variant<send_action, advance_baseline_action, freeze_change_set_action, encode_action, cancel_encoding_action>;
 
-struct owner {
+template <MutationPolicy Mut = no_mutation>
+struct basic_owner {
   std::uint32_t id = 0;
-  protocol_mutation mutation = protocol_mutation::none;
+  [[no_unique_address]] Mut mutation{};  // test policy (mutation.hpp); nothing in the shipped one
   commit_record baseline{};                // B^v with its commit record
   std::optional<version_t> frozen_target;  // the transition's frozen change set, if any
   attempt_id highest_seen{};
@@ -75,10 +81,9 @@ struct owner {
   std::optional<prepare_record> active;
   bool finished = false;  // encode_finished reported for `active`
 
-  owner() = default;
-  owner(std::uint32_t id_, commit_record baseline_, protocol_mutation m = protocol_mutation::none)
-      : id(id_), mutation(m), baseline(baseline_) {}
-  friend auto operator<=>(const owner&, const owner&) = default;
+  basic_owner() = default;
+  basic_owner(std::uint32_t id_, commit_record baseline_, Mut m = {}) : id(id_), mutation(m), baseline(baseline_) {}
+  friend auto operator<=>(const basic_owner&, const basic_owner&) = default;
 
   /// The owner process restarted: only what it made durable survives, its baseline B^v with its
   /// commit record (advance_baseline_action) and the frozen change set of the transition in progress
@@ -86,8 +91,8 @@ struct owner {
   /// late copy of an old prepare may make it encode a dead attempt again, which receivers and the
   /// coordinator ignore. The next prepare (a retry after the coordinator's deadline) encodes from
   /// the recovered frozen set.
-  static owner recovered(const owner& before_crash) {
-    owner o(before_crash.id, before_crash.baseline, before_crash.mutation);
+  static basic_owner recovered(const basic_owner& before_crash) {
+    basic_owner o(before_crash.id, before_crash.baseline, before_crash.mutation);
     o.frozen_target = before_crash.frozen_target;
     return o;
   }
@@ -148,7 +153,7 @@ struct owner {
 
   void on(const chunk_encoded_event& e, out_t& out) {
     if (!active || active->attempt != e.attempt || finished) return;
-    payload_msg p{payload_id{e.attempt, id, e.seq}, baseline.version, active->target, active->mode, e.content};
+    payload_msg p{payload_id{e.attempt, id, e.seq}, baseline.version, active->target, e.mode, e.content};
     for (const auto& m : active->members)
       out.push_back(send_action{envelope{endpoint::owner_(id), endpoint::receiver_(m.receiver), p}});
   }
@@ -157,7 +162,7 @@ struct owner {
     if (!active || active->attempt != e.attempt || finished) return;
     finished = true;
     out.push_back(send_action{envelope{endpoint::owner_(id), endpoint::coord(), manifest_msg{e.attempt, id, e.chunks}}});
-    if (mutation == protocol_mutation::delta_against_uncommitted_base && frozen_target) {
+    if (broken(mutation, protocol_mutation::delta_against_uncommitted_base) && frozen_target) {
       // Broken on purpose: treats what it sent as committed.
       commit_record k{active->target, active->next};
       baseline = k;
@@ -167,16 +172,30 @@ struct owner {
   }
 };
 
-namespace detail {
-inline void hash_append(hasher& h, const owner& o) {
-  h.mix(o.id); hash_append(h, o.mutation); hash_append(h, o.baseline); hash_append(h, o.frozen_target);
-  hash_append(h, o.highest_seen); hash_append(h, o.active); h.mix(o.finished);
+using owner = basic_owner<>;
+
+/// The dense-restore rule (a restarted receiver restores K.v from the owners' baselines): serve K
+/// only while EVERY owner's baseline is exactly K. Between a commit and an owner's advance its B is
+/// still the previous version; serving those bits under K's name would hand a receiver the record
+/// K with other bits (a later XOR on it would produce garbage). The model world restores an oracle
+/// K.v; this rule is what makes the engine's restore equal to it, and bitrefit-check-trace checks
+/// it on every recorded run (README, "Limits").
+inline bool serves_dense_restore(const commit_record& k, const std::vector<commit_record>& owner_baselines) {
+  return !owner_baselines.empty() &&
+         std::all_of(owner_baselines.begin(), owner_baselines.end(), [&](const commit_record& b) { return b == k; });
 }
-}  // namespace detail
+
+BITREFIT_FIELDS(chunk_encoded_event, attempt, seq, content, mode)
+BITREFIT_FIELDS(encode_finished_event, attempt, chunks)
+BITREFIT_FIELDS(advance_baseline_action, record)
+BITREFIT_FIELDS(freeze_change_set_action, base, target)
+BITREFIT_FIELDS(encode_action, attempt, mode, base, target)
+BITREFIT_FIELDS(cancel_encoding_action, attempt)
+BITREFIT_FIELDS_T(template <class M>, basic_owner<M>, id, mutation, baseline, frozen_target, highest_seen, active, finished)
 
 }  // namespace bitrefit::protocol
 
-template <>
-struct std::hash<bitrefit::protocol::owner> {
-  std::size_t operator()(const bitrefit::protocol::owner& o) const { return bitrefit::protocol::hash_of(o); }
+template <class M>
+struct std::hash<bitrefit::protocol::basic_owner<M>> {
+  std::size_t operator()(const bitrefit::protocol::basic_owner<M>& o) const { return bitrefit::protocol::hash_of(o); }
 };

@@ -9,7 +9,7 @@
 //   device_synced_event   every apply issued so far took effect; carries the attestation when asked
 //   commit_read_event     the commit record, answering read_commit_action
 //   restored_event        dense_restore_action finished: parameters are exactly K.v
-//   deadline_event        the armed timer expired
+//   deadline_event        the armed timer expired (joining: join again; otherwise read K)
 // Actions (receiver_action), performed in list order:
 //   persist_incarnation_action  record the new incarnation durably BEFORE sending anything under it
 //   close_gate_action           stop admitting requests BEFORE any apply of the attempt
@@ -138,6 +138,7 @@ struct chunk_state {
   std::uint32_t owner = 0;
   std::uint32_t seq = 0;
   digest128 content{};
+  protocol::mode mode = mode::overwrite;  // the payload's own mode (overwrite allowed in an XOR attempt)
   bool applied = false;
   friend auto operator<=>(const chunk_state&, const chunk_state&) = default;
 };
@@ -170,12 +171,13 @@ struct early_attempt {
   friend auto operator<=>(const early_attempt&, const early_attempt&) = default;
 };
 
-struct receiver {
+template <MutationPolicy Mut = no_mutation>
+struct basic_receiver {
   std::uint32_t id = 0;
   std::uint64_t incarnation = 0;
   gate_policy gate = gate_policy::synchronous;
   bool attest = true;
-  protocol_mutation mutation = protocol_mutation::none;
+  [[no_unique_address]] Mut mutation{};  // test policy (mutation.hpp); nothing in the shipped one
   receiver_phase phase = receiver_phase::serving;
   commit_record committed{};              // the K its parameters hold outside attempts
   bool gate_open = true;
@@ -188,18 +190,18 @@ struct receiver {
   std::optional<prepare_record> deferred; // a newer prepare waiting for the device sync
   std::optional<early_attempt> early;     // messages of an attempt whose prepare has not arrived
 
-  receiver() = default;
+  basic_receiver() = default;
   /// A receiver already serving `at` (initial deployment). Restarted processes use `restarted`.
-  receiver(std::uint32_t id_, std::uint64_t inc, const protocol_config& cfg, commit_record at = {})
-      : id(id_), incarnation(inc), gate(cfg.gate), attest(cfg.attest), mutation(cfg.mutation), committed(at) {}
+  basic_receiver(std::uint32_t id_, std::uint64_t inc, const protocol_config& cfg, commit_record at = {}, Mut m = {})
+      : id(id_), incarnation(inc), gate(cfg.gate), attest(cfg.attest), mutation(m), committed(at) {}
   /// A fresh process with a new incarnation (persisted by the caller); feed boot_event next.
-  static receiver restarted(std::uint32_t id_, std::uint64_t inc, const protocol_config& cfg) {
-    receiver r(id_, inc, cfg);
+  static basic_receiver restarted(std::uint32_t id_, std::uint64_t inc, const protocol_config& cfg, Mut m = {}) {
+    basic_receiver r(id_, inc, cfg, {}, m);
     r.phase = receiver_phase::booting;
     r.gate_open = false;
     return r;
   }
-  friend auto operator<=>(const receiver&, const receiver&) = default;
+  friend auto operator<=>(const basic_receiver&, const basic_receiver&) = default;
 
   member self() const noexcept { return member{id, incarnation}; }
 
@@ -211,7 +213,7 @@ struct receiver {
 
  private:
   using out_t = std::vector<receiver_action>;
-  bool mutated(protocol_mutation m) const noexcept { return mutation == m; }
+  bool mutated(protocol_mutation m) const noexcept { return broken(mutation, m); }
   void send(out_t& out, endpoint to, message m) const {
     out.push_back(send_action{envelope{endpoint::receiver_(id), to, std::move(m)}});
   }
@@ -229,7 +231,6 @@ struct receiver {
       return;
     }
     commit_news(e.record, out);
-    if (phase == receiver_phase::member && attempt && attempt->acked) out.push_back(arm_deadline_action{});
   }
 
   void on(const restored_event& e, out_t& out) {
@@ -247,13 +248,15 @@ struct receiver {
     out.push_back(arm_deadline_action{});
   }
 
+  /// The timer, once armed (join, admission, ack), keeps running outside a restore: joining, it
+  /// re-sends the join; otherwise it reads K. An announcement or obsolete that was lost, or a
+  /// coordinator that is gone, then costs one deadline, never a receiver stuck at an old K with
+  /// its gate closed. Reading K is idempotent: news older than or equal to K changes nothing.
   void on(const deadline_event&, out_t& out) {
-    if (phase == receiver_phase::joining) {
-      to_coord(out, join_msg{self(), committed});
-      out.push_back(arm_deadline_action{});
-    } else if ((phase == receiver_phase::member && attempt && attempt->acked) || phase == receiver_phase::between) {
-      out.push_back(read_commit_action{});  // the announcement may have been lost
-    }
+    if (phase == receiver_phase::booting || phase == receiver_phase::restoring) return;
+    if (phase == receiver_phase::joining) to_coord(out, join_msg{self(), committed});
+    else out.push_back(read_commit_action{});
+    out.push_back(arm_deadline_action{});
   }
 
   void on(const drained_event&, out_t& out) {
@@ -297,10 +300,7 @@ struct receiver {
   /// Returns false if this receiver went to restore.
   bool commit_news(const commit_record& k, out_t& out) {
     if (k == committed) {
-      if (phase == receiver_phase::joining) {
-        phase = receiver_phase::serving;
-        out.push_back(disarm_deadline_action{});
-      }
+      if (phase == receiver_phase::joining) phase = receiver_phase::serving;  // the timer keeps watching K
       return true;
     }
     if (completed && *completed == k) {
@@ -314,7 +314,6 @@ struct receiver {
         gate_open = true;
         out.push_back(open_gate_action{});
       }
-      out.push_back(disarm_deadline_action{});
       return true;
     }
     if (k.version > committed.version) {
@@ -404,6 +403,7 @@ struct receiver {
       gate_open = false;
       out.push_back(close_gate_action{});
     }
+    out.push_back(arm_deadline_action{});  // watch K while a member (a lost obsolete or announcement)
     replay_early(out);
   }
 
@@ -472,16 +472,18 @@ struct receiver {
         fail(failure_reason::conflicting_payload, out);  // same id, different verified bytes
       } else if (mutated(protocol_mutation::dedup_off) && it->applied) {
         unsynced = true;  // broken on purpose: the duplicate is applied again
-        out.push_back(apply_payload_action{m.id, attempt->mode, attempt->base.version, attempt->target});
+        out.push_back(apply_payload_action{m.id, it->mode, attempt->base.version, attempt->target});
       }
       return;  // an identical duplicate is ignored
     }
-    if (m.mode != attempt->mode || m.target != attempt->target ||
-        (m.mode == mode::xor_delta && m.base != attempt->base.version)) {
+    // XOR needs exactly this attempt's base and an XOR attempt (never a retry); an overwrite
+    // payload is valid on any base, so it may ride in an XOR attempt too.
+    if (m.target != attempt->target ||
+        (m.mode == mode::xor_delta && (attempt->mode != mode::xor_delta || m.base != attempt->base.version))) {
       fail(failure_reason::wrong_base, out);
       return;
     }
-    chunk_state c{m.id.owner, m.id.seq, m.content, false};
+    chunk_state c{m.id.owner, m.id.seq, m.content, m.mode, false};
     cs.insert(std::upper_bound(cs.begin(), cs.end(), c), c);
     if (!staged) out.push_back(stage_payload_action{m.id});
     progress(out);
@@ -578,7 +580,7 @@ struct receiver {
           it->applied = true;
           unsynced = true;
           completed.reset();  // parameters diverge from any earlier completed attempt
-          out.push_back(apply_payload_action{payload_id{a.attempt, o, s}, a.mode, a.base.version, a.target});
+          out.push_back(apply_payload_action{payload_id{a.attempt, o, s}, it->mode, a.base.version, a.target});
         }
         ++applied;
       }
@@ -592,29 +594,33 @@ struct receiver {
   }
 };
 
-namespace detail {
-inline void hash_append(hasher& h, const chunk_state& c) {
-  h.mix(c.owner); h.mix(c.seq); hash_append(h, c.content); h.mix(c.applied);
-}
-inline void hash_append(hasher& h, const receiver_attempt& a) {
-  hash_append(h, a.attempt); hash_append(h, a.mode); hash_append(h, a.base); h.mix(a.target); hash_append(h, a.next);
-  h.mix(a.open); hash_append(h, a.manifest); hash_append(h, a.chunks);
-  h.mix(a.arrived_sent | a.flushing << 1 | a.drained << 2 | a.syncing << 3 | a.acked << 4 | a.failed << 5);
-}
-inline void hash_append(hasher& h, const early_attempt& e) {
-  hash_append(h, e.attempt); hash_append(h, e.payloads); h.mix(e.conflict); hash_append(h, e.open); h.mix(e.flush);
-}
-inline void hash_append(hasher& h, const receiver& r) {
-  h.mix(r.id); h.mix(r.incarnation); hash_append(h, r.gate); h.mix(r.attest); hash_append(h, r.mutation);
-  hash_append(h, r.phase); hash_append(h, r.committed); h.mix(r.gate_open); hash_append(h, r.highest_seen);
-  hash_append(h, r.attempt); hash_append(h, r.completed); h.mix(r.unsynced); h.mix(r.sync_pending);
-  hash_append(h, r.stopping_for); hash_append(h, r.deferred); hash_append(h, r.early);
-}
-}  // namespace detail
+using receiver = basic_receiver<>;
+
+BITREFIT_NO_FIELDS(boot_event)
+BITREFIT_NO_FIELDS(drained_event)
+BITREFIT_FIELDS(device_synced_event, attestation)
+BITREFIT_FIELDS(commit_read_event, record)
+BITREFIT_FIELDS(restored_event, record)
+BITREFIT_FIELDS(persist_incarnation_action, incarnation)
+BITREFIT_NO_FIELDS(close_gate_action)
+BITREFIT_NO_FIELDS(drain_requests_action)
+BITREFIT_FIELDS(stage_payload_action, id)
+BITREFIT_FIELDS(apply_payload_action, id, mode, base, target)
+BITREFIT_FIELDS(discard_staged_action, attempt)
+BITREFIT_FIELDS(sync_device_action, attest)
+BITREFIT_FIELDS(open_gate_action, invalidate_kv_cache)
+BITREFIT_NO_FIELDS(read_commit_action)
+BITREFIT_FIELDS(dense_restore_action, record)
+BITREFIT_FIELDS(chunk_state, owner, seq, content, mode, applied)
+BITREFIT_FIELDS(receiver_attempt, attempt, mode, base, target, next, open, manifest, chunks, arrived_sent, flushing, drained,
+                syncing, acked, failed)
+BITREFIT_FIELDS(early_attempt, attempt, payloads, conflict, open, flush)
+BITREFIT_FIELDS_T(template <class M>, basic_receiver<M>, id, incarnation, gate, attest, mutation, phase, committed, gate_open,
+                  highest_seen, attempt, completed, unsynced, sync_pending, stopping_for, deferred, early)
 
 }  // namespace bitrefit::protocol
 
-template <>
-struct std::hash<bitrefit::protocol::receiver> {
-  std::size_t operator()(const bitrefit::protocol::receiver& r) const { return bitrefit::protocol::hash_of(r); }
+template <class M>
+struct std::hash<bitrefit::protocol::basic_receiver<M>> {
+  std::size_t operator()(const bitrefit::protocol::basic_receiver<M>& r) const { return bitrefit::protocol::hash_of(r); }
 };

@@ -1,6 +1,6 @@
 // bitrefit/protocol/types.hpp — the protocol's value vocabulary: modes, configuration, the commit
-// record K = (v, g), member bindings, the persisted prepare record, the test-only mutation knob and
-// the hashing used for state deduplication.
+// record K = (v, g), member bindings, the persisted prepare record and the hashing used for state
+// deduplication (mutations, a test policy, are in mutation.hpp).
 //
 // Everything here is a plain value: copyable, equality-comparable (defaulted ==) and hashable with
 // `protocol::hash_of(x)`. No clocks, threads, I/O or randomness anywhere under protocol/.
@@ -11,12 +11,15 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <variant>
 #include <vector>
 
 #include "bitrefit/core/digest.hpp"
+#include "bitrefit/core/fields.hpp"
 #include "bitrefit/core/ids.hpp"
+#include "bitrefit/protocol/mutation.hpp"
 
 namespace bitrefit::protocol {
 
@@ -30,51 +33,9 @@ enum class mode : std::uint8_t { xor_delta, overwrite };
 /// while they stage payloads; the gate closes only after the coordinator's arrival check (flush).
 enum class gate_policy : std::uint8_t { synchronous, asynchronous };
 
-/// Deliberately broken variants of the protocol, for tests that must show the checks can fail.
-/// Production code never sets anything but `none`.
-enum class protocol_mutation : std::uint8_t {
-  none,
-  retry_by_xor,                    // coordinator: retries keep XOR instead of switching to overwrite
-  commit_before_all_acks,          // coordinator: compare-and-set after the first ack
-  dedup_off,                       // receiver: a duplicate payload is applied again
-  delta_against_uncommitted_base,  // owner: advances its baseline when it finished encoding, not at commit
-  retry_without_stop_and_wait,     // coordinator skips stop_and_wait, receivers skip the device sync
-  accept_old_incarnation_acks,     // coordinator: acks/joins matched by receiver id, incarnation ignored
-  blind_write_commit,              // commit log: compare-and-set becomes an unconditional write
-};
-
-inline constexpr protocol_mutation all_mutations[] = {
-    protocol_mutation::retry_by_xor,
-    protocol_mutation::commit_before_all_acks,
-    protocol_mutation::dedup_off,
-    protocol_mutation::delta_against_uncommitted_base,
-    protocol_mutation::retry_without_stop_and_wait,
-    protocol_mutation::accept_old_incarnation_acks,
-    protocol_mutation::blind_write_commit,
-};
-
 constexpr std::string_view to_string(mode m) noexcept { return m == mode::xor_delta ? "xor" : "overwrite"; }
 constexpr std::string_view to_string(gate_policy g) noexcept {
   return g == gate_policy::synchronous ? "sync" : "async";
-}
-constexpr std::string_view to_string(protocol_mutation m) noexcept {
-  switch (m) {
-    case protocol_mutation::none: return "none";
-    case protocol_mutation::retry_by_xor: return "retry_by_xor";
-    case protocol_mutation::commit_before_all_acks: return "commit_before_all_acks";
-    case protocol_mutation::dedup_off: return "dedup_off";
-    case protocol_mutation::delta_against_uncommitted_base: return "delta_against_uncommitted_base";
-    case protocol_mutation::retry_without_stop_and_wait: return "retry_without_stop_and_wait";
-    case protocol_mutation::accept_old_incarnation_acks: return "accept_old_incarnation_acks";
-    case protocol_mutation::blind_write_commit: return "blind_write_commit";
-  }
-  return "?";
-}
-inline std::optional<protocol_mutation> mutation_from_string(std::string_view s) {
-  if (s == "none") return protocol_mutation::none;
-  for (auto m : all_mutations)
-    if (to_string(m) == s) return m;
-  return std::nullopt;
 }
 
 /// Configuration shared by every role of one cluster. Receivers are numbered 0..receivers-1 and
@@ -88,7 +49,6 @@ struct protocol_config {
   /// Attempts per transition before the coordinator stops retrying and waits for an operator
   /// (0: retry forever, which is what DESIGN asks for).
   std::uint32_t max_attempts = 0;
-  protocol_mutation mutation = protocol_mutation::none;
   friend auto operator<=>(const protocol_config&, const protocol_config&) = default;
 };
 
@@ -124,6 +84,11 @@ struct prepare_record {
 /// The baseline id an attempt would commit: fresh per attempt and never 0 (0 is the initial g).
 constexpr baseline_id baseline_of(attempt_id a) noexcept { return baseline_id{(a.epoch << 32) | (a.counter & 0xffffffffu)}; }
 
+BITREFIT_FIELDS(commit_record, version, baseline)
+BITREFIT_FIELDS(member, receiver, incarnation)
+BITREFIT_FIELDS(protocol_config, gate, owners, receivers, attest, max_attempts)
+BITREFIT_FIELDS(prepare_record, attempt, base, target, next, mode, xor_allowed, members, expected)
+
 // ---------------------------------------------------------------------------------------------
 // Hashing for state deduplication (model checker, RapidCheck shrinking caches).
 
@@ -142,19 +107,11 @@ template <class T>
 inline void hash_append(hasher& h, T v) noexcept {
   h.mix(static_cast<std::uint64_t>(v));
 }
-inline void hash_append(hasher& h, const attempt_id& a) noexcept { h.mix(a.epoch); h.mix(a.counter); }
-inline void hash_append(hasher& h, const baseline_id& b) noexcept { h.mix(b.value); }
-inline void hash_append(hasher& h, const digest128& d) noexcept { h.mix(d.low64); h.mix(d.high64); }
-inline void hash_append(hasher& h, const payload_id& p) noexcept {
-  hash_append(h, p.attempt);
-  h.mix(p.owner);
-  h.mix(p.seq);
-}
-inline void hash_append(hasher& h, const commit_record& k) noexcept { h.mix(k.version); h.mix(k.baseline.value); }
-inline void hash_append(hasher& h, const member& m) noexcept { h.mix(m.receiver); h.mix(m.incarnation); }
-inline void hash_append(hasher& h, const protocol_config& c) noexcept {
-  hash_append(h, c.gate); h.mix(c.owners); h.mix(c.receivers); h.mix(c.attest); h.mix(c.max_attempts);
-  hash_append(h, c.mutation);
+/// Every field of every protocol value goes through hash_append, so states that differ anywhere
+/// hash apart (fingerprint deduplication in the checker relies on it).
+template <class... T>
+void hash_all(hasher& h, const T&... fields) {
+  (hash_append(h, fields), ...);
 }
 template <class T>
 void hash_append(hasher& h, const std::optional<T>& o);
@@ -163,9 +120,15 @@ void hash_append(hasher& h, const std::vector<T>& v);
 template <class... T>
 void hash_append(hasher& h, const std::variant<T...>& v);
 
-inline void hash_append(hasher& h, const prepare_record& p) {
-  hash_append(h, p.attempt); hash_append(h, p.base); h.mix(p.target); hash_append(h, p.next);
-  hash_append(h, p.mode); h.mix(p.xor_allowed); hash_append(h, p.members); hash_append(h, p.expected);
+inline void hash_append(hasher& h, const std::string& s) {
+  for (char c : s) h.mix(static_cast<unsigned char>(c));
+  h.mix(s.size());
+}
+/// A value with a field list (core/fields.hpp): every field, in order. The field list is the one
+/// the trace's JSON uses too, and it cannot leave a field out (it would not compile).
+template <has_fields T>
+void hash_append(hasher& h, const T& x) {
+  std::apply([&h](const auto&... f) { hash_all(h, f...); }, fields_of(x));
 }
 
 template <class T>

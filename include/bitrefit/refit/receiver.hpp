@@ -23,8 +23,6 @@
 #pragma once
 
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <functional>
 #include <map>
 #include <optional>
@@ -34,6 +32,7 @@
 
 #include "bitrefit/durability/concepts.hpp"
 #include "bitrefit/layout/concepts.hpp"
+#include "bitrefit/protocol/driver.hpp"
 #include "bitrefit/protocol/receiver.hpp"
 #include "bitrefit/refit/faults.hpp"
 #include "bitrefit/refit/placement.hpp"
@@ -69,7 +68,7 @@ class receiver {
  public:
   receiver(Ld& loader, T transport, L log, receiver_options o)
       : store_(loader), transport_(std::move(transport)), log_(std::move(log)), opt_(std::move(o)) {
-    protocol::protocol_config cfg{opt_.gate, 1, opt_.index + 1, opt_.attest, 0, protocol::protocol_mutation::none};
+    protocol::protocol_config cfg{opt_.gate, 1, opt_.index + 1, opt_.attest, 0};
     sm_ = protocol::receiver::restarted(opt_.index, opt_.incarnation, cfg);
   }
 
@@ -103,19 +102,7 @@ class receiver {
     }
     if (read_retry_ && clock::now() >= *read_retry_) {
       read_retry_.reset();
-      read_commit();
-    }
-    // Whenever no timer is armed (outside attempts, or a member waiting for open/flush/obsolete), a
-    // lost announcement or obsolete would leave this receiver stale until the next prepare reaches
-    // it — which never happens once it was evicted. Reading K now
-    // and then is DESIGN's "a receiver that missed one reads K" (commit_read_event is accepted in
-    // every phase but restoring). The idle coordinator now also repeats announcements and roll
-    // calls until every receiver confirms K; this read stays as a second, coordinator-independent
-    // path (idempotent: news older than or equal to K changes nothing).
-    if (!deadline_ && !restoring_ && sm_.phase != protocol::receiver_phase::booting &&
-        sm_.phase != protocol::receiver_phase::restoring && clock::now() >= next_idle_read_) {
-      next_idle_read_ = clock::now() + opt_.deadline;
-      read_commit();
+      if (auto ev = read_commit()) step_sm(*ev);
     }
     (void)any;
   }
@@ -146,69 +133,66 @@ class receiver {
   protocol::endpoint self_endpoint() const { return protocol::endpoint::receiver_(opt_.index); }
 
   void step_sm(const protocol::receiver_event& ev) {
-    auto actions = sm_.step(ev);
-    static const bool tracing = std::getenv("BITREFIT_TRACE") != nullptr;
-    if (tracing) {
-      std::string names;
-      for (auto& a : actions) names += " " + std::to_string(a.index());
-      std::fprintf(stderr, "[receiver %u#%llu] event %zu -> phase %s, actions:%s\n", opt_.index,
-                   static_cast<unsigned long long>(sm_.incarnation), ev.index(),
-                   std::string(protocol::to_string(sm_.phase)).c_str(), names.c_str());
-    }
-    for (auto& a : actions) execute(a);
+    effects fx{*this};
+    protocol::drive_until_quiet(sm_, ev, fx, later_);
   }
 
-  void execute(const protocol::receiver_action& a) {
-    std::visit(
-        [&](const auto& act) {
-          using A = std::decay_t<decltype(act)>;
-          if constexpr (std::is_same_v<A, protocol::send_action>) {
-            transport_.post(wire::mailbox(act.env.to), wire::encode(act.env));
-          } else if constexpr (std::is_same_v<A, protocol::persist_incarnation_action>) {
-            if (opt_.persist_incarnation) opt_.persist_incarnation(act.incarnation);
-          } else if constexpr (std::is_same_v<A, protocol::close_gate_action>) {
-            if (opt_.on_gate) opt_.on_gate(false);
-            gate_closed_at_ = clock::now();
-          } else if constexpr (std::is_same_v<A, protocol::drain_requests_action>) {
-            if (opt_.drain) opt_.drain();
-            step_sm(protocol::drained_event{});
-          } else if constexpr (std::is_same_v<A, protocol::stage_payload_action>) {
-            if (arrived_ && arrived_->first == act.id) staged_[act.id] = std::move(arrived_->second);
-            arrived_.reset();
-            if (!report_attempt_ || *report_attempt_ < act.id.attempt) report_attempt_ = act.id.attempt;
-          } else if constexpr (std::is_same_v<A, protocol::apply_payload_action>) {
-            apply(act);
-          } else if constexpr (std::is_same_v<A, protocol::discard_staged_action>) {
-            std::erase_if(staged_, [&](const auto& kv) { return kv.first.attempt == act.attempt; });
-            if (listing_ && *listing_ == act.attempt) {
-              listing_.reset();
-              delivered_.clear();
-            }
-          } else if constexpr (std::is_same_v<A, protocol::sync_device_action>) {
-            const auto t = clock::now();
-            std::optional<digest128> att;
-            if (act.attest) att = store_.attest();  // host memory: every write already took effect
-            if (att) last_attestation_ = att;
-            sync_s_ += seconds(clock::now() - t);
-            step_sm(protocol::device_synced_event{att});
-          } else if constexpr (std::is_same_v<A, protocol::open_gate_action>) {
-            if (opt_.on_gate) opt_.on_gate(true);
-            if (gate_closed_at_) gate_closed_s_ += seconds(clock::now() - *gate_closed_at_);
-            gate_closed_at_.reset();
-            report_and_reset();
-            if (opt_.on_commit && sm_.phase != protocol::receiver_phase::restoring) opt_.on_commit(sm_.committed);
-          } else if constexpr (std::is_same_v<A, protocol::read_commit_action>) {
-            read_commit();
-          } else if constexpr (std::is_same_v<A, protocol::dense_restore_action>) {
-            begin_restore();
-          } else if constexpr (std::is_same_v<A, protocol::arm_deadline_action>) {
-            deadline_ = clock::now() + opt_.deadline;
-          } else if constexpr (std::is_same_v<A, protocol::disarm_deadline_action>) {
-            deadline_.reset();
-          }
-        },
-        a);
-  }
+  // ---- the receiver's Effects (protocol/driver.hpp): what its actions do in this engine.
+  // protocol::drive is the only caller; completions go through later_ (stepped after the step
+  // that issued them performed all of its actions).
+  struct effects {
+    receiver& s;
+
+    void send(const protocol::endpoint&, const protocol::envelope& env) {
+      s.transport_.post(wire::mailbox(env.to), wire::encode(env));
+    }
+    void persist_incarnation(const protocol::endpoint&, std::uint64_t inc) {
+      if (s.opt_.persist_incarnation) s.opt_.persist_incarnation(inc);
+    }
+    void close_gate(const protocol::endpoint&) {
+      if (s.opt_.on_gate) s.opt_.on_gate(false);
+      s.gate_closed_at_ = clock::now();
+    }
+    void open_gate(const protocol::endpoint&, bool) {
+      if (s.opt_.on_gate) s.opt_.on_gate(true);
+      if (s.gate_closed_at_) s.gate_closed_s_ += seconds(clock::now() - *s.gate_closed_at_);
+      s.gate_closed_at_.reset();
+      s.report_and_reset();
+      if (s.opt_.on_commit && s.sm_.phase != protocol::receiver_phase::restoring) s.opt_.on_commit(s.sm_.committed);
+    }
+    void drain_requests(const protocol::endpoint&) {
+      if (s.opt_.drain) s.opt_.drain();
+      s.later_.push(protocol::drained_event{});
+    }
+    void stage_payload(const protocol::endpoint&, const payload_id& id) {
+      if (s.arrived_ && s.arrived_->first == id) s.staged_[id] = std::move(s.arrived_->second);
+      s.arrived_.reset();
+      if (!s.report_attempt_ || *s.report_attempt_ < id.attempt) s.report_attempt_ = id.attempt;
+    }
+    void apply_payload(const protocol::endpoint&, const protocol::apply_payload_action& act) { s.apply(act); }
+    void discard_staged(const protocol::endpoint&, const attempt_id& a) {
+      std::erase_if(s.staged_, [&](const auto& kv) { return kv.first.attempt == a; });
+      if (s.listing_ && *s.listing_ == a) {
+        s.listing_.reset();
+        s.delivered_.clear();
+      }
+    }
+    /// Host memory: every write already took effect, so the device is synchronised at once.
+    void sync_device(const protocol::endpoint&, bool attest) {
+      const auto t = clock::now();
+      std::optional<digest128> att;
+      if (attest) att = s.store_.attest();
+      if (att) s.last_attestation_ = att;
+      s.sync_s_ += seconds(clock::now() - t);
+      s.later_.push(protocol::device_synced_event{att});
+    }
+    void read_commit(const protocol::endpoint&) {
+      if (auto ev = s.read_commit()) s.later_.push(*ev);
+    }
+    void dense_restore(const protocol::endpoint&, const protocol::commit_record&) { s.begin_restore(); }
+    void arm_deadline(const protocol::endpoint&) { s.deadline_ = clock::now() + s.opt_.deadline; }
+    void disarm_deadline(const protocol::endpoint&) { s.deadline_.reset(); }
+  };
 
   void apply(const protocol::apply_payload_action& act) {
     auto it = staged_.find(act.id);
@@ -255,8 +239,8 @@ class receiver {
       ++counters_.delivered;
       any = true;
       if (!sm_.attempt || sm_.attempt->attempt != a) break;
-      protocol::payload_msg m{v.header.id, v.header.base_version, v.header.target_version,
-                              v.mode == protocol::mode::xor_delta ? protocol::mode::xor_delta : sm_.attempt->mode, v.content};
+      // The frame's own mode (xor iff any item is XOR): the machine decides whether it fits the attempt.
+      protocol::payload_msg m{v.header.id, v.header.base_version, v.header.target_version, v.mode, v.content};
       arrived_.emplace(v.header.id, std::move(*bytes));
       step_sm(protocol::message_event{protocol::envelope{protocol::endpoint::owner_(key.owner), self_endpoint(), m}});
       arrived_.reset();
@@ -265,13 +249,15 @@ class receiver {
     return any;
   }
 
-  void read_commit() {
+  /// Reads K; the answer is a commit_read_event for the machine (nothing when the log did not
+  /// answer: read_retry_ asks again soon).
+  std::optional<protocol::receiver_event> read_commit() {
     const auto r = log_.apply(protocol::read_request{});
     if (r.outcome != protocol::log_outcome::ok) {
       read_retry_ = clock::now() + opt_.poll * 10;
-      return;
+      return std::nullopt;
     }
-    step_sm(protocol::commit_read_event{r.snapshot.record});
+    return protocol::commit_read_event{r.snapshot.record};
   }
 
   // ---- dense restore from the owners' committed baseline ----
@@ -344,12 +330,12 @@ class receiver {
   L log_;
   receiver_options opt_;
   protocol::receiver sm_;
+  protocol::completion_queue<protocol::receiver_event> later_;
   std::map<payload_id, std::vector<std::byte>> staged_;
   std::optional<std::pair<payload_id, std::vector<std::byte>>> arrived_;
   std::optional<attempt_id> listing_;
   std::set<transport::frame_key> delivered_;
   std::optional<clock::time_point> deadline_, read_retry_, gate_closed_at_, restore_asked_;
-  clock::time_point next_idle_read_ = clock::now();
   bool restoring_ = false;
   std::optional<digest128> last_attestation_;
   std::optional<attempt_id> report_attempt_;

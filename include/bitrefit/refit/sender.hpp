@@ -53,6 +53,7 @@
 #include "bitrefit/core/manifest.hpp"
 #include "bitrefit/durability/concepts.hpp"
 #include "bitrefit/protocol/coordinator.hpp"
+#include "bitrefit/protocol/driver.hpp"
 #include "bitrefit/protocol/owner.hpp"
 #include "bitrefit/refit/faults.hpp"
 #include "bitrefit/refit/concepts.hpp"
@@ -90,7 +91,6 @@ struct sender_options {
   std::uint32_t max_attempts = 0;  // 0: retry until commit (DESIGN); else needs_operator after that many
   fault_injector* faults = nullptr;
   std::function<void()> idle;  // called once per loop iteration (the demo reaps and restarts processes)
-  protocol::protocol_mutation mutation = protocol::protocol_mutation::none;  // tests only
 };
 
 template <transport::Transport T, durability::CommitLog L, durability::BaselineStore B,
@@ -148,7 +148,7 @@ class sender {
     if (r.outcome != protocol::log_outcome::ok) throw error(errc::io, "commit log unreadable at start", {.file = {}, .tensor = {}, .field = "commit_log"});
     committed_ = r.snapshot.record;
     for (std::uint32_t i = 0; i < owners_.size(); ++i) recover_owner(i, committed_bits);
-    protocol::protocol_config cfg{opt_.gate, opt_.owners, opt_.receivers, opt_.attest, opt_.max_attempts, opt_.mutation};
+    protocol::protocol_config cfg{opt_.gate, opt_.owners, opt_.receivers, opt_.attest, opt_.max_attempts};
     coord_ = protocol::coordinator(cfg, r.snapshot.epoch + 1, {}, committed_);
     step_coordinator(protocol::start_event{});
     run_until([&] { return coord_.phase != protocol::coordinator_phase::claiming && local_.empty(); });
@@ -183,6 +183,7 @@ class sender {
     // compare: freeze the change set (copy v+1 out of the trainer, bitwise against B^v)
     const auto tc = clock::now();
     for (auto& o : owners_) {
+      quiesce(*o);  // chunks of a cancelled attempt of the last transition may still be encoding
       stats_.changed += o->shard.freeze(next);
       o->frozen_version = stats_.version;
       o->persisted = 0;  // these bits are not saved yet (an earlier, failed transition may have saved others)
@@ -250,7 +251,7 @@ class sender {
     std::atomic<std::uint32_t> in_flight{0};   // pool tasks of this owner past their generation check
     attempt_id encoding{};
     std::uint32_t next_report = 0;              // chunk_encoded_event is fed in seq order
-    std::map<std::uint32_t, digest128> done;    // encoded, not yet reported
+    std::map<std::uint32_t, std::pair<digest128, protocol::mode>> done;  // encoded, not yet reported
     std::uint32_t total = 0;
     version_t persisted = 0;                    // target whose frozen image is durable
   };
@@ -261,6 +262,7 @@ class sender {
     attempt_id attempt{};
     std::uint32_t seq = 0;
     digest128 content{};
+    protocol::mode mode = protocol::mode::overwrite;  // xor_delta iff the frame has an XOR item
     bool crashed = false;
     bool fatal = false;
     std::string what;
@@ -327,45 +329,13 @@ class sender {
     }
     o.store.retain_only(committed_.version);
     o.frozen_version = 0;
-    o.sm = protocol::owner(i, committed_, opt_.mutation);
+    o.sm = protocol::owner(i, committed_);
   }
 
   void step_owner(std::uint32_t i, const protocol::owner_event& ev) {
-    auto& o = *owners_[i];
-    for (auto& a : o.sm.step(ev)) {
-      std::visit(
-          [&](auto& act) {
-            using A = std::decay_t<decltype(act)>;
-            if constexpr (std::is_same_v<A, protocol::send_action>) {
-              route(act.env);
-            } else if constexpr (std::is_same_v<A, protocol::advance_baseline_action>) {
-              quiesce(o);  // chunks of a cancelled attempt may still be encoding from the baseline
-              o.shard.advance();
-              o.frozen_version = 0;
-              const auto tr = clock::now();
-              o.store.retain_only(act.record.version);  // may fold a delta chain into a full image
-              stats_.phases.persist_s += seconds(clock::now() - tr);
-            } else if constexpr (std::is_same_v<A, protocol::freeze_change_set_action>) {
-              if (o.frozen_version != act.target) {  // e.g. a restarted trainer-side engine
-                if (!next_) throw error(errc::protocol, "owner asked to freeze without the trainer's target bits");
-                quiesce(o);
-                o.shard.freeze(next_);
-                o.frozen_version = act.target;
-              }
-              if (o.persisted != act.target) {  // retries of the same target reuse the saved image
-                const auto tp = clock::now();
-                persist_frozen(o, act);  // durable BEFORE encoding
-                o.persisted = act.target;
-                stats_.phases.persist_s += seconds(clock::now() - tp);
-              }
-            } else if constexpr (std::is_same_v<A, protocol::encode_action>) {
-              start_encoding(i, act);
-            } else if constexpr (std::is_same_v<A, protocol::cancel_encoding_action>) {
-              if (o.encoding == act.attempt) o.generation++;
-            }
-          },
-          a);
-    }
+    effects fx{*this};
+    protocol::drive(owners_.at(i)->sm, ev, fx);
+    settle();
   }
 
   /// Makes the frozen target durable. A DeltaBaselineStore gets only the change set against B^v
@@ -403,7 +373,7 @@ class sender {
           ~leave() { --n; }
         } in_flight_guard{slot.in_flight};
         if (slot.generation.load() != gen) return;  // cancelled
-        completion c{i, gen, act.attempt, seq, {}, false, false, {}};
+        completion c{i, gen, act.attempt, seq, {}, protocol::mode::overwrite, false, false, {}};
         try {
           const auto te = clock::now();
           auto& enc = *encoders_[2 * w + (policy == codec::mode_policy::overwrite_only ? 1 : 0)];
@@ -413,12 +383,12 @@ class sender {
           if (slot.generation.load() != gen) return;
           transport_.publish(transport::key_of(h.id), out.span());
           c.content = codec::load_digest_le(out.data() + out.size() - codec::frame_digest_size);
+          c.mode = st.xor_items > 0 ? protocol::mode::xor_delta : protocol::mode::overwrite;
           std::lock_guard lock(mu_);
           if (!first_publish_) first_publish_ = clock::now();
           stats_.payload_bytes += out.size();
           stats_.frames += 1;
           stats_.phases.encode_s += seconds(clock::now() - te);
-          (void)st;
         } catch (const injected_crash& e) {
           c.crashed = true;
           c.what = e.what();
@@ -438,7 +408,7 @@ class sender {
         completions_.push_back(std::move(c));
       });
     }
-    if (o.total == 0) step_owner(i, protocol::encode_finished_event{act.attempt, 0});
+    if (o.total == 0) owner_later_.push({i, protocol::encode_finished_event{act.attempt, 0}});
   }
 
   bool drain_completions() {
@@ -455,11 +425,11 @@ class sender {
         crash_owner(c.owner);
         continue;
       }
-      extend_deadline();  // an owner made progress
-      o.done[c.seq] = c.content;
+      o.done[c.seq] = {c.content, c.mode};
       while (o.done.count(o.next_report)) {
         const std::uint32_t s = o.next_report++;
-        step_owner(c.owner, protocol::chunk_encoded_event{c.attempt, s, o.done[s]});
+        const auto [content, mode] = o.done[s];
+        step_owner(c.owner, protocol::chunk_encoded_event{c.attempt, s, content, mode});
         o.done.erase(s);
       }
       if (o.next_report == o.total) step_owner(c.owner, protocol::encode_finished_event{c.attempt, o.total});
@@ -502,61 +472,110 @@ class sender {
 
   // ---- coordinator ------------------------------------------------------------------------------
 
-  static bool tracing() {
-    static const bool on = std::getenv("BITREFIT_TRACE") != nullptr;
-    return on;
+  void step_coordinator(const protocol::coordinator_event& ev) {
+    effects fx{*this};
+    protocol::drive(coord_, ev, fx);
+    settle();
   }
 
-  void step_coordinator(const protocol::coordinator_event& ev) {
-    auto actions = coord_.step(ev);
-    if (tracing())
-      std::fprintf(stderr, "[coordinator] event %zu -> phase %s, %zu actions\n", ev.index(),
-                   std::string(protocol::to_string(coord_.phase)).c_str(), actions.size());
-    for (auto& a : actions) {
-      std::visit(
-          [&](auto& act) {
-            using A = std::decay_t<decltype(act)>;
-            if constexpr (std::is_same_v<A, protocol::log_action>) {
-              const bool cas = std::holds_alternative<protocol::compare_and_set_request>(act.request);
-              const auto tl = clock::now();
-              if (cas) {
-                std::lock_guard lock(mu_);
-                if (first_publish_) stats_.phases.transfer_s = seconds(tl - *first_publish_);
-              }
-              protocol::log_reply reply = log_.apply(act.request);
-              if (cas) {
-                stats_.phases.commit_s += seconds(clock::now() - tl);
-                if (reply.outcome == protocol::log_outcome::ok && opt_.faults)
-                  opt_.faults->pass(fault_point::coordinator_after_cas, "coordinator");  // before anyone is told
-              }
-              step_coordinator(protocol::log_event{reply});
-            } else if constexpr (std::is_same_v<A, protocol::send_action>) {
-              if (const auto* p = std::get_if<protocol::prepare_msg>(&act.env.msg)) {
-                last_members_ = p->record.members.size();
-                transition_attempts_.insert(p->record.attempt);
-              }
-              route(act.env);
-            } else if constexpr (std::is_same_v<A, protocol::arm_deadline_action>) {
-              deadline_ = clock::now() + opt_.deadline;
-            } else if constexpr (std::is_same_v<A, protocol::disarm_deadline_action>) {
-              deadline_.reset();
-            } else if constexpr (std::is_same_v<A, protocol::fence_receiver_action>) {
-              fenced_.insert(act.fenced);
-            } else if constexpr (std::is_same_v<A, protocol::cleanup_action>) {
-              transport_.discard(transport::attempt_stream(act.attempt));
-            } else if constexpr (std::is_same_v<A, protocol::committed_action>) {
-              committed_ = act.record;
-            } else if constexpr (std::is_same_v<A, protocol::deposed_action>) {
-              throw error(errc::fenced, "this coordinator was fenced by a newer epoch", {.file = {}, .tensor = {}, .field = "epoch"});
-            } else if constexpr (std::is_same_v<A, protocol::aborted_action>) {
-              throw error(errc::protocol, "transition aborted by the operator", {.file = {}, .tensor = {}, .field = {}});
-            } else if constexpr (std::is_same_v<A, protocol::needs_operator_action>) {
-              throw error(errc::protocol, "the coordinator needs an operator: " + act.why, {.file = {}, .tensor = {}, .field = {}});
-            }
-          },
-          a);
+  /// Steps every completion the effects reported synchronously (commit-log replies, an owner's
+  /// empty encoding), in order, after the step that issued it performed all of its actions.
+  void settle() {
+    if (settling_) return;  // the outer settle() loop steps it
+    settling_ = true;
+    struct reset { bool& b; ~reset() { b = false; } } guard{settling_};
+    effects fx{*this};
+    while (!coord_later_.empty() || !owner_later_.empty()) {
+      if (!coord_later_.empty()) {
+        protocol::drive(coord_, coord_later_.pop(), fx);
+      } else {
+        auto [i, ev] = owner_later_.pop();
+        protocol::drive(owners_.at(i)->sm, ev, fx);
+      }
     }
   }
+
+  // ---- the sender's Effects (protocol/driver.hpp): what the coordinator's and the owners'
+  // actions do here. protocol::drive is the only caller; nothing else interprets an action.
+  struct effects {
+    sender& s;
+
+    // every role
+    void send(const protocol::endpoint& self, const protocol::envelope& env) {
+      if (self.role == protocol::role::coordinator)
+        if (const auto* p = std::get_if<protocol::prepare_msg>(&env.msg)) {
+          s.last_members_ = p->record.members.size();
+          s.transition_attempts_.insert(p->record.attempt);
+        }
+      s.route(env);
+    }
+    void arm_deadline(const protocol::endpoint&) { s.deadline_ = clock::now() + s.opt_.deadline; }
+    void disarm_deadline(const protocol::endpoint&) { s.deadline_.reset(); }
+    void progress(const protocol::endpoint&) { s.extend_deadline(); }
+
+    // coordinator
+    /// The commit log is called in place; its reply is stepped right after this step (settle()).
+    void ask_log(const protocol::endpoint&, const protocol::log_request& req) {
+      const bool cas = std::holds_alternative<protocol::compare_and_set_request>(req);
+      const auto tl = clock::now();
+      if (cas) {
+        std::lock_guard lock(s.mu_);
+        if (s.first_publish_) s.stats_.phases.transfer_s = seconds(tl - *s.first_publish_);
+      }
+      protocol::log_reply reply = s.log_.apply(req);
+      if (cas) {
+        s.stats_.phases.commit_s += seconds(clock::now() - tl);
+        if (reply.outcome == protocol::log_outcome::ok && s.opt_.faults)
+          s.opt_.faults->pass(fault_point::coordinator_after_cas, "coordinator");  // before anyone is told
+      }
+      s.coord_later_.push(protocol::log_event{reply});
+    }
+    /// The coordinator itself ignores a fenced incarnation (coordinator::counts); this transport
+    /// has nothing to drop early.
+    void fence(const protocol::endpoint&, const protocol::member&) {}
+    void cleanup(const protocol::endpoint&, const attempt_id& a) { s.transport_.discard(transport::attempt_stream(a)); }
+    void committed(const protocol::endpoint&, const protocol::commit_record& k) { s.committed_ = k; }
+    void deposed(const protocol::endpoint&) {
+      throw error(errc::fenced, "this coordinator was fenced by a newer epoch", {.file = {}, .tensor = {}, .field = "epoch"});
+    }
+    void aborted(const protocol::endpoint&, const attempt_id&) {
+      throw error(errc::protocol, "transition aborted by the operator", {.file = {}, .tensor = {}, .field = {}});
+    }
+    void needs_operator(const protocol::endpoint&, const std::string& why) {
+      throw error(errc::protocol, "the coordinator needs an operator: " + why, {.file = {}, .tensor = {}, .field = {}});
+    }
+
+    // owners
+    void advance_baseline(const protocol::endpoint& self, const protocol::commit_record& k) {
+      auto& o = *s.owners_.at(self.index);
+      s.quiesce(o);  // chunks of a cancelled attempt may still be encoding from the baseline
+      o.shard.advance();
+      o.frozen_version = 0;
+      const auto tr = clock::now();
+      o.store.retain_only(k.version);  // may fold a delta chain into a full image
+      s.stats_.phases.persist_s += seconds(clock::now() - tr);
+    }
+    void freeze_change_set(const protocol::endpoint& self, const protocol::freeze_change_set_action& act) {
+      auto& o = *s.owners_.at(self.index);
+      if (o.frozen_version != act.target) {  // e.g. a restarted trainer-side engine
+        if (!s.next_) throw error(errc::protocol, "owner asked to freeze without the trainer's target bits");
+        s.quiesce(o);
+        o.shard.freeze(s.next_);
+        o.frozen_version = act.target;
+      }
+      if (o.persisted != act.target) {  // retries of the same target reuse the saved image
+        const auto tp = clock::now();
+        s.persist_frozen(o, act);  // durable BEFORE encoding
+        o.persisted = act.target;
+        s.stats_.phases.persist_s += seconds(clock::now() - tp);
+      }
+    }
+    void encode(const protocol::endpoint& self, const protocol::encode_action& act) { s.start_encoding(self.index, act); }
+    void cancel_encoding(const protocol::endpoint& self, const attempt_id& a) {
+      auto& o = *s.owners_.at(self.index);
+      if (o.encoding == a) o.generation++;
+    }
+  };
 
   /// Owners and the coordinator share this process: their messages go through a local queue.
   void route(const protocol::envelope& env) {
@@ -585,15 +604,6 @@ class sender {
     return any;
   }
 
-  static std::optional<protocol::member> sender_member(const protocol::message& m) {
-    return std::visit(
-        [](const auto& x) -> std::optional<protocol::member> {
-          if constexpr (requires { x.from; }) return x.from;
-          else return std::nullopt;
-        },
-        m);
-  }
-
   bool receive_control(std::chrono::milliseconds wait) {
     bool any = false;
     for (auto& bytes : transport_.receive("coordinator", wait)) {
@@ -604,8 +614,6 @@ class sender {
       } catch (const error&) {
         continue;  // not a protocol message: lost, as far as the protocol is concerned
       }
-      if (auto m = sender_member(env.msg); m && fenced_.count(*m)) continue;  // fenced incarnation
-      extend_deadline();  // a member made progress
       step_coordinator(protocol::message_event{env});
     }
     for (auto& bytes : transport_.receive(placement_mailbox, std::chrono::milliseconds(0))) {
@@ -641,9 +649,9 @@ class sender {
       }
     }
     if (restore_waiting_.empty()) return;
-    // Serve K only while every owner's B is exactly K (not between a commit and its announcement).
-    for (auto& o : owners_)
-      if (o->sm.baseline != committed_) return;
+    std::vector<protocol::commit_record> baselines;
+    for (auto& o : owners_) baselines.push_back(o->sm.baseline);
+    if (!protocol::serves_dense_restore(committed_, baselines)) return;  // owners still advancing: later
     if (restored_k_ != committed_) {
       if (restored_k_) transport_.discard(transport::restore_stream(restored_k_->version, restored_k_->baseline));
       const auto stream = transport::restore_stream(committed_.version, committed_.baseline);
@@ -714,8 +722,10 @@ class sender {
   std::mutex mu_;
   std::deque<completion> completions_;
   std::deque<protocol::envelope> local_;
+  protocol::completion_queue<protocol::coordinator_event> coord_later_;
+  protocol::completion_queue<std::pair<std::uint32_t, protocol::owner_event>> owner_later_;
+  bool settling_ = false;
   std::optional<clock::time_point> deadline_;
-  std::set<protocol::member> fenced_;
   std::set<std::uint32_t> restore_waiting_;
   std::optional<protocol::commit_record> restored_k_;
   tensor_source next_;

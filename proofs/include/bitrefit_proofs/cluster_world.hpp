@@ -1,5 +1,5 @@
 // bitrefit_proofs/cluster_world.hpp — binds the generic checker to the protocol's cluster world
-// (bitrefit/protocol/sim/cluster.hpp), which composes the REAL coordinator, owner, receiver and
+// (bitrefit/protocol/model/cluster.hpp), which composes the REAL coordinator, owner, receiver and
 // commit-log state machines: nothing of the protocol is re-implemented here.
 //
 // What this adds on the proofs side is only the bound on attempts: a fault (drop, corrupt copy,
@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "bitrefit/protocol/sim/script.hpp"
+#include "bitrefit/protocol/model/script.hpp"
 #include "bitrefit_proofs/checker.hpp"
 
 namespace bitrefit::proofs {
@@ -50,14 +50,14 @@ struct cluster_bounds {
   protocol::gate_policy gate = protocol::gate_policy::synchronous;
   protocol::protocol_mutation mutation = protocol::protocol_mutation::none;
 
-  protocol::sim::world_config world() const {
-    protocol::sim::world_config c;
+  protocol::model::world_config world() const {
+    protocol::model::world_config c;
     c.protocol.gate = gate;
     c.protocol.owners = owners;
     c.protocol.receivers = receivers;
     c.protocol.attest = true;
     c.protocol.max_attempts = max_attempts;
-    c.protocol.mutation = mutation;
+    c.mutation = mutation;
     c.chunks_per_owner = chunks;
     c.transitions = transitions;
     c.xor_allowed = true;
@@ -76,12 +76,15 @@ struct cluster_bounds {
   }
 };
 
-class cluster_world {
+/// The checker's view of a world of type W: model::cluster (the shipped protocol) or
+/// model::mutated_cluster (the machines with a mutation chosen at run time, for mutation runs).
+template <class W>
+class basic_cluster_world {
  public:
-  explicit cluster_world(const cluster_bounds& b)
+  explicit basic_cluster_world(const cluster_bounds& b)
       : w_(b.world()), max_attempts_(b.max_attempts), causal_payloads_(b.causal_payloads) {}
 
-  const protocol::sim::cluster& world() const noexcept { return w_; }
+  const W& world() const noexcept { return w_; }
 
   /// Attempts persisted for the transition in progress (target K.v + 1), over all coordinators.
   std::uint32_t attempts_of_current_transition() const {
@@ -91,13 +94,13 @@ class cluster_world {
     return n;
   }
 
-  std::vector<protocol::sim::move> enabled_moves() const {
-    using protocol::sim::move_kind;
+  std::vector<protocol::model::move> enabled_moves() const {
+    using protocol::model::move_kind;
     auto all = w_.enabled_moves();
     const bool faults_ok = attempts_of_current_transition() < max_attempts_;
     if (faults_ok && !causal_payloads_) return all;
     const bool quiet = w_.quiet();
-    std::vector<protocol::sim::move> out;
+    std::vector<protocol::model::move> out;
     out.reserve(all.size());
     for (const auto& m : all) {
       if (m.kind == move_kind::deliver && causal_payloads_ && prepare_pending_for(w_.inflight[m.index])) continue;
@@ -126,7 +129,7 @@ class cluster_world {
     return out;
   }
 
-  void apply(const protocol::sim::move& m) { w_.apply(m); }
+  void apply(const protocol::model::move& m) { w_.apply(m); }
 
   /// `e` carries attempt τ's data or control (payload, open, flush) to a receiver while τ's prepare
   /// to that receiver is still in flight.
@@ -146,26 +149,30 @@ class cluster_world {
   std::optional<std::string> check_invariants() const { return w_.check_invariants(); }
   bool transition_done() const { return w_.transition_done(); }
 
-  friend bool operator==(const cluster_world& a, const cluster_world& b) { return a.w_ == b.w_; }
+  friend bool operator==(const basic_cluster_world& a, const basic_cluster_world& b) { return a.w_ == b.w_; }
 
  private:
-  protocol::sim::cluster w_;
+  W w_;
   std::uint32_t max_attempts_ = 2;
   bool causal_payloads_ = false;
 };
 
+using cluster_world = basic_cluster_world<protocol::model::cluster>;
+using mutated_cluster_world = basic_cluster_world<protocol::model::mutated_cluster>;
+
 /// A counterexample as a scenario file of the protocol's scenario tests (world line, then one move
 /// per command, with the expected output), so it replays as a regression scenario.
-inline std::string counterexample_scenario(const cluster_bounds& b, const std::vector<protocol::sim::move>& path,
-                                           const std::string& title) {
-  return protocol::sim::to_scenario(b.world(), path, title);
+template <class W = protocol::model::cluster>
+std::string counterexample_scenario(const cluster_bounds& b, const std::vector<protocol::model::move>& path,
+                                    const std::string& title) {
+  return protocol::model::to_scenario<W>(b.world(), path, title);
 }
 
 }  // namespace bitrefit::proofs
 
-template <>
-struct std::hash<bitrefit::proofs::cluster_world> {
-  std::size_t operator()(const bitrefit::proofs::cluster_world& w) const {
+template <class W>
+struct std::hash<bitrefit::proofs::basic_cluster_world<W>> {
+  std::size_t operator()(const bitrefit::proofs::basic_cluster_world<W>& w) const {
     return bitrefit::protocol::hash_of(w.world());
   }
 };

@@ -1,4 +1,4 @@
-// bitrefit/sim/adamw.hpp — a deterministic simulated training process (tests, benches, demos).
+// bitrefit/testing/adamw.hpp — a deterministic simulated training process (tests, benches, demos).
 //
 // Why it exists: delta refit pays off because, with FP32 master weights exported as BF16, most
 // optimizer updates are smaller than half a BF16 ulp and round away. Uniformly injected changes
@@ -21,8 +21,8 @@
 // Memory: 12 bytes per parameter (master, first and second moment), plus what you export into.
 //
 // Usage:
-//   auto specs = bitrefit::sim::llama_like({.layers = 2, .hidden = 64, ...});
-//   bitrefit::sim::adamw_sim sim(specs, /*seed=*/42, {.lr = 1e-6f});
+//   auto specs = bitrefit::testing::llama_like({.layers = 2, .hidden = 64, ...});
+//   bitrefit::testing::adamw_sim sim(specs, /*seed=*/42, {.lr = 1e-6f});
 //   std::vector<std::byte> v0(sim.bf16_bytes(0));   // version 0 of tensor 0, little-endian BF16
 //   sim.step();                                      // version 1
 #pragma once
@@ -43,7 +43,7 @@
 #include "bitrefit/core/error.hpp"
 #include "bitrefit/core/tensor.hpp"
 
-namespace bitrefit::sim {
+namespace bitrefit::testing {
 
 // ---- bit-level BF16 conversion ------------------------------------------------------------
 
@@ -353,4 +353,4 @@ class adamw_sim {
   std::uint64_t t_ = 0;
 };
 
-}  // namespace bitrefit::sim
+}  // namespace bitrefit::testing

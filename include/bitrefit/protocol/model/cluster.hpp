@@ -1,4 +1,4 @@
-// bitrefit/protocol/sim/cluster.hpp — a deterministic, pure "cluster world" that composes the REAL
+// bitrefit/protocol/model/cluster.hpp — a deterministic, pure "cluster world" that composes the REAL
 // coordinator, owners, receivers and commit log with an in-flight message multiset, per-receiver
 // device queues and abstract weight regions, under bounded fault budgets.
 //
@@ -38,25 +38,34 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "bitrefit/protocol/commit_log.hpp"
 #include "bitrefit/protocol/coordinator.hpp"
+#include "bitrefit/protocol/driver.hpp"
 #include "bitrefit/protocol/format.hpp"
 #include "bitrefit/protocol/owner.hpp"
 #include "bitrefit/protocol/receiver.hpp"
 
-namespace bitrefit::protocol::sim {
+namespace bitrefit::protocol::model {
 
 /// Region content: a version, or garbage (an XOR on the wrong base or applied twice).
 using region_t = std::int32_t;
 inline constexpr region_t garbage = -1;
 
 struct world_config {
-  protocol_config protocol{gate_policy::synchronous, 2, 2, true, 0, protocol_mutation::none};
+  protocol_config protocol{gate_policy::synchronous, 2, 2, true, 0};
+  /// A deliberately broken protocol (tests only): needs the world instantiated with
+  /// runtime_mutation (`mutated_cluster`); the shipped world refuses anything but `none`.
+  protocol_mutation mutation = protocol_mutation::none;
   std::uint32_t chunks_per_owner = 1;
+  /// The last `overwrite_chunks` chunks of every owner are coded as overwrite even in an XOR
+  /// attempt (as the engine codes tensors some receiver places non-bit-preservingly, or a chunk
+  /// whose overwrite coding is smaller): overwrite payloads riding in an XOR attempt.
+  std::uint32_t overwrite_chunks = 0;
   std::uint32_t transitions = 1;  // goal: K.v == transitions (starting from v0)
   bool xor_allowed = true;
   bool ordered_device = false;    // device applies complete in issue order (smaller state space)
@@ -120,12 +129,19 @@ struct attempt_note {
   friend auto operator<=>(const attempt_note&, const attempt_note&) = default;
 };
 
-struct cluster {
+/// The world over the machines instantiated with mutation policy `Mut` (mutation.hpp): `cluster`
+/// is the shipped protocol, `mutated_cluster` the one the mutation tests break.
+template <MutationPolicy Mut = no_mutation>
+struct basic_cluster {
+  using coordinator_t = basic_coordinator<Mut>;
+  using owner_t = basic_owner<Mut>;
+  using receiver_t = basic_receiver<Mut>;
+
   world_config config;
-  commit_log log;
-  coordinator coord;
-  std::vector<owner> owners;
-  std::vector<std::optional<receiver>> receivers;  // nullopt: crashed
+  basic_commit_log<Mut> log;
+  coordinator_t coord;
+  std::vector<owner_t> owners;
+  std::vector<std::optional<receiver_t>> receivers;  // nullopt: crashed
   std::vector<std::uint64_t> incarnations;         // durable incarnation counter per receiver
   std::vector<region_t> regions;                   // receiver-major
   std::vector<std::vector<pending_write>> device;  // per receiver, sorted (or issue order)
@@ -144,15 +160,18 @@ struct cluster {
   std::optional<std::string> violation;             // the first invariant violated
   bool stuck = false;                               // coordinator needs an operator
 
-  cluster() = default;
-  explicit cluster(const world_config& cfg) : config(cfg) {
+  basic_cluster() = default;
+  explicit basic_cluster(const world_config& cfg) : config(cfg) {
+    if (!Mut::enabled && cfg.mutation != protocol_mutation::none)
+      throw std::invalid_argument("world: mutation=" + std::string(to_string(cfg.mutation)) +
+                                  " needs the mutated world (model::mutated_cluster)");
     const auto& p = cfg.protocol;
-    log = commit_log(commit_record{0, baseline_id{0}}, p.mutation);
+    log = basic_commit_log<Mut>(commit_record{0, baseline_id{0}}, mut());
     std::vector<member> roster;
     for (std::uint32_t r = 0; r < p.receivers; ++r) roster.push_back(member{r, 0});
-    coord = coordinator(p, 1, roster, commit_record{});
-    for (std::uint32_t o = 0; o < p.owners; ++o) owners.emplace_back(o, commit_record{}, p.mutation);
-    for (std::uint32_t r = 0; r < p.receivers; ++r) receivers.emplace_back(receiver(r, 0, p, commit_record{}));
+    coord = coordinator_t(p, 1, roster, commit_record{}, mut());
+    for (std::uint32_t o = 0; o < p.owners; ++o) owners.emplace_back(o, commit_record{}, mut());
+    for (std::uint32_t r = 0; r < p.receivers; ++r) receivers.emplace_back(receiver_t(r, 0, p, commit_record{}, mut()));
     incarnations.assign(p.receivers, 0);
     regions.assign(std::size_t(p.receivers) * regions_per_receiver(), 0);
     device.assign(p.receivers, {});
@@ -169,15 +188,11 @@ struct cluster {
   }
   region_t region(std::uint32_t r, std::uint32_t i) const { return regions[std::size_t(r) * regions_per_receiver() + i]; }
 
-  /// Equality for deduplication ignores nothing but the (constant) configuration.
-  friend bool operator==(const cluster& a, const cluster& b) {
-    return a.log == b.log && a.coord == b.coord && a.owners == b.owners && a.receivers == b.receivers &&
-           a.incarnations == b.incarnations && a.regions == b.regions && a.device == b.device &&
-           a.sync_waiting == b.sync_waiting && a.inflight == b.inflight && a.log_queue == b.log_queue &&
-           a.coord_deadline == b.coord_deadline && a.receiver_deadline == b.receiver_deadline &&
-           a.budget == b.budget && a.max_epoch == b.max_epoch && a.attempts == b.attempts && a.acks == b.acks &&
-           a.stopped == b.stopped && a.fenced == b.fenced && a.violation == b.violation && a.stuck == b.stuck;
-  }
+  /// The mutation policy value of this world's machines.
+  Mut mut() const noexcept { return mutation_policy<Mut>(config.mutation); }
+
+  /// Equality for deduplication: every field (the configuration is constant within one run).
+  friend bool operator==(const basic_cluster&, const basic_cluster&) = default;
 
   /// The trainer may start the next transition: the coordinator is idle and K.v < goal.
   bool can_begin() const {
@@ -285,12 +300,12 @@ struct cluster {
       }
       case move_kind::owner_crash: {
         --budget.owner_crashes;
-        owners[m.index] = owner::recovered(owners[m.index]);
+        owners[m.index] = owner_t::recovered(owners[m.index]);
         return;
       }
       case move_kind::restart: {
         std::uint64_t inc = ++incarnations[m.index];
-        receivers[m.index] = receiver::restarted(m.index, inc, config.protocol);
+        receivers[m.index] = receiver_t::restarted(m.index, inc, config.protocol, mut());
         q.push_back({node_ref::recv(m.index), receiver_event{boot_event{}}});
         break;
       }
@@ -302,7 +317,7 @@ struct cluster {
       case move_kind::failover: {
         --budget.failovers;
         max_epoch = std::max(max_epoch, coord.epoch) + 1;
-        coord = coordinator(config.protocol, max_epoch, {}, commit_record{});
+        coord = coordinator_t(config.protocol, max_epoch, {}, commit_record{}, mut());
         coord_deadline = false;
         stuck = false;
         q.push_back({node_ref::coord(), coordinator_event{start_event{}}});
@@ -570,119 +585,135 @@ struct cluster {
   }
 
   // ---- run the local work queue to completion
+  // ---- the world's side of protocol::drive: the Effects of every role --------------------------
+  //
+  // Nothing here looks at an action: protocol::drive (driver.hpp) turns each one into one of these
+  // operations, exactly as it does for the engine. Local completions go back onto the work queue
+  // `q` (processed in FIFO order after the current step), never into the machine directly.
+  struct effects {
+    basic_cluster& w;
+    std::vector<work>& q;
+    std::vector<std::string>* trace;
+
+    template <class Event, class Actions>
+    void on_step(const endpoint& self, const Event& ev, const Actions& actions) {
+      if (!trace) return;
+      const std::string who = fmt::str(self);
+      // Messages are shown by the move that delivered them; owners' local events are implied.
+      if constexpr (!std::is_same_v<Event, owner_event>)
+        if (!std::holds_alternative<message_event>(ev)) trace->push_back(who + " <- " + fmt::str(ev));
+      for (const auto& a : actions) trace->push_back(who + ": " + fmt::str(a));
+    }
+
+    // -- every role
+    void send(const endpoint& self, const envelope& env) {
+      if (self.role == role::receiver)
+        if (const auto* ack = std::get_if<ack_msg>(&env.msg)) {  // monitor: acks sent
+          auto p = std::make_pair(ack->attempt, ack->from);
+          if (!std::binary_search(w.acks.begin(), w.acks.end(), p)) w.acks.insert(std::upper_bound(w.acks.begin(), w.acks.end(), p), p);
+        }
+      w.insert_inflight(env);
+    }
+    void arm_deadline(const endpoint& self) { w.set_deadline(self, true); }
+    void disarm_deadline(const endpoint& self) { w.set_deadline(self, false); }
+    /// Deadlines are moves here: the checker fires them at every quiet point (and early, with the
+    /// early-deadline budget), which covers every extension a wall-clock timer would make.
+    void progress(const endpoint&) {}
+
+    // -- coordinator
+    void ask_log(const endpoint&, const log_request& req) {
+      pending_log p{req, w.coord.epoch};
+      w.log_queue.insert(std::upper_bound(w.log_queue.begin(), w.log_queue.end(), p), p);
+    }
+    void fence(const endpoint&, const member& m) {
+      w.fenced.insert(std::upper_bound(w.fenced.begin(), w.fenced.end(), m), m);
+    }
+    void cleanup(const endpoint&, const attempt_id& a) {
+      if (!std::binary_search(w.stopped.begin(), w.stopped.end(), a))
+        w.stopped.insert(std::upper_bound(w.stopped.begin(), w.stopped.end(), a), a);
+    }
+    void committed(const endpoint&, const commit_record&) {}
+    void deposed(const endpoint&) {}
+    void aborted(const endpoint&, const attempt_id&) {}
+    void needs_operator(const endpoint&, const std::string&) { w.stuck = true; }
+
+    // -- owners
+    void advance_baseline(const endpoint& self, const commit_record& k) {
+      if (k.version > w.log.state.record.version)
+        w.fail("owner o" + std::to_string(self.index) + " advanced its baseline to " + fmt::str(k) +
+               " before the commit record (K is " + fmt::str(w.log.state.record) + ")");
+    }
+    void freeze_change_set(const endpoint&, const freeze_change_set_action&) {}  // regions abstract the bits
+    /// Every chunk at once, in seq order, then encode_finished; zero chunks when the delta base
+    /// already is the target. A chunk's content names (owner, seq, target, mode, base).
+    void encode(const endpoint& self, const encode_action& x) {
+      const std::uint32_t o = self.index;
+      const std::uint32_t n = x.base == x.target ? 0 : w.config.chunks_per_owner;
+      for (std::uint32_t s = 0; s < n; ++s) {
+        const bool overwrite_only = s + w.config.overwrite_chunks >= n;
+        const mode m = x.mode == mode::xor_delta && !overwrite_only ? mode::xor_delta : mode::overwrite;
+        digest128 content{(std::uint64_t(o) << 16 | s) + 1,
+                          (x.target << 8) | (m == mode::xor_delta ? 1u : 2u) | (x.base << 32)};
+        q.push_back({node_ref::own(o), owner_event{chunk_encoded_event{x.attempt, s, content, m}}});
+      }
+      q.push_back({node_ref::own(o), owner_event{encode_finished_event{x.attempt, n}}});
+    }
+    void cancel_encoding(const endpoint&, const attempt_id&) {}  // encoding completes at once here
+
+    // -- receivers
+    void persist_incarnation(const endpoint& self, std::uint64_t inc) {
+      w.incarnations[self.index] = std::max(w.incarnations[self.index], inc);
+    }
+    void close_gate(const endpoint&) {}
+    void open_gate(const endpoint&, bool) {}
+    void drain_requests(const endpoint& self) { q.push_back({node_ref::recv(self.index), receiver_event{drained_event{}}}); }
+    void stage_payload(const endpoint&, const payload_id&) {}
+    void apply_payload(const endpoint& self, const apply_payload_action& x) {
+      const std::uint32_t r = self.index;
+      pending_write pw{x.id, x.mode, x.base, x.target, w.receivers[r]->incarnation};
+      auto& d = w.device[r];
+      if (w.config.ordered_device) d.push_back(pw);
+      else d.insert(std::upper_bound(d.begin(), d.end(), pw), pw);
+    }
+    void discard_staged(const endpoint&, const attempt_id&) {}
+    void sync_device(const endpoint& self, bool) {
+      w.sync_waiting[self.index] = 1;
+      w.maybe_synced(self.index, q);
+    }
+    void read_commit(const endpoint& self) {
+      q.push_back({node_ref::recv(self.index), receiver_event{commit_read_event{w.log.state.record}}});
+    }
+    void dense_restore(const endpoint& self, const commit_record& k) {
+      const std::uint32_t r = self.index;
+      while (!w.device[r].empty()) w.complete_write(r, 0, q, trace);  // waits for issued applies first
+      w.sync_waiting[r] = 0;
+      for (std::uint32_t i = 0; i < w.regions_per_receiver(); ++i)
+        w.regions[std::size_t(r) * w.regions_per_receiver() + i] = region_t(k.version);
+      q.push_back({node_ref::recv(r), receiver_event{restored_event{k}}});
+    }
+  };
+  static_assert(Effects<effects>);
+
+  void set_deadline(const endpoint& e, bool armed) {
+    if (e.role == role::coordinator) coord_deadline = armed;
+    else receiver_deadline.at(e.index) = armed;
+  }
+
+  // ---- run the local work queue to completion, every step through protocol::drive
   void run(std::vector<work> q, std::vector<std::string>* trace) {
     for (std::size_t k = 0; k < q.size(); ++k) {
       work w = q[k];  // copy: q may grow
+      effects fx{*this, q, trace};
       if (w.node.kind == role::coordinator) {
-        const auto& ev = std::get<coordinator_event>(w.ev);
-        if (trace && !std::holds_alternative<message_event>(ev)) trace->push_back("c <- " + fmt::str(ev));
-        for (const auto& a : coord.step(ev)) on_coord_action(a, q, trace);
+        drive(coord, std::get<coordinator_event>(w.ev), fx);
       } else if (w.node.kind == role::owner) {
-        const auto& ev = std::get<owner_event>(w.ev);
-        auto& o = owners.at(w.node.index);
-        for (const auto& a : o.step(ev)) on_owner_action(w.node.index, a, q, trace);
+        drive(owners.at(w.node.index), std::get<owner_event>(w.ev), fx);
       } else {
         auto& slot = receivers.at(w.node.index);
         if (!slot) continue;  // delivered to a dead process: lost
-        const auto& ev = std::get<receiver_event>(w.ev);
-        if (trace && !std::holds_alternative<message_event>(ev))
-          trace->push_back("r" + std::to_string(w.node.index) + " <- " + fmt::str(ev));
-        for (const auto& a : slot->step(ev)) on_receiver_action(w.node.index, a, q, trace);
+        drive(*slot, std::get<receiver_event>(w.ev), fx);
       }
     }
-  }
-
-  void on_coord_action(const coordinator_action& a, std::vector<work>& q, std::vector<std::string>* trace) {
-    if (trace) trace->push_back("c: " + fmt::str(a));
-    std::visit(
-        [&](const auto& x) {
-          using A = std::decay_t<decltype(x)>;
-          if constexpr (std::is_same_v<A, log_action>) {
-            pending_log p{x.request, coord.epoch};
-            log_queue.insert(std::upper_bound(log_queue.begin(), log_queue.end(), p), p);
-          } else if constexpr (std::is_same_v<A, send_action>) {
-            insert_inflight(x.env);
-          } else if constexpr (std::is_same_v<A, arm_deadline_action>) {
-            coord_deadline = true;
-          } else if constexpr (std::is_same_v<A, disarm_deadline_action>) {
-            coord_deadline = false;
-          } else if constexpr (std::is_same_v<A, fence_receiver_action>) {
-            fenced.insert(std::upper_bound(fenced.begin(), fenced.end(), x.fenced), x.fenced);
-          } else if constexpr (std::is_same_v<A, cleanup_action>) {
-            if (!std::binary_search(stopped.begin(), stopped.end(), x.attempt))
-              stopped.insert(std::upper_bound(stopped.begin(), stopped.end(), x.attempt), x.attempt);
-          } else if constexpr (std::is_same_v<A, needs_operator_action>) {
-            stuck = true;
-          }
-        },
-        a);
-    (void)q;
-  }
-
-  void on_owner_action(std::uint32_t o, const owner_action& a, std::vector<work>& q, std::vector<std::string>* trace) {
-    if (trace) trace->push_back("o" + std::to_string(o) + ": " + fmt::str(a));
-    std::visit(
-        [&](const auto& x) {
-          using A = std::decay_t<decltype(x)>;
-          if constexpr (std::is_same_v<A, send_action>) {
-            insert_inflight(x.env);
-          } else if constexpr (std::is_same_v<A, encode_action>) {
-            const std::uint32_t n = x.base == x.target ? 0 : config.chunks_per_owner;
-            for (std::uint32_t s = 0; s < n; ++s) {
-              digest128 content{(std::uint64_t(o) << 16 | s) + 1, (x.target << 8) | (x.mode == mode::xor_delta ? 1u : 2u) |
-                                                                      (x.base << 32)};
-              q.push_back({node_ref::own(o), owner_event{chunk_encoded_event{x.attempt, s, content}}});
-            }
-            q.push_back({node_ref::own(o), owner_event{encode_finished_event{x.attempt, n}}});
-          } else if constexpr (std::is_same_v<A, advance_baseline_action>) {
-            if (x.record.version > log.state.record.version)
-              fail("owner o" + std::to_string(o) + " advanced its baseline to " + fmt::str(x.record) +
-                   " before the commit record (K is " + fmt::str(log.state.record) + ")");
-          }
-        },
-        a);
-  }
-
-  void on_receiver_action(std::uint32_t r, const receiver_action& a, std::vector<work>& q,
-                          std::vector<std::string>* trace) {
-    if (trace) trace->push_back("r" + std::to_string(r) + ": " + fmt::str(a));
-    const std::uint64_t inc = receivers[r]->incarnation;
-    std::visit(
-        [&](const auto& x) {
-          using A = std::decay_t<decltype(x)>;
-          if constexpr (std::is_same_v<A, send_action>) {
-            if (const auto* ack = std::get_if<ack_msg>(&x.env.msg)) {
-              auto p = std::make_pair(ack->attempt, ack->from);
-              if (!std::binary_search(acks.begin(), acks.end(), p)) acks.insert(std::upper_bound(acks.begin(), acks.end(), p), p);
-            }
-            insert_inflight(x.env);
-          } else if constexpr (std::is_same_v<A, persist_incarnation_action>) {
-            incarnations[r] = std::max(incarnations[r], x.incarnation);
-          } else if constexpr (std::is_same_v<A, drain_requests_action>) {
-            q.push_back({node_ref::recv(r), receiver_event{drained_event{}}});
-          } else if constexpr (std::is_same_v<A, apply_payload_action>) {
-            pending_write w{x.id, x.mode, x.base, x.target, inc};
-            auto& d = device[r];
-            if (config.ordered_device) d.push_back(w);
-            else d.insert(std::upper_bound(d.begin(), d.end(), w), w);
-          } else if constexpr (std::is_same_v<A, sync_device_action>) {
-            sync_waiting[r] = 1;
-            maybe_synced(r, q);
-          } else if constexpr (std::is_same_v<A, read_commit_action>) {
-            q.push_back({node_ref::recv(r), receiver_event{commit_read_event{log.state.record}}});
-          } else if constexpr (std::is_same_v<A, dense_restore_action>) {
-            while (!device[r].empty()) complete_write(r, 0, q, trace);  // waits for issued applies first
-            sync_waiting[r] = 0;
-            for (std::uint32_t i = 0; i < regions_per_receiver(); ++i)
-              regions[std::size_t(r) * regions_per_receiver() + i] = region_t(x.record.version);
-            q.push_back({node_ref::recv(r), receiver_event{restored_event{x.record}}});
-          } else if constexpr (std::is_same_v<A, arm_deadline_action>) {
-            receiver_deadline[r] = 1;
-          } else if constexpr (std::is_same_v<A, disarm_deadline_action>) {
-            receiver_deadline[r] = 0;
-          }
-        },
-        a);
   }
 };
 
@@ -690,7 +721,8 @@ struct cluster {
 /// deliver messages (control before data: lowest message kind first, in canonical order), then
 /// restart crashed receivers, then fire deadlines (only possible once the world is quiet).
 /// Used for "a transition ends once faults stop" and by scenario `settle` / `run`.
-inline std::optional<move> fair_move(const cluster& w, bool with_deadlines = true, bool with_log = true) {
+template <class Mut>
+std::optional<move> fair_move(const basic_cluster<Mut>& w, bool with_deadlines = true, bool with_log = true) {
   std::optional<move> best;
   std::size_t best_rank = ~std::size_t{0};
   for (const auto& m : w.enabled_moves()) {
@@ -701,7 +733,15 @@ inline std::optional<move> fair_move(const cluster& w, bool with_deadlines = tru
       case move_kind::deliver: rank = 10 + w.inflight[m.index].msg.index(); break;
       case move_kind::restart: rank = 100; break;
       case move_kind::begin: rank = 150; break;
-      case move_kind::deadline: rank = with_deadlines ? 200 + m.index : ~std::size_t{0}; break;
+      case move_kind::deadline: {
+        rank = with_deadlines ? 200 + m.index : ~std::size_t{0};
+        if (rank < best_rank) {  // a timer that fires into the same state (a receiver re-reading K) is no progress
+          basic_cluster<Mut> after = w;
+          after.apply(m);
+          if (after == w) rank = ~std::size_t{0};
+        }
+        break;
+      }
       default: rank = ~std::size_t{0};
     }
     if (rank < best_rank && rank != ~std::size_t{0}) { best_rank = rank; best = m; }
@@ -709,30 +749,31 @@ inline std::optional<move> fair_move(const cluster& w, bool with_deadlines = tru
   return best;
 }
 
-}  // namespace bitrefit::protocol::sim
+/// The shipped protocol's world, and the world whose machines take a mutation chosen at run time.
+using cluster = basic_cluster<no_mutation>;
+using mutated_cluster = basic_cluster<runtime_mutation>;
+
+BITREFIT_FIELDS(pending_write, id, mode, base, target, incarnation)
+BITREFIT_FIELDS(pending_log, request, epoch)
+BITREFIT_FIELDS(attempt_note, attempt, target, members)
+BITREFIT_FIELDS(fault_budget, drops, duplicates, corruptions, conflicts, crashes, failovers, log_faults, early_deadlines, aborts,
+                owner_crashes)
+BITREFIT_FIELDS(world_config, protocol, mutation, chunks_per_owner, overwrite_chunks, transitions, xor_allowed, ordered_device,
+                drops, duplicates, corruptions, conflicts, crashes, owner_crashes, failovers, log_faults, early_deadlines, aborts)
+BITREFIT_FIELDS_T(template <class M>, basic_cluster<M>, config, log, coord, owners, receivers, incarnations, regions, device,
+                  sync_waiting, inflight, log_queue, coord_deadline, receiver_deadline, budget, max_epoch, attempts, acks,
+                  stopped, fenced, violation, stuck)
+
+}  // namespace bitrefit::protocol::model
 
 namespace bitrefit::protocol::detail {
-inline void hash_append(hasher& h, const sim::pending_write& w) {
-  hash_append(h, w.id); hash_append(h, w.mode); h.mix(w.base); h.mix(w.target); h.mix(w.incarnation);
-}
-inline void hash_append(hasher& h, const sim::pending_log& p) { hash_append(h, p.request); h.mix(p.epoch); }
-inline void hash_append(hasher& h, const sim::attempt_note& a) { hash_append(h, a.attempt); h.mix(a.target); hash_append(h, a.members); }
-inline void hash_append(hasher& h, const std::pair<attempt_id, member>& p) { hash_append(h, p.first); hash_append(h, p.second); }
-inline void hash_append(hasher& h, const std::string& s) { for (char c : s) h.mix(static_cast<unsigned char>(c)); h.mix(s.size()); }
-inline void hash_append(hasher& h, const sim::fault_budget& b) {
-  h.mix(b.drops); h.mix(b.duplicates); h.mix(b.corruptions); h.mix(b.conflicts); h.mix(b.crashes); h.mix(b.failovers);
-  h.mix(b.log_faults); h.mix(b.early_deadlines); h.mix(b.aborts); h.mix(b.owner_crashes);
-}
-inline void hash_append(hasher& h, const sim::cluster& c) {
-  hash_append(h, c.log); hash_append(h, c.coord); hash_append(h, c.owners); hash_append(h, c.receivers);
-  hash_append(h, c.incarnations); hash_append(h, c.regions); hash_append(h, c.device); hash_append(h, c.sync_waiting);
-  hash_append(h, c.inflight); hash_append(h, c.log_queue); h.mix(c.coord_deadline); hash_append(h, c.receiver_deadline);
-  hash_append(h, c.budget); h.mix(c.max_epoch); hash_append(h, c.attempts); hash_append(h, c.acks);
-  hash_append(h, c.stopped); hash_append(h, c.fenced); hash_append(h, c.violation); h.mix(c.stuck);
+inline void hash_append(hasher& h, const std::pair<attempt_id, member>& p) {
+  hash_append(h, p.first);
+  hash_append(h, p.second);
 }
 }  // namespace bitrefit::protocol::detail
 
-template <>
-struct std::hash<bitrefit::protocol::sim::cluster> {
-  std::size_t operator()(const bitrefit::protocol::sim::cluster& c) const { return bitrefit::protocol::hash_of(c); }
+template <class M>
+struct std::hash<bitrefit::protocol::model::basic_cluster<M>> {
+  std::size_t operator()(const bitrefit::protocol::model::basic_cluster<M>& c) const { return bitrefit::protocol::hash_of(c); }
 };

@@ -1,6 +1,6 @@
-// Tests for bitrefit/sim/adamw.hpp: exact BF16 rounding bits, deterministic streams, the AdamW
+// Tests for bitrefit/testing/adamw.hpp: exact BF16 rounding bits, deterministic streams, the AdamW
 // arithmetic and the per-step BF16 change rates the simulated training produces.
-#include "bitrefit/sim/adamw.hpp"
+#include "bitrefit/testing/adamw.hpp"
 
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
@@ -11,7 +11,7 @@
 #include <limits>
 
 using namespace bitrefit;
-using namespace bitrefit::sim;
+using namespace bitrefit::testing;
 
 namespace {
 

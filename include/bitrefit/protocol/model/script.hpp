@@ -1,4 +1,4 @@
-// bitrefit/protocol/sim/script.hpp — the scenario command language over sim::cluster.
+// bitrefit/protocol/model/script.hpp — the scenario command language over model::cluster.
 //
 // Scenario files (tests/protocol/scenarios/*.txt) are etcd-raft "datadriven" style:
 //
@@ -9,11 +9,11 @@
 //   <blank line>
 //
 // Commands (one line each):
-//   world k=v ...     start a new world. Keys: receivers owners chunks transitions gate=sync|async
+//   world k=v ...     start a new world. Keys: receivers owners chunks overwrite_chunks transitions gate=sync|async
 //                     attest=0|1 xor=0|1 ordered_device=0|1 max_attempts mutation=<name> and the fault
 //                     budgets drops duplicates corruptions conflicts crashes failovers log_faults
 //                     early_deadlines aborts. Prints the world summary.
-//   <move>            any move text as sim::cluster::describe prints it, or a prefix of it in whole
+//   <move>            any move text as model::cluster::describe prints it, or a prefix of it in whole
 //                     words (the first enabled match in canonical order), e.g. `deliver c->r0 prepare`,
 //                     `drop o1->r0 payload 1.1/1/0`, `device r0`, `crash r1`, `restart r1`,
 //                     `deadline c`, `failover`, `log unknown-lost compare_and_set`. Prints the trace:
@@ -37,11 +37,12 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <variant>
 #include <vector>
 
-#include "bitrefit/protocol/sim/cluster.hpp"
+#include "bitrefit/protocol/model/cluster.hpp"
 
-namespace bitrefit::protocol::sim {
+namespace bitrefit::protocol::model {
 
 /// Parse the arguments of a `world` line (without the word `world`). Throws std::invalid_argument
 /// naming the bad key or value.
@@ -63,6 +64,7 @@ inline world_config parse_world(const std::string& args) {
     if (k == "receivers") p.receivers = n();
     else if (k == "owners") p.owners = n();
     else if (k == "chunks") c.chunks_per_owner = n();
+    else if (k == "overwrite_chunks") c.overwrite_chunks = n();
     else if (k == "transitions") c.transitions = n();
     else if (k == "gate") {
       if (v == "sync") p.gate = gate_policy::synchronous;
@@ -75,7 +77,7 @@ inline world_config parse_world(const std::string& args) {
     else if (k == "mutation") {
       auto m = mutation_from_string(v);
       if (!m) throw std::invalid_argument("world: unknown mutation '" + v + "'");
-      p.mutation = *m;
+      c.mutation = *m;
     } else if (k == "drops") c.drops = n();
     else if (k == "duplicates") c.duplicates = n();
     else if (k == "corruptions") c.corruptions = n();
@@ -102,11 +104,12 @@ inline std::string world_line(const world_config& c) {
   auto add = [&](const char* k, std::uint64_t v, std::uint64_t dflt) {
     if (v != dflt) s += std::string(" ") + k + "=" + std::to_string(v);
   };
+  add("overwrite_chunks", c.overwrite_chunks, 0);
   add("attest", p.attest, 1);
   add("xor", c.xor_allowed, 1);
   add("ordered_device", c.ordered_device, 0);
   add("max_attempts", p.max_attempts, 0);
-  if (p.mutation != protocol_mutation::none) s += " mutation=" + std::string(to_string(p.mutation));
+  if (c.mutation != protocol_mutation::none) s += " mutation=" + std::string(to_string(c.mutation));
   add("drops", c.drops, 0);
   add("duplicates", c.duplicates, 0);
   add("corruptions", c.corruptions, 0);
@@ -120,9 +123,10 @@ inline std::string world_line(const world_config& c) {
   return s;
 }
 
-/// Runs scenario commands against one world.
-struct script_runner {
-  std::optional<cluster> world;
+/// Runs scenario commands against one world of type W (cluster or mutated_cluster).
+template <class W>
+struct basic_script_runner {
+  std::optional<W> world;
 
   /// Execute one command line and return its output (lines joined by '\n', no trailing newline).
   std::string run(const std::string& line) {
@@ -138,7 +142,7 @@ struct script_runner {
         return trim(world->summary());
       }
       if (!world) return "error: no world (start with a `world` line)";
-      cluster& w = *world;
+      W& w = *world;
       if (cmd == "state") return trim(w.summary());
       if (cmd == "inflight") {
         for (const auto& e : w.inflight) out.push_back(fmt::str(e));
@@ -195,12 +199,38 @@ struct script_runner {
   }
 };
 
+/// Runs scenario commands; a `world` line with `mutation=...` gets the mutated world (the machines
+/// instantiated with runtime_mutation), any other the shipped protocol's world.
+struct script_runner {
+  std::variant<basic_script_runner<cluster>, basic_script_runner<mutated_cluster>> runner;
+
+  std::string run(const std::string& line) {
+    std::istringstream in(line);
+    std::string cmd;
+    in >> cmd;
+    if (cmd == "world") {
+      std::string rest;
+      std::getline(in, rest);
+      bool mutated = false;
+      try {
+        mutated = parse_world(rest).mutation != protocol_mutation::none;
+      } catch (const std::exception& e) {
+        return std::string("error: ") + e.what();
+      }
+      if (mutated) runner.emplace<1>();
+      else runner.emplace<0>();
+    }
+    return std::visit([&](auto& r) { return r.run(line); }, runner);
+  }
+};
+
 /// Render a path of moves from the initial world of `cfg` as a scenario file (outputs included).
-/// Moves are given as indices valid in the state they are applied to.
-inline std::string to_scenario(const world_config& cfg, const std::vector<move>& path, const std::string& title = {}) {
+/// Moves are given as indices valid in the state they are applied to (of world type W).
+template <class W = cluster>
+std::string to_scenario(const world_config& cfg, const std::vector<move>& path, const std::string& title = {}) {
   std::string s;
   if (!title.empty()) s += "# " + title + "\n";
-  script_runner r;
+  basic_script_runner<W> r;
   const std::string wl = world_line(cfg);
   s += wl + "\n----\n" + r.run(wl) + "\n\n";
   for (const auto& m : path) {
@@ -210,4 +240,4 @@ inline std::string to_scenario(const world_config& cfg, const std::vector<move>&
   return s;
 }
 
-}  // namespace bitrefit::protocol::sim
+}  // namespace bitrefit::protocol::model
