@@ -32,10 +32,11 @@ run_tree() {
   local dir=build-$name regex
   regex="^($(echo "$labels" | tr ' ' '|'))\$"
   local start=$SECONDS
+  mkdir -p "$dir"
   cmake -S . -B "$dir" -G Ninja -DCMAKE_CXX_COMPILER="$CXX_CLANG" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1" -DBITREFIT_CUDA=OFF -DBITREFIT_BUILD_PROOFS=OFF \
-    -DBITREFIT_SANITIZE="$sanitizers" -DBITREFIT_LABELS_TARGET="$(echo "$labels" | tr ' ' ';')" "$@" >"$dir.configure.log" 2>&1 ||
-    { cat "$dir.configure.log"; return 1; }
+    -DBITREFIT_SANITIZE="$sanitizers" -DBITREFIT_LABELS_TARGET="$(echo "$labels" | tr ' ' ';')" "$@" >"$dir/configure.log" 2>&1 ||
+    { cat "$dir/configure.log"; return 1; }
   cmake --build "$dir" --target labelled_tests --parallel "$jobs"
   local built=$SECONDS
   # ThreadSanitizer of clang 14 cannot map its shadow under high-entropy ASLR (vm.mmap_rnd_bits=32,
