@@ -60,7 +60,7 @@ std::uint64_t parse_uint(const parsed_args& a, const std::string& name, std::uin
 codec_settings parse_codec(const parsed_args& a) {
   codec_settings s;
   s.zstd_level = static_cast<int>(parse_uint(a, "zstd-level", static_cast<std::uint64_t>(s.zstd_level), 1, 22));
-  s.frame_bytes = parse_uint(a, "frame-mib", s.frame_bytes >> 20, 1, 4096) << 20;
+  s.frame_bytes = parse_uint(a, "frame-mib", s.frame_bytes >> 20, 1, codec::frame_input_bytes_limit >> 20) << 20;
   s.threads = static_cast<unsigned>(parse_uint(a, "threads", 0, 1, 1024));
   return s;
 }

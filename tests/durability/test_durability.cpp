@@ -13,6 +13,8 @@
 #include "bitrefit/durability/filesystem.hpp"
 #include "bitrefit/durability/memory.hpp"
 
+#include "../fuzz/reseal.hpp"
+
 #include <random>
 
 using namespace bitrefit;
@@ -222,6 +224,35 @@ TEST(CommitLog, FilesystemRejectsCorruptRecordByName) {
   fs::remove_all(dir);
 }
 
+TEST(CommitLog, FilesystemChecksEveryIntegerOfTheRecord) {
+  auto dir = fresh_dir("integers");
+  fs::create_directories(dir);
+  const std::string good = json_io::to_json(log_snapshot{3, {4, baseline_id{9}}, prep(3, 1, {4, baseline_id{9}})}).dump();
+  { std::ofstream(dir / "commit.json") << good; }
+  EXPECT_EQ(filesystem_commit_log(dir).read_unlocked().epoch, 3u);
+  // Each replacement is a number nlohmann would convert through undefined behaviour or wrap.
+  const std::pair<std::string, std::string> cases[] = {
+      {"\"epoch\":3", "\"epoch\":-5"},           {"\"epoch\":3", "\"epoch\":1e300"},
+      {"\"epoch\":3", "\"epoch\":3.5"},          {"\"record\":[4,9]", "\"record\":[4,18446744073709551616]"},
+      {"\"members\":[[0,1]", "\"members\":[[-1,1]"}, {"\"members\":[[0,1]", "\"members\":[[4294967296,1]"},
+      {"\"target\":5", "\"target\":true"},        {"\"record\":[4,9]", "\"record\":[4,9,1]"}};
+  for (const auto& [from, to] : cases) {
+    std::string text = good;
+    ASSERT_NE(text.find(from), std::string::npos) << from;
+    text.replace(text.find(from), from.size(), to);
+    { std::ofstream(dir / "commit.json", std::ios::trunc) << text; }
+    try {
+      filesystem_commit_log(dir).read_unlocked();
+      FAIL() << to;
+    } catch (const error& e) {
+      EXPECT_EQ(e.code(), errc::format) << to;
+      EXPECT_EQ(e.where().file, (dir / "commit.json").string()) << to;
+      EXPECT_FALSE(e.where().field.empty()) << to;
+    }
+  }
+  fs::remove_all(dir);
+}
+
 namespace {
 template <class S>
 void check_baseline_laws(S s, S restarted) {
@@ -300,7 +331,7 @@ bool same_bits(const std::optional<baseline_image>& got, const baseline_image& w
   if (!got || got->size() != want.size()) return false;
   for (auto& [n, b] : want) {
     auto it = got->find(n);
-    if (it == got->end() || it->second.size() != b.size() || std::memcmp(it->second.data(), b.data(), b.size()) != 0) return false;
+    if (it == got->end() || it->second != b) return false;  // byte vectors: compares bits (and handles empty ones)
   }
   return true;
 }
@@ -540,5 +571,58 @@ TEST(BaselineStore, FilesystemTornCorruptOrUnlinkedDeltaReadsAsNamedLoss) {
     EXPECT_THROW(t.save_changes(5, 6, {}), error);  // no base: law 4 refuses, nothing written
     EXPECT_FALSE(fs::exists(t.delta_path(6)));
   }
+  fs::remove_all(dir);
+}
+
+// The hardening findings (kept as fuzz regression inputs, tests/fuzz/corpus/fuzz_durability) and a
+// constructed record: a delta whose element count times element size wraps to the image's size
+// once passed the bounds check and wrote outside the image (heap-buffer-overflow under ASan).
+// Now every such record is errc::integrity naming the file, and the image is never touched.
+TEST(BaselineStore, FilesystemDeltaRecordsOutsideTheImageAreRefusedByName) {
+  const auto dir = fresh_dir("hostile-delta");
+  filesystem_baseline_store s(dir);
+  baseline_image img;
+  img["a"] = std::vector<std::byte>(64, std::byte{1});
+  img["b"] = std::vector<std::byte>(40, std::byte{2});
+  img["c"] = std::vector<std::byte>(16, std::byte{3});
+  s.save(1, img);
+  std::uint64_t link = 0;
+  {
+    std::ifstream in(s.full_path(1), std::ios::binary | std::ios::ate);
+    in.seekg(-8, std::ios::end);
+    unsigned char b[8];
+    in.read(reinterpret_cast<char*>(b), 8);
+    for (int i = 0; i < 8; ++i) link |= std::uint64_t(b[i]) << (8 * i);
+  }
+  auto expect_refused = [&](std::vector<std::byte> body, const std::string& what) {
+    const auto file = fuzz::seal_delta_v2(std::move(body), link);
+    { std::ofstream(s.delta_path(2), std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(file.data()), static_cast<std::streamsize>(file.size())); }
+    EXPECT_FALSE(s.load(2)) << what;
+    ASSERT_TRUE(s.last_error()) << what;
+    EXPECT_EQ(s.last_error()->code(), errc::integrity) << what << ": " << s.last_error()->what();
+    EXPECT_EQ(s.last_error()->where().file, s.delta_path(2).string()) << what;
+    EXPECT_EQ(*s.load(1), img) << what;
+  };
+  for (const char* name : {"crash-baseline_delta_oob", "crash-baseline_delta_use_after_free"}) {
+    std::ifstream in(fs::path(BITREFIT_SOURCE_DIR) / "tests/fuzz/corpus/fuzz_durability" / name, std::ios::binary);
+    std::vector<char> c((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_GT(c.size(), 1u) << name;
+    std::vector<std::byte> body(c.size() - 1);
+    std::memcpy(body.data(), c.data() + 1, body.size());  // the first byte selects the fuzz target's format
+    expect_refused(std::move(body), name);
+  }
+  // constructed: tensor "a" (64 bytes), E = 8, elements = 2^61 + 8 (x 8 wraps to 64), one change at
+  // position 2^40 (inside the claimed element count, 8 TiB past the image)
+  fuzz::byte_writer w;
+  w.bytes("BRDELT01", 8);
+  for (std::uint64_t v : {std::uint64_t{2}, std::uint64_t{1}, link, std::uint64_t{1}, std::uint64_t{1}}) w.u64(v);
+  w.bytes("a", 1);
+  for (std::uint64_t v : {std::uint64_t{8}, (std::uint64_t{1} << 61) + 8, std::uint64_t{1}}) w.u64(v);
+  fuzz::byte_writer pos;
+  pos.leb128(std::uint64_t{1} << 40);
+  w.u64(pos.out.size());
+  w.bytes(pos.out.data(), pos.out.size());
+  w.bytes("\xAA\xAA\xAA\xAA\xAA\xAA\xAA\xAA", 8);
+  expect_refused(w.out, "elements x element size wrapping to the image's size");
   fs::remove_all(dir);
 }

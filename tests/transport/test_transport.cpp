@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <thread>
 
@@ -100,6 +101,23 @@ TEST(Transport, DirectoryRejectsEscapingKeys) {
   fs::remove_all(dir);
 }
 
+TEST(Transport, DirectoryRefusesObjectsAboveItsLimitUnread) {
+  auto dir = fresh_dir("limit");
+  directory_store s(dir, {.durable = false, .max_object_bytes = 1024});
+  s.put("a/small", bytes(1024));
+  EXPECT_EQ(s.get("a/small")->size(), 1024u);
+  s.put("a/big", bytes(1025));
+  try {
+    (void)s.get("a/big");
+    FAIL() << "an object above the limit was read";
+  } catch (const error& e) {
+    EXPECT_EQ(e.code(), errc::integrity);
+    EXPECT_EQ(e.where().field, "size");
+    EXPECT_EQ(e.where().file, (dir / "a/big").string());
+  }
+  fs::remove_all(dir);
+}
+
 TEST(Transport, DirectoryWritesAreAtomicForConcurrentReaders) {
   // A writer process replaces one object with alternating full-size contents; the reader must only
   // ever see one of the two whole objects, never a prefix or a mix.
@@ -176,7 +194,7 @@ RC_GTEST_PROP(Transport, DirectoryRoundTripsArbitraryBytes, (const std::vector<s
   static const auto dir = fresh_dir("prop");
   directory_transport t{directory_store(dir)};
   bytes b(data.size());
-  std::memcpy(b.data(), data.data(), data.size());
+  std::ranges::transform(data, b.begin(), [](std::uint8_t x) { return std::byte{x}; });  // (memcpy of an empty vector's null data() is UB)
   const frame_key k = key_of({{5, 5}, owner, seq});
   t.publish(k, b);
   RC_ASSERT(*t.fetch(k) == b);

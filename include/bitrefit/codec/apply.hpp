@@ -7,12 +7,21 @@
 // bitrefit::error naming the problem and leaves every target bit-identical to before.
 //
 // Receiver memory: the decoder's scratch holds one frame's decoded positions and values, so it is
-// bounded by the frame's canonical input (max_frame_input_bytes), never by the model.
+// bounded by the frame's canonical input (frame_input_bytes_limit, types.hpp), never by the model
+// or by what a frame claims. Every size is checked before anything is allocated: frame_view::parse
+// bounds the declared ranges, and the frame headers of every zstd section must record exactly the
+// raw size its item declares (zstd_decompressor::check_frames) — a decompression bomb is refused
+// unread.
+// Worst case, one frame of a 1-byte dtype with every element changed and located by runs:
+// 4 (positions) + 1 (values) + 2 (raw section) bytes per covered input byte. Scratch is released
+// when a frame is refused, so a hostile frame leaves nothing behind. Allocation failure is
+// errc::integrity (field "scratch"), never std::bad_alloc.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <span>
 #include <string>
 #include <string_view>
@@ -45,15 +54,57 @@ class frame_decoder {
   /// @pre `f` came from frame_view::parse (structure and digest verified).
   /// Throws errc::format naming the tensor and field on any inconsistency in the sections.
   std::span<const decoded_item> decode(const frame_view& f, std::string_view source = {}) {
+    try {
+      return decode_bounded(f, source);
+    } catch (const std::bad_alloc&) {
+      release();
+      throw error(errc::integrity, "cannot allocate the decode scratch of this frame", {.file = std::string(source), .tensor = {}, .field = "scratch"});
+    } catch (...) {
+      release();  // a refused frame keeps no scratch
+      throw;
+    }
+  }
+
+  /// Bytes of scratch currently held (the receiver's extra memory beyond the model).
+  std::size_t scratch_bytes() const noexcept {
+    return positions_.capacity_bytes() + values_.capacity_bytes() + raw_.capacity_bytes() +
+           out_.capacity() * sizeof(decoded_item);
+  }
+
+  /// Frees all scratch (the next decode allocates again).
+  void release() noexcept {
+    positions_ = {};
+    values_ = {};
+    raw_ = {};
+    std::vector<decoded_item>().swap(out_);  // (out_ = {} would keep the capacity)
+  }
+
+ private:
+  std::span<const decoded_item> decode_bounded(const frame_view& f, std::string_view source) {
     const auto& items = f.items();
-    std::uint64_t total_pos = 0, total_val = 0;
-    for (auto& it : items) {
+    // Nothing is allocated before every section's declared raw size is confirmed by its own zstd
+    // header (raw sections: parse() already checked stored == raw).
+    std::uint64_t total_pos = 0, total_val = 0, max_raw = 0;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const frame_item& it = items[i];
+      error_context where{.file = std::string(source), .tensor = it.tensor, .field = "locations"};
+      if (it.location_compression == section_compression::zstd) {
+        zstd_decompressor::check_frames(f.location_section(i), it.location_raw_size, where);
+        max_raw = std::max(max_raw, it.location_raw_size);
+      }
+      where.field = "values";
+      if (it.value_compression == section_compression::zstd) {
+        zstd_decompressor::check_frames(f.value_section(i), it.value_raw_size, where);
+        if (it.values == value_coding::byte_planes && element_size(it.type) > 1) max_raw = std::max(max_raw, it.value_raw_size);
+      }
       total_pos += it.changed;
       total_val += it.value_raw_size;
     }
     positions_.resize_uninit(total_pos);
     values_.resize_uninit(total_val);
+    raw_.resize_uninit(max_raw);
     out_.clear();
+    out_.reserve(items.size());
     std::uint64_t pos_off = 0, val_off = 0;
     for (std::size_t i = 0; i < items.size(); ++i) {
       const frame_item& it = items[i];
@@ -92,13 +143,6 @@ class frame_decoder {
     return out_;
   }
 
-  /// Bytes of scratch currently held (the receiver's extra memory beyond the model).
-  std::size_t scratch_bytes() const noexcept {
-    return positions_.capacity_bytes() + values_.capacity_bytes() + raw_.capacity_bytes() +
-           out_.capacity() * sizeof(decoded_item);
-  }
-
- private:
   zstd_decompressor zstd_;
   scratch_buffer<std::uint32_t> positions_;
   byte_buffer values_, raw_;
@@ -138,20 +182,21 @@ class frame_applier {
  public:
   explicit frame_applier(Backend backend = {}) : backend_(std::move(backend)) {}
 
-  /// Full verification without writing: parse + digest, decode every section, match every item to
-  /// `targets`. Returns the parsed view (borrowing `bytes`). Throws on the first problem.
+  /// Full verification without writing: parse + digest, match every item to `targets` (before
+  /// any section is decompressed: a frame for tensors this target lacks costs no decoding), decode
+  /// every section. Returns the parsed view (borrowing `bytes`). Throws on the first problem.
   frame_view verify(std::span<const std::byte> bytes, const target_map& targets, std::string_view source = {}) {
     frame_view f = frame_view::parse(bytes, source);
-    decoder_.decode(f, source);
     match_targets(f, targets, source);
+    decoder_.decode(f, source);
     return f;
   }
 
   /// Verify-everything-then-write. On any error the targets are untouched.
   apply_result apply(std::span<const std::byte> bytes, const target_map& targets, std::string_view source = {}) {
     frame_view f = frame_view::parse(bytes, source);
-    auto decoded = decoder_.decode(f, source);
     auto tensors = match_targets(f, targets, source);
+    auto decoded = decoder_.decode(f, source);
     apply_result r{f.header(), 0, 0};
     for (std::size_t i = 0; i < decoded.size(); ++i) {
       const auto& d = decoded[i];

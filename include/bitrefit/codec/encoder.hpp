@@ -54,13 +54,22 @@ struct chunk_piece {
   std::span<const std::byte> new_bytes;
 };
 
+/// A chunk bound outside [8, frame_input_bytes_limit] is errc::invalid_argument: every frame must
+/// stay decodable by any receiver (types.hpp).
+inline void check_max_frame_input_bytes(std::uint64_t max_bytes) {
+  if (max_bytes < 8 || max_bytes > frame_input_bytes_limit)
+    throw error(errc::invalid_argument,
+                "max_frame_input_bytes " + std::to_string(max_bytes) + " is outside [8, " + std::to_string(frame_input_bytes_limit) + "] (the frame format's limit)",
+                {.file = {}, .tensor = {}, .field = "max_frame_input_bytes"});
+}
+
 /// Splits `ranges` (of tensors in `manifest`) into chunks of at most `max_bytes` input bytes each,
 /// in canonical order (tensor name, begin). Ranges are normalized first; a range larger than the
 /// bound is cut at element boundaries. Deterministic: the plan depends only on its arguments.
 inline std::vector<std::vector<canonical_range>> plan_chunks(std::vector<canonical_range> ranges,
                                                              const model_manifest& manifest,
                                                              std::uint64_t max_bytes = default_max_frame_input_bytes) {
-  if (max_bytes < 8) throw error(errc::invalid_argument, "max_frame_input_bytes must be at least 8", {.file = {}, .tensor = {}, .field = "max_frame_input_bytes"});
+  check_max_frame_input_bytes(max_bytes);
   ranges = normalize(std::move(ranges));
   std::vector<std::vector<canonical_range>> chunks;
   std::vector<canonical_range> cur;
@@ -202,7 +211,7 @@ class chunk_encoder {
  public:
   explicit chunk_encoder(encode_options options = {}, Backend backend = {})
       : options_(options), backend_(std::move(backend)) {
-    if (options_.max_frame_input_bytes < 8) throw error(errc::invalid_argument, "max_frame_input_bytes must be at least 8");
+    check_max_frame_input_bytes(options_.max_frame_input_bytes);
   }
 
   const encode_options& options() const noexcept { return options_; }

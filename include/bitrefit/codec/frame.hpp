@@ -18,6 +18,9 @@
 //
 // Positions of an item are relative to range_begin and lie in [0, range_end - range_begin);
 // value_raw_size = changed * element_size(dtype). Items of one tensor never overlap in a frame.
+// Resource bound: the items' ranges cover at most frame_input_bytes_limit (64 MiB) of canonical
+// input (sum of (range_end - range_begin) * element size); every raw size is bounded by its
+// item's range, so what a decoder allocates for one frame is bounded by that limit (apply.hpp).
 #pragma once
 
 #include <algorithm>
@@ -106,9 +109,13 @@ inline void write_frame(const frame_header& h, std::span<const frame_item> items
                         std::span<const std::span<const std::byte>> sections, byte_buffer& out) {
   if (sections.size() != 2 * items.size()) throw error(errc::invalid_argument, "write_frame: two sections per item");
   std::uint64_t total = frame_header_size + frame_digest_size;
+  std::uint64_t covered = 0;
   for (std::size_t i = 0; i < items.size(); ++i) {
     const auto& it = items[i];
     if (it.tensor.size() > 0xFFFF) throw error(errc::invalid_argument, "tensor name longer than 65535 bytes", {.file = {}, .tensor = it.tensor, .field = "name"});
+    covered += it.range_elements() * element_size(it.type);
+    if (covered > frame_input_bytes_limit)
+      throw error(errc::invalid_argument, "frame would cover more than the format's " + std::to_string(frame_input_bytes_limit) + " bytes of input (plan smaller chunks)", {.file = {}, .tensor = it.tensor, .field = "range"});
     if (sections[2 * i].size() != it.location_stored_size || sections[2 * i + 1].size() != it.value_stored_size)
       throw error(errc::invalid_argument, "write_frame: section sizes differ from the descriptor", {.file = {}, .tensor = it.tensor, .field = {}});
     total += detail::descriptor_size(it) + it.location_stored_size + it.value_stored_size;
@@ -155,10 +162,12 @@ inline void write_frame(const frame_header& h, std::span<const frame_item> items
 /// A parsed, structurally verified frame over borrowed bytes. parse() checks, in this order:
 /// size >= header + digest, magic, format version, declared frame size == actual size (catches
 /// truncation and trailing garbage), the XXH3-128 digest (catches any corrupted byte), then every
-/// descriptor field (dtype code, mode, codings, ranges inside the tensor, value sizes, raw-size
-/// bounds, sections exactly filling the frame, items of one tensor disjoint). Sections are not
-/// decompressed here (see apply.hpp). Errors are errc::integrity (size, digest) or errc::format /
-/// errc::unsupported, with `source` as the error's file field and the tensor named when known.
+/// descriptor field (dtype code, mode, codings, ranges inside the tensor, the frame's covered input
+/// within frame_input_bytes_limit, value sizes, raw-size bounds, sections exactly filling the
+/// frame, items of one tensor disjoint). Sections are not decompressed here (see apply.hpp).
+/// Memory: the item list only (bounded by the frame's size). Errors are errc::integrity (size,
+/// digest) or errc::format / errc::unsupported, with `source` as the error's file field and the
+/// tensor named when known.
 class frame_view {
  public:
   static frame_view parse(std::span<const std::byte> bytes, std::string_view source = {}) {
@@ -200,6 +209,7 @@ class frame_view {
     // every item needs at least its fixed descriptor: bound the count before reserving
     if (n_items > (body_end - off) / item_descriptor_fixed_size) fail(errc::format, "item count " + std::to_string(n_items) + " cannot fit in the frame", "item_count");
     f.items_.reserve(n_items);
+    std::uint64_t covered = 0;  // canonical input bytes of the items so far
     for (std::uint32_t i = 0; i < n_items; ++i) {
       where.tensor.clear();
       if (body_end - off < 2) fail(errc::format, "item descriptor runs past the frame end", "item");
@@ -238,6 +248,10 @@ class frame_view {
         fail(errc::format, "range [" + std::to_string(it.begin) + ", " + std::to_string(it.end) + ") outside the tensor's " + std::to_string(it.tensor_elements) + " elements", "range");
       const std::uint64_t m = it.end - it.begin;
       if (m >= (1ull << 32)) fail(errc::format, "item range of 2^32 or more elements", "range");
+      // m < 2^32 and E <= 8: no overflow; checked per item, so the sum cannot overflow either
+      covered += m * E;
+      if (covered > frame_input_bytes_limit)
+        fail(errc::format, "items cover " + std::to_string(covered) + "+ bytes of input, more than the format's limit of " + std::to_string(frame_input_bytes_limit), "range");
       if (it.changed > m) fail(errc::format, "changed count exceeds the range", "changed");
       if (it.value_raw_size != it.changed * E) fail(errc::format, "value section raw size is not changed * element size", "value_raw_size");
       if (it.location_raw_size > max_location_raw_size(it.locations, m, it.changed))

@@ -165,13 +165,15 @@ inline void encode_locations(location_coding coding, std::span<const std::uint32
 }
 
 /// Upper bound of a location section's raw size (rejects absurd declared sizes before allocating).
+/// Runs: at most `changed` runs of two LEB128 numbers; a number v takes at most 1 + v/128 bytes and
+/// the gaps and lengths of one item sum to at most m, so 2 * changed + m/128 bytes (+2 of slack).
 inline std::uint64_t max_location_raw_size(location_coding coding, std::uint64_t m, std::uint64_t changed) {
   switch (coding) {
     case location_coding::all: return 0;
     case location_coding::gaps8: return changed + m / 255 + 1;
     case location_coding::gaps16: return 2 * (changed + m / 65535 + 1);
     case location_coding::gaps32: return 4 * (changed + 2);
-    case location_coding::runs: return 20 * changed;
+    case location_coding::runs: return 2 * changed + m / 128 + 2;
     case location_coding::bitmap: return (m + 7) / 8;
   }
   return 0;

@@ -64,15 +64,20 @@ constexpr std::string_view to_string(value_coding c) noexcept {
 }
 constexpr std::string_view to_string(frame_kind k) noexcept { return k == frame_kind::delta ? "delta" : "dense"; }
 
-/// Default bound of canonical input bytes (old range bytes) that one frame covers. Receivers need
-/// scratch proportional to this bound only, never to the model.
-inline constexpr std::uint64_t default_max_frame_input_bytes = 64ull << 20;
+/// The format's bound of canonical input bytes one frame covers (the sum over its items of range
+/// elements x element size). Encoders refuse larger chunks; decoders refuse a frame declaring more
+/// before allocating anything (errc::format, field "range"). Every size a decoder allocates is
+/// derived from the declared ranges, so a receiver's scratch is bounded by this constant, never by
+/// the model or by what a hostile frame claims (see frame_decoder in apply.hpp).
+inline constexpr std::uint64_t frame_input_bytes_limit = 64ull << 20;
+/// Default bound of canonical input bytes (old range bytes) that one frame covers: the format's limit.
+inline constexpr std::uint64_t default_max_frame_input_bytes = frame_input_bytes_limit;
 inline constexpr int default_zstd_level = 3;
 
 struct encode_options {
   mode_policy policy = mode_policy::xor_allowed;
   int zstd_level = default_zstd_level;
-  /// Canonical input bytes per frame (chunk). Must be >= 8 and its element count below 2^32.
+  /// Canonical input bytes per frame (chunk). Must be in [8, frame_input_bytes_limit].
   std::uint64_t max_frame_input_bytes = default_max_frame_input_bytes;
 };
 

@@ -101,7 +101,7 @@ class basic_filesystem_commit_log {
 
   /// The durable state as a fresh process would see it (no lock: a single file read is atomic).
   protocol::log_snapshot read_unlocked() {
-    auto text = transport::detail::read_file(file());
+    auto text = transport::detail::read_file(file(), json_io::control_json_limits.max_bytes);
     if (!text) return protocol::log_snapshot{};
     return json_io::snapshot_from(std::string(reinterpret_cast<const char*>(text->data()), text->size()), file().string());
   }
@@ -281,9 +281,10 @@ class filesystem_baseline_store {
     }
   }
 
-  /// Same, but throws the reason: errc::integrity (a file's digest does not match: torn or corrupt),
-  /// errc::format (a verified file that does not parse), errc::mismatch (absent, or a delta whose
-  /// base image is gone or was replaced).
+  /// Same, but throws the reason: errc::integrity (a file's digest does not match: torn or corrupt;
+  /// or a record whose count, position or length does not fit the image or the file), errc::format
+  /// (a verified file of another kind or version), errc::mismatch (absent, or a delta whose base
+  /// image is gone or was replaced). Every error names the file.
   baseline_image load_checked(version_t v) {
     std::vector<delta_file> chain;
     std::optional<std::uint64_t> want;  // the digest the next link must have
@@ -380,13 +381,13 @@ class filesystem_baseline_store {
     }
   };
 
-  /// Bounds-checked reader over a verified file's body; running past the end is errc::format.
+  /// Bounds-checked reader over a verified file's body; running past the end is errc::integrity.
   struct byte_reader {
     std::span<const std::byte> d;
     std::size_t at = 0;
     const std::filesystem::path& file;
     void need(std::uint64_t n) const {
-      if (n > d.size() - at) throw error(errc::format, "baseline file ends inside a record", {.file = file.string(), .tensor = {}, .field = {}});
+      if (n > d.size() - at) throw error(errc::integrity, "baseline file ends inside a record", {.file = file.string(), .tensor = {}, .field = {}});
     }
     std::uint64_t u64() {
       need(8);
@@ -409,7 +410,7 @@ class filesystem_baseline_store {
         x |= std::uint64_t(b & 0x7F) << shift;
         if (!(b & 0x80)) return x;
       }
-      throw error(errc::format, "position varint too long", {.file = file.string(), .tensor = {}, .field = "positions"});
+      throw error(errc::integrity, "position varint too long", {.file = file.string(), .tensor = {}, .field = "positions"});
     }
   };
 
@@ -473,7 +474,9 @@ class filesystem_baseline_store {
     for (std::uint64_t i = 0, n = r.u64(); i < n; ++i) {
       const auto name = r.take(r.u64());
       const auto bytes = r.take(r.u64());
-      img[std::string(reinterpret_cast<const char*>(name.data()), name.size())].assign(bytes.begin(), bytes.end());
+      auto [it, fresh] = img.try_emplace(std::string(reinterpret_cast<const char*>(name.data()), name.size()));
+      if (!fresh) throw error(errc::integrity, "full image lists a tensor twice", {.file = p.string(), .tensor = it->first, .field = {}});
+      it->second.assign(bytes.begin(), bytes.end());
     }
     if (r.at != d.size()) throw error(errc::format, "trailing bytes after the last tensor", {.file = p.string(), .tensor = {}, .field = {}});
     return img;
@@ -502,22 +505,24 @@ class filesystem_baseline_store {
       const std::string name(reinterpret_cast<const char*>(name_b.data()), name_b.size());
       const std::uint64_t E = r.u64(), elements = r.u64(), count = r.u64(), pos_bytes = r.u64();
       if (E == 0 || E > 8 || count > elements || count > pos_bytes)
-        throw error(errc::format, "delta: implausible element size or count", {.file = p.string(), .tensor = name, .field = "elements"});
-      if (!seen.insert(name).second) throw error(errc::format, "delta: tensor listed twice", {.file = p.string(), .tensor = name, .field = {}});
+        throw error(errc::integrity, "delta: implausible element size or count", {.file = p.string(), .tensor = name, .field = "elements"});
+      if (!seen.insert(name).second) throw error(errc::integrity, "delta: tensor listed twice", {.file = p.string(), .tensor = name, .field = {}});
       auto it = img.find(name);
-      if (it == img.end() || it->second.size() != elements * E)
-        throw error(errc::mismatch, "delta names a tensor the base image does not hold, or of another size", {.file = p.string(), .tensor = name, .field = "elements"});
+      // No product of two file fields is ever formed (elements * E could wrap to the image's size):
+      // the image's size is divided instead, so every later x * E stays below it.
+      if (it == img.end() || it->second.size() % E != 0 || elements != it->second.size() / E)
+        throw error(errc::integrity, "delta names a tensor the base image does not hold, or of another size", {.file = p.string(), .tensor = name, .field = "elements"});
       byte_reader pr{r.take(pos_bytes), 0, p};
       const std::byte* val = r.take(count * E).data();
       std::byte* dst = it->second.data();
       std::uint64_t next = 0;
       for (std::uint64_t k = 0; k < count; ++k, val += E) {
         const std::uint64_t x = next + pr.leb128();
-        if (x < next || x >= elements) throw error(errc::format, "delta: position outside the tensor", {.file = p.string(), .tensor = name, .field = "positions"});
+        if (x < next || x >= elements) throw error(errc::integrity, "delta: position outside the tensor", {.file = p.string(), .tensor = name, .field = "positions"});
         std::memcpy(dst + x * E, val, E);
         next = x + 1;
       }
-      if (pr.at != pos_bytes) throw error(errc::format, "delta: stray bytes after the positions", {.file = p.string(), .tensor = name, .field = "positions"});
+      if (pr.at != pos_bytes) throw error(errc::integrity, "delta: stray bytes after the positions", {.file = p.string(), .tensor = name, .field = "positions"});
     }
     if (r.at != f.body.size()) throw error(errc::format, "trailing bytes after the last tensor", {.file = p.string(), .tensor = {}, .field = {}});
   }

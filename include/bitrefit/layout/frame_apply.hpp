@@ -46,7 +46,8 @@ class loader_frame_applier {
   template <Loader L>
   codec::frame_view verify(const L& l, std::span<const std::byte> bytes, std::string_view source = {}) {
     codec::frame_view f = codec::frame_view::parse(bytes, source);
-    check(l, decoder_.decode(f, source), source);
+    check_items(l, f, source);  // before decoding: a frame for tensors not served costs no scratch
+    check_decoded(decoder_.decode(f, source), source);
     return f;
   }
 
@@ -54,8 +55,9 @@ class loader_frame_applier {
   template <Loader L>
   frame_apply_result apply(L& l, std::span<const std::byte> bytes, std::string_view source = {}) {
     codec::frame_view f = codec::frame_view::parse(bytes, source);
+    check_items(l, f, source);
     const auto decoded = decoder_.decode(f, source);
-    check(l, decoded, source);
+    check_decoded(decoded, source);
     frame_apply_result r{f.header(), 0, 0, 0};
     for (const codec::decoded_item& d : decoded) {
       const apply_stats st = apply_positions(l, d.item->tensor, static_cast<write_mode>(d.item->mode), d.positions, d.values, d.item->begin);
@@ -70,9 +72,8 @@ class loader_frame_applier {
 
  private:
   template <Loader L>
-  static void check(const L& l, std::span<const codec::decoded_item> decoded, std::string_view source) {
-    for (const codec::decoded_item& d : decoded) {
-      const codec::frame_item& it = *d.item;
+  static void check_items(const L& l, const codec::frame_view& f, std::string_view source) {
+    for (const codec::frame_item& it : f.items()) {
       error_context where{.file = std::string(source), .tensor = it.tensor, .field = {}};
       const tensor_info* t = l.canonical().find(it.tensor);
       if (!t) throw error(errc::mismatch, "frame names a tensor this engine does not serve", where);
@@ -88,6 +89,13 @@ class loader_frame_applier {
         where.field = "mode";
         throw error(errc::mismatch, "XOR item for a tensor this engine does not place bit-preservingly (the attempt must send it as overwrite)", where);
       }
+    }
+  }
+
+  static void check_decoded(std::span<const codec::decoded_item> decoded, std::string_view source) {
+    for (const codec::decoded_item& d : decoded) {
+      const codec::frame_item& it = *d.item;
+      error_context where{.file = std::string(source), .tensor = it.tensor, .field = {}};
       const std::size_t es = element_size(it.type);
       if (d.values.size() != d.positions.size() * es) {
         where.field = "values";

@@ -221,10 +221,11 @@ class receiver {
     for (const auto& key : transport_.list(transport::attempt_stream(a))) {
       const bool repeat = !this_round.insert(key).second;  // the network listed it twice: a duplicate copy
       if (delivered_.count(key) && !repeat) continue;
-      auto bytes = transport_.fetch(key);
-      if (!bytes) continue;
+      std::optional<transport::bytes> bytes;
       verified_frame v;
       try {
+        bytes = transport_.fetch(key);  // may refuse an object above the store's size limit
+        if (!bytes) continue;
         v = store_.verify(*bytes, key.stream.name + "/" + transport::frame_object_name(key.owner, key.seq));
         if (v.header.kind != codec::frame_kind::delta || v.header.id.attempt != a || v.header.id.owner != key.owner ||
             v.header.id.seq != key.seq)
@@ -296,10 +297,10 @@ class receiver {
     for (int pass = 0; pass < 2; ++pass)
       for (std::uint32_t o = 0; o < chunks.size(); ++o)
         for (std::uint32_t s = 0; s < chunks[o]; ++s) {
-          auto bytes = transport_.fetch(transport::frame_key{stream, o, s});
-          if (!bytes) return false;
           const std::string src = stream.name + "/" + transport::frame_object_name(o, s);
           try {
+            auto bytes = transport_.fetch(transport::frame_key{stream, o, s});
+            if (!bytes) return false;
             const verified_frame v = pass == 0 ? store_.verify(*bytes, src) : store_.apply(*bytes, src);
             if (v.header.kind != codec::frame_kind::dense || v.header.target_version != k.version) return false;
           } catch (const error&) {

@@ -43,15 +43,16 @@ class receiver_store {
 
   verified_frame verify(std::span<const std::byte> bytes, std::string_view source = {}) {
     auto f = codec::frame_view::parse(bytes, source);
-    auto decoded = decoder_.decode(f, source);
-    return check(f, decoded, source);
+    verified_frame v = check(f, source);  // before decoding: a frame for tensors not served costs no scratch
+    decoder_.decode(f, source);
+    return v;
   }
 
   /// Verifies everything, then writes. @throws like verify; nothing written when it throws.
   verified_frame apply(std::span<const std::byte> bytes, std::string_view source = {}) {
     auto f = codec::frame_view::parse(bytes, source);
+    verified_frame v = check(f, source);
     auto decoded = decoder_.decode(f, source);
-    verified_frame v = check(f, decoded, source);
     for (const auto& d : decoded) {
       const codec::frame_item& it = *d.item;
       if (loader_->held(it.tensor).empty()) continue;  // a partial holder: nothing of this tensor here
@@ -93,10 +94,9 @@ class receiver_store {
   std::size_t scratch_bytes() const noexcept { return decoder_.scratch_bytes() + abs_.capacity() * sizeof(std::uint64_t); }
 
  private:
-  verified_frame check(const codec::frame_view& f, std::span<const codec::decoded_item> decoded, std::string_view source) {
+  verified_frame check(const codec::frame_view& f, std::string_view source) {
     verified_frame v{f.header(), f.digest(), protocol::mode::overwrite, 0};
-    for (const auto& d : decoded) {
-      const codec::frame_item& it = *d.item;
+    for (const codec::frame_item& it : f.items()) {
       const error_context where{.file = std::string(source), .tensor = it.tensor, .field = "tensor"};
       const tensor_info* t = loader_->canonical().find(it.tensor);
       if (!t) throw error(errc::mismatch, "frame names a tensor this engine does not serve", where);

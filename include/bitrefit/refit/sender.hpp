@@ -34,6 +34,7 @@
 #pragma once
 
 #include <chrono>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -182,6 +183,7 @@ class sender {
     // compare: freeze the change set (copy v+1 out of the trainer, bitwise against B^v)
     const auto tc = clock::now();
     for (auto& o : owners_) {
+      quiesce(*o);  // chunks of a cancelled attempt of the last transition may still be encoding
       stats_.changed += o->shard.freeze(next);
       o->frozen_version = stats_.version;
       o->persisted = 0;  // these bits are not saved yet (an earlier, failed transition may have saved others)
@@ -246,6 +248,7 @@ class sender {
     B store;
     version_t frozen_version = 0;
     std::atomic<std::uint64_t> generation{0};  // bumped by cancel: queued chunks of older jobs skip
+    std::atomic<std::uint32_t> in_flight{0};   // pool tasks of this owner past their generation check
     attempt_id encoding{};
     std::uint32_t next_report = 0;              // chunk_encoded_event is fed in seq order
     std::map<std::uint32_t, std::pair<digest128, protocol::mode>> done;  // encoded, not yet reported
@@ -271,13 +274,25 @@ class sender {
 
   // ---- owners ---------------------------------------------------------------------------------
 
+  /// Cancels the owner's queued chunks and waits for the ones already encoding: afterwards no pool
+  /// task reads the owner's shard (until the next start_encoding), so it may be replaced. Without
+  /// this, a crash or a restore swapped the shard's images while chunks were still being encoded
+  /// from them (a heap-use-after-free AddressSanitizer found in the demo). A task enters in_flight
+  /// before it reads the generation and this bumps the generation before it reads in_flight (both
+  /// sequentially consistent), so either the task sees the new generation and leaves, or this
+  /// waits for it.
+  void quiesce(owner_slot& o) {
+    o.generation++;
+    while (o.in_flight.load() != 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+
   /// The owner process died mid-stream: every volatile bit is gone. What it made durable survives
   /// (protocol::owner::recovered): B^v of its commit record and the frozen target of the transition
   /// in progress, both read back from its baseline store — never from the trainer. The
   /// coordinator's deadline then retries the attempt; the retry encodes the recovered frozen set.
   void crash_owner(std::uint32_t i) {
     auto& o = *owners_[i];
-    o.generation++;
+    quiesce(o);
     o.done.clear();
     o.next_report = 0;
     const protocol::owner before = o.sm;
@@ -298,7 +313,7 @@ class sender {
 
   void recover_owner(std::uint32_t i, const tensor_source& committed_bits) {
     auto& o = *owners_[i];
-    o.generation++;
+    quiesce(o);
     o.persisted = 0;
     o.done.clear();
     o.next_report = 0;
@@ -352,6 +367,11 @@ class sender {
                                                                                                  : codec::mode_policy::overwrite_only;
       pool_->submit([this, i, gen, seq, policy, act](std::size_t w) {
         auto& slot = *owners_[i];
+        ++slot.in_flight;  // before the generation check: see quiesce()
+        struct leave {
+          std::atomic<std::uint32_t>& n;
+          ~leave() { --n; }
+        } in_flight_guard{slot.in_flight};
         if (slot.generation.load() != gen) return;  // cancelled
         completion c{i, gen, act.attempt, seq, {}, protocol::mode::overwrite, false, false, {}};
         try {
@@ -528,6 +548,7 @@ class sender {
     // owners
     void advance_baseline(const protocol::endpoint& self, const protocol::commit_record& k) {
       auto& o = *s.owners_.at(self.index);
+      s.quiesce(o);  // chunks of a cancelled attempt may still be encoding from the baseline
       o.shard.advance();
       o.frozen_version = 0;
       const auto tr = clock::now();
@@ -538,6 +559,7 @@ class sender {
       auto& o = *s.owners_.at(self.index);
       if (o.frozen_version != act.target) {  // e.g. a restarted trainer-side engine
         if (!s.next_) throw error(errc::protocol, "owner asked to freeze without the trainer's target bits");
+        s.quiesce(o);
         o.shard.freeze(s.next_);
         o.frozen_version = act.target;
       }

@@ -34,13 +34,22 @@ inline protocol::commit_record record(const json& x) { return durability::json_i
 inline protocol::member member(const json& x) { return durability::json_io::member_from(x); }
 inline protocol::mode mode(const json& x) { return durability::json_io::mode_from(x); }
 inline protocol::prepare_record prepare(const json& x) { return durability::json_io::prepare_from(x); }
+using durability::json_io::detail::element;
+using durability::json_io::detail::integer;
+using durability::json_io::detail::member;
 inline protocol::endpoint endpoint(const json& x) {
-  const int r = x.at(0).get<int>();
-  if (r < 0 || r > 2) throw error(errc::format, "unknown role", {.file = {}, .tensor = {}, .field = "role"});
-  return {static_cast<protocol::role>(r), x.at(1).get<std::uint32_t>()};
+  const int r = integer<int>(element(x, 0, 2, "endpoint"), "endpoint.role");
+  if (r < 0 || r > 2) throw error(errc::format, "unknown role", {.file = {}, .tensor = {}, .field = "endpoint.role"});
+  return {static_cast<protocol::role>(r), integer<std::uint32_t>(element(x, 1, 2, "endpoint"), "endpoint.index")};
 }
 inline payload_id pid(const json& x) {
-  return {{x.at(0).get<std::uint64_t>(), x.at(1).get<std::uint64_t>()}, x.at(2).get<std::uint32_t>(), x.at(3).get<std::uint32_t>()};
+  return {{integer<std::uint64_t>(element(x, 0, 4, "id"), "id.epoch"), integer<std::uint64_t>(element(x, 1, 4, "id"), "id.counter")},
+          integer<std::uint32_t>(element(x, 2, 4, "id"), "id.owner"), integer<std::uint32_t>(element(x, 3, 4, "id"), "id.seq")};
+}
+inline std::vector<std::uint32_t> u32_list(const json& x, const char* field) {
+  std::vector<std::uint32_t> out;
+  for (auto& v : durability::json_io::detail::array(x, field)) out.push_back(integer<std::uint32_t>(v, field));
+  return out;
 }
 
 struct to_json_visitor {
@@ -81,39 +90,44 @@ struct to_json_visitor {
 };
 
 inline protocol::message message_from(const json& x) {
-  const std::string t = x.at("type").get<std::string>();
-  if (t == "prepare") return protocol::prepare_msg{prepare(x.at("record"))};
-  if (t == "obsolete") return protocol::obsolete_msg{attempt(x.at("attempt"))};
-  if (t == "open") return protocol::open_msg{attempt(x.at("attempt")), x.at("chunks").get<std::vector<std::uint32_t>>()};
-  if (t == "flush") return protocol::flush_msg{attempt(x.at("attempt"))};
+  const json& type = member(x, "type");
+  if (!type.is_string()) throw error(errc::format, "message type is not a string", {.file = {}, .tensor = {}, .field = "type"});
+  const std::string& t = type.get_ref<const std::string&>();
+  if (t == "prepare") return protocol::prepare_msg{prepare(member(x, "record"))};
+  if (t == "obsolete") return protocol::obsolete_msg{attempt(member(x, "attempt"))};
+  if (t == "open") return protocol::open_msg{attempt(member(x, "attempt")), u32_list(member(x, "chunks"), "chunks")};
+  if (t == "flush") return protocol::flush_msg{attempt(member(x, "attempt"))};
   if (t == "announce") {
-    protocol::announce_msg m{record(x.at("record")), std::nullopt, x.value("evicted", false)};
+    protocol::announce_msg m{record(member(x, "record")), std::nullopt, false};
+    if (x.contains("evicted")) m.evicted = durability::json_io::detail::boolean(x.at("evicted"), "evicted");
     if (x.contains("roster")) m.roster = member(x.at("roster"));
     return m;
   }
-  if (t == "roll_call") return protocol::roll_call_msg{x.at("epoch").get<std::uint64_t>()};
-  if (t == "abort") return protocol::abort_msg{x.at("epoch").get<std::uint64_t>(), attempt(x.at("attempt"))};
+  if (t == "roll_call") return protocol::roll_call_msg{integer<std::uint64_t>(member(x, "epoch"), "epoch")};
+  if (t == "abort") return protocol::abort_msg{integer<std::uint64_t>(member(x, "epoch"), "epoch"), attempt(member(x, "attempt"))};
   if (t == "manifest")
-    return protocol::manifest_msg{attempt(x.at("attempt")), x.at("owner").get<std::uint32_t>(), x.at("chunks").get<std::uint32_t>()};
-  if (t == "arrived") return protocol::arrived_msg{attempt(x.at("attempt")), member(x.at("from"))};
+    return protocol::manifest_msg{attempt(member(x, "attempt")), integer<std::uint32_t>(member(x, "owner"), "owner"),
+                                  integer<std::uint32_t>(member(x, "chunks"), "chunks")};
+  if (t == "arrived") return protocol::arrived_msg{attempt(member(x, "attempt")), member(member(x, "from"))};
   if (t == "ack") {
-    protocol::ack_msg m{attempt(x.at("attempt")), member(x.at("from")), std::nullopt};
-    if (x.contains("attestation")) m.attestation = digest(x.at("attestation"));
+    protocol::ack_msg m{attempt(member(x, "attempt")), member(member(x, "from")), std::nullopt};
+    if (x.contains("attestation")) m.attestation = digest(member(x, "attestation"));
     return m;
   }
-  if (t == "stopped") return protocol::stopped_msg{attempt(x.at("attempt")), member(x.at("from"))};
+  if (t == "stopped") return protocol::stopped_msg{attempt(member(x, "attempt")), member(member(x, "from"))};
   if (t == "failed") {
-    const int r = x.at("reason").get<int>();
+    const int r = integer<int>(member(x, "reason"), "reason");
     if (r < 0 || r > 2) throw error(errc::format, "unknown failure reason", {.file = {}, .tensor = {}, .field = "reason"});
-    return protocol::failed_msg{attempt(x.at("attempt")), member(x.at("from")), static_cast<protocol::failure_reason>(r)};
+    return protocol::failed_msg{attempt(member(x, "attempt")), member(member(x, "from")), static_cast<protocol::failure_reason>(r)};
   }
-  if (t == "join") return protocol::join_msg{member(x.at("from")), record(x.at("at"))};
-  if (t == "baseline") return protocol::baseline_msg{x.at("owner").get<std::uint32_t>(), record(x.at("at"))};
+  if (t == "join") return protocol::join_msg{member(member(x, "from")), record(member(x, "at"))};
+  if (t == "baseline") return protocol::baseline_msg{integer<std::uint32_t>(member(x, "owner"), "owner"), record(member(x, "at"))};
   if (t == "frozen_lost")
-    return protocol::frozen_lost_msg{attempt(x.at("attempt")), x.at("owner").get<std::uint32_t>(), x.at("target").get<std::uint64_t>()};
+    return protocol::frozen_lost_msg{attempt(member(x, "attempt")), integer<std::uint32_t>(member(x, "owner"), "owner"),
+                                     integer<std::uint64_t>(member(x, "target"), "target")};
   if (t == "payload")
-    return protocol::payload_msg{pid(x.at("id")), x.at("base").get<std::uint64_t>(), x.at("target").get<std::uint64_t>(),
-                                 mode(x.at("mode")), digest(x.at("content"))};
+    return protocol::payload_msg{pid(member(x, "id")), integer<std::uint64_t>(member(x, "base"), "base"),
+                                 integer<std::uint64_t>(member(x, "target"), "target"), mode(member(x, "mode")), digest(member(x, "content"))};
   throw error(errc::format, "unknown message type '" + t + "'", {.file = {}, .tensor = {}, .field = "type"});
 }
 
@@ -129,13 +143,16 @@ inline std::vector<std::byte> encode(const protocol::envelope& e) {
   return {b.begin(), b.end()};
 }
 
-/// @throws errc::format naming what does not parse; errc::unsupported for another wire version.
+/// @throws errc::format naming what does not parse (every number checked for type, sign and range;
+/// the text bounded by durability::json_io::control_json_limits); errc::unsupported for another
+/// wire version.
 inline protocol::envelope decode(std::span<const std::byte> bytes) {
   try {
-    const auto x = json::parse(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-    if (x.at("wire").get<int>() != wire_version)
+    const auto x = io::parse_json(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
+                                  durability::json_io::control_json_limits);
+    if (detail::integer<std::uint64_t>(detail::member(x, "wire"), "wire") != wire_version)
       throw error(errc::unsupported, "control message of another wire version", {.file = {}, .tensor = {}, .field = "wire"});
-    return {detail::endpoint(x.at("from")), detail::endpoint(x.at("to")), detail::message_from(x.at("msg"))};
+    return {detail::endpoint(detail::member(x, "from")), detail::endpoint(detail::member(x, "to")), detail::message_from(detail::member(x, "msg"))};
   } catch (const json::exception& e) {
     throw error(errc::format, std::string("control message does not parse: ") + e.what(), {.file = {}, .tensor = {}, .field = "msg"});
   }

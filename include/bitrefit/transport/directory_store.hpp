@@ -93,7 +93,9 @@ inline void atomic_write(const std::filesystem::path& target, std::span<const st
 }
 
 /// Reads a whole file; nullopt when it does not exist.
-inline std::optional<bytes> read_file(const std::filesystem::path& p) {
+/// The whole file; nullopt when it does not exist. A file larger than `max_bytes` is refused unread
+/// (errc::integrity, field "size"): a hostile or damaged object never costs more than the limit.
+inline std::optional<bytes> read_file(const std::filesystem::path& p, std::uint64_t max_bytes = ~std::uint64_t{0}) {
   int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT || errno == ENOTDIR) return std::nullopt;
@@ -101,6 +103,11 @@ inline std::optional<bytes> read_file(const std::filesystem::path& p) {
   }
   struct stat st {};
   ::fstat(fd, &st);
+  if (static_cast<std::uint64_t>(st.st_size) > max_bytes) {
+    ::close(fd);
+    throw error(errc::integrity, "object of " + std::to_string(st.st_size) + " bytes exceeds the limit of " + std::to_string(max_bytes),
+                {.file = p.string(), .tensor = {}, .field = "size"});
+  }
   bytes out(static_cast<std::size_t>(st.st_size));
   std::size_t got = 0;
   while (got < out.size()) {
@@ -118,6 +125,9 @@ inline std::optional<bytes> read_file(const std::filesystem::path& p) {
 
 struct directory_store_options {
   bool durable = false;  // fsync each object and its directory (payloads need not survive a crash)
+  /// get() refuses a larger object unread (errc::integrity). The default holds any payload frame
+  /// (at most 64 MiB of input, codec/types.hpp) and any control message with a wide margin.
+  std::uint64_t max_object_bytes = std::uint64_t{1} << 30;
 };
 
 class directory_store {
@@ -137,7 +147,7 @@ class directory_store {
   }
   std::optional<bytes> get(const std::string& key) {
     detail::check_key(key);
-    return detail::read_file(root_ / key);
+    return detail::read_file(root_ / key, opt_.max_object_bytes);
   }
   /// Every key starting with `prefix`, sorted byte-wise. Walks only the directory that the prefix
   /// names up to its last '/', so listing one stream does not scan the whole store.
