@@ -15,13 +15,16 @@
 #include "args.hpp"
 #include "exit_codes.hpp"
 #include "help.hpp"
-#include "ops.hpp"
+#include "bitrefit/ops/checkpoint_ops.hpp"
 #include "progress.hpp"
 
 namespace bitrefit::cli {
 namespace {
 
 using json = nlohmann::ordered_json;
+using namespace bitrefit::ops;
+
+const char* version_string() { return "0.1.0"; }
 
 struct common {
   bool json_out = false;
@@ -107,7 +110,8 @@ std::string ratio(double a, double b) {
 int run_stat(const parsed_args& a) {
   const common c = parse_common(a);
   const auto tensors_shown = parse_uint(a, "tensors", 20, 0, UINT64_MAX / 2);
-  const stat_result r = compute_stat(a.positional[0], a.positional[1], parse_codec(a), c.progress);
+  terminal_progress progress(c.progress);
+  const stat_result r = compute_stat(a.positional[0], a.positional[1], parse_codec(a), progress);
   if (c.json_out) {
     json j;
     j["command"] = "stat";
@@ -159,8 +163,9 @@ int run_diff(const parsed_args& a) {
   const std::string mode = a.get_or("mode", "xor");
   if (mode != "xor" && mode != "overwrite") throw usage_error("--mode takes xor or overwrite, not '" + mode + "'");
   const bool as_dir = a.has("dir") || (!out->empty() && out->back() == '/');
+  terminal_progress progress(c.progress);
   const diff_result r = write_diff(a.positional[0], a.positional[1], *out, as_dir, mode == "overwrite",
-                                   parse_codec(a), c.progress);
+                                   parse_codec(a), progress);
   if (c.json_out) {
     json j;
     j["command"] = "diff";
@@ -203,7 +208,8 @@ int run_apply(const parsed_args& a) {
   if (in_place && out) throw usage_error("apply takes either -o OUT or --in-place, not both");
   if (!in_place && (!out || out->empty())) throw usage_error("apply needs -o OUT or --in-place");
   const std::string target = in_place ? a.positional[0] : *out;
-  const apply_result r = apply_delta(a.positional[0], a.positional[1], target, c.progress);
+  terminal_progress progress(c.progress);
+  const apply_result r = apply_delta(a.positional[0], a.positional[1], target, progress);
   if (c.json_out) {
     json j;
     j["command"] = "apply";
@@ -231,7 +237,8 @@ int run_apply(const parsed_args& a) {
 int run_verify(const parsed_args& a) {
   const common c = parse_common(a);
   const auto limit = parse_uint(a, "limit", 5, 1, 1u << 20);
-  const verify_result r = verify_checkpoints(a.positional[0], a.positional[1], limit, c.progress);
+  terminal_progress progress(c.progress);
+  const verify_result r = verify_checkpoints(a.positional[0], a.positional[1], limit, progress);
   if (c.json_out) {
     json j;
     j["command"] = "verify";
@@ -276,7 +283,8 @@ int run_verify(const parsed_args& a) {
 
 int run_digest(const parsed_args& a) {
   const common c = parse_common(a);
-  const digest_result r = digest_checkpoint(a.positional[0], c.progress);
+  terminal_progress progress(c.progress);
+  const digest_result r = digest_checkpoint(a.positional[0], progress);
   if (c.json_out) {
     json j;
     j["command"] = "digest";
