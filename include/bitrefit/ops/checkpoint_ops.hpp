@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "bitrefit/codec/attestation.hpp"
 #include "bitrefit/codec/bundle.hpp"
 #include "bitrefit/codec/entropy.hpp"
@@ -562,6 +564,101 @@ inline digest_result digest_checkpoint(const std::filesystem::path& path, progre
   r.elements = c.manifest().total_elements();
   r.bytes = c.manifest().total_bytes();
   return r;
+}
+
+// ---- results as JSON: the CLI's --json output and the Python binding's dicts (one schema) ------------
+
+using ordered_json = nlohmann::ordered_json;
+
+inline ordered_json to_json(const std::vector<phase_time>& phases) {
+  ordered_json j = ordered_json::object();
+  for (auto& p : phases) j[p.name] = p.seconds;
+  return j;
+}
+
+inline ordered_json to_json(const stat_row& r, bool with_identity) {
+  ordered_json j;
+  if (with_identity) {
+    j["name"] = r.name;
+    j["dtype"] = std::string(dtype_name(r.type));
+    j["shape"] = r.shape;
+  }
+  j["elements"] = r.elements;
+  j["changed"] = r.changed;
+  j["change_rate"] = r.change_rate();
+  j["dense_bytes"] = r.dense_bytes;
+  j["overwrite_only_bytes"] = r.overwrite_only_bytes;
+  j["xor_bytes"] = r.xor_bytes;
+  j["chosen_bytes"] = r.chosen_bytes;
+  j["entropy_bytes"] = r.entropy_bytes;
+  return j;
+}
+
+inline ordered_json to_json(const stat_result& r) {
+  ordered_json j;
+  j["equal"] = r.equal;
+  j["zstd_level"] = r.settings.zstd_level;
+  j["frame_bytes"] = r.settings.frame_bytes;
+  j["tensors"] = ordered_json::array();
+  for (auto& t : r.tensors) j["tensors"].push_back(to_json(t, true));
+  j["total"] = to_json(r.total, false);
+  j["payload"] = {{"frames", r.frames}, {"frame_bytes", r.frame_bytes}, {"bundle_bytes", r.bundle_bytes}};
+  j["seconds"] = to_json(r.phases);
+  return j;
+}
+
+inline ordered_json to_json(const diff_result& r) {
+  ordered_json j;
+  j["delta"] = r.delta_path;
+  j["base_digest"] = r.base_digest.to_hex();
+  j["target_digest"] = r.target_digest.to_hex();
+  j["tensors"] = r.tensors;
+  j["elements"] = r.elements;
+  j["changed"] = r.changed;
+  j["change_rate"] = r.elements ? static_cast<double>(r.changed) / static_cast<double>(r.elements) : 0.0;
+  j["dense_bytes"] = r.dense_bytes;
+  j["frames"] = r.frames;
+  j["frame_bytes"] = r.frame_bytes;
+  j["bundle_bytes"] = r.bundle_bytes;
+  j["seconds"] = to_json(r.phases);
+  return j;
+}
+
+inline ordered_json to_json(const apply_result& r) {
+  ordered_json j;
+  j["base_digest"] = r.base_digest.to_hex();
+  j["target_digest"] = r.target_digest.to_hex();
+  j["frames"] = r.frames;
+  j["changed"] = r.changed;
+  j["seconds"] = to_json(r.phases);
+  return j;
+}
+
+inline ordered_json to_json(const verify_result& r) {
+  ordered_json j;
+  j["equal"] = r.equal;
+  j["a_digest"] = r.a_digest.to_hex();
+  j["b_digest"] = r.b_digest.to_hex();
+  j["differing_tensors"] = r.differing_tensors;
+  j["differences"] = ordered_json::array();
+  for (auto& d : r.differences) {
+    ordered_json x;
+    x["tensor"] = d.tensor;
+    x["reason"] = d.reason;
+    x["differing_elements"] = d.differing_elements;
+    x["first_indices"] = d.first_indices;
+    j["differences"].push_back(std::move(x));
+  }
+  return j;
+}
+
+inline ordered_json to_json(const digest_result& r) {
+  ordered_json j;
+  j["digest"] = r.digest.to_hex();
+  j["tensors"] = r.tensors;
+  j["elements"] = r.elements;
+  j["bytes"] = r.bytes;
+  return j;
 }
 
 }  // namespace bitrefit::ops
