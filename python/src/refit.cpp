@@ -511,7 +511,10 @@ class py_receiver {
   void gate_changed(bool open) {
     if (!open) gate_.close();
     call_python(on_gate_, open);
-    if (open) gate_.open();
+    if (open) {
+      publish();  // a request that enters now must already see the version it is served
+      gate_.open();
+    }
   }
 
   template <class... Args>
@@ -537,6 +540,10 @@ class py_receiver {
       snap_.failure = failure_;
       throw;
     }
+    publish();
+  }
+  /// Called with the engine lock held.
+  void publish() {
     std::lock_guard l(snap_mu_);
     snap_.state = engine::state_of(*engine_);
     snap_.counters = engine_->counters();
