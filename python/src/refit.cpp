@@ -24,6 +24,7 @@
 #include <fstream>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -118,18 +119,7 @@ std::optional<deployment_description> read_description(const engine::deployment&
 /// garbage until the first dense restore).
 class request_gate {
  public:
-  bool enter(std::optional<std::chrono::duration<double>> timeout) {
-    std::unique_lock l(m_);
-    auto ready = [&] { return open_; };
-    if (timeout) {
-      if (!cv_.wait_for(l, *timeout, ready)) return false;
-    } else {
-      cv_.wait(l, ready);
-    }
-    ++inside_;
-    return true;
-  }
-  /// Non-blocking variant for polling from a thread that must check signals.
+  /// Enters when open (callers poll: they must check for signals while they wait).
   bool try_enter() {
     std::lock_guard l(m_);
     if (!open_) return false;
@@ -164,6 +154,36 @@ class request_gate {
 };
 
 thread_local int serving_depth = 0;  // how many serving() blocks this thread is inside
+
+/// Every open Sender and Receiver, closed by an atexit hook: their threads must stop before the
+/// interpreter finalizes (a thread that takes the GIL for a callback after that would hang).
+template <class T>
+struct registry {
+  static std::mutex& mu() {
+    static std::mutex m;
+    return m;
+  }
+  static std::set<T*>& live() {
+    static std::set<T*> s;
+    return s;
+  }
+  static void add(T* x) {
+    std::lock_guard l(mu());
+    live().insert(x);
+  }
+  static void remove(T* x) {
+    std::lock_guard l(mu());
+    live().erase(x);
+  }
+  static void close_all() {
+    std::vector<T*> all;
+    {
+      std::lock_guard l(mu());
+      all.assign(live().begin(), live().end());
+    }
+    for (T* x : all) x->close();
+  }
+};
 
 // ---- Sender ----------------------------------------------------------------------------------------
 
@@ -200,6 +220,7 @@ class py_sender {
       engine_->start(source(refs_));
     }
     if (serve) server_ = std::thread([this] { serve_loop(); });
+    registry<py_sender>::add(this);
   }
   py_sender(const py_sender&) = delete;
   ~py_sender() { close(); }
@@ -261,6 +282,7 @@ class py_sender {
 
   void close() {
     if (!engine_) return;
+    registry<py_sender>::remove(this);
     {
       py::gil_scoped_release nogil;
       stop_ = true;
@@ -344,6 +366,7 @@ class py_receiver {
     if (auto d = read_description(deployment_)) check_deployment(*d);
     for (auto* f : {&on_gate_, &drain_, &on_commit_})
       if (!f->is_none() && !PyCallable_Check(f->ptr())) fail(errc::invalid_argument, "callback", "on_gate, drain and on_commit must be callables or None");
+    registry<py_receiver>::add(this);
   }
   py_receiver(const py_receiver&) = delete;
   ~py_receiver() { close(); }
@@ -469,6 +492,7 @@ class py_receiver {
   void close() {
     if (closed_) return;
     closed_ = true;
+    registry<py_receiver>::remove(this);
     {
       py::gil_scoped_release nogil;
       stop_ = true;
@@ -619,6 +643,10 @@ struct serving_block {
 }  // namespace
 
 void register_refit(py::module_& m) {
+  py::module_::import("atexit").attr("register")(py::cpp_function([] {
+    registry<py_receiver>::close_all();
+    registry<py_sender>::close_all();
+  }));
   py::class_<py_sender>(m, "Sender", R"doc(The trainer side of bit-exact delta refits (coordinator + owners).
 
 Sender(state_dict, directory, *, receivers, owners=1, threads=2, gate='sync', frame_bytes=8 MiB,
@@ -672,7 +700,7 @@ index < the Sender's receivers). gate: 'sync' or 'async' (None: the Sender's). C
 from the thread that steps the receiver: on_gate(open) when the request gate closes (before any
 apply) and reopens (after a commit or restore; invalidate KV caches then); drain() in 'async' mode
 once the gate closed (requests of the old version must have finished when it returns);
-on_commit(version) after a committed refit. A callback that raises fails the Receiver (as a crash).
+on_commit(version) whenever the gate reopens on a committed version (the first restore included). A callback that raises fails the Receiver (as a crash).
 Each start() is a new incarnation: a restarted process restores the committed version densely
 from the trainer and rejoins at the next refit.)doc")
       .def(py::init<py::object, const fs::path&, std::uint32_t, std::optional<std::string>, bool, double, py::object, py::object,
