@@ -321,7 +321,7 @@ class py_sender {
       }
       std::lock_guard l(mu_);
       try {
-        engine_->pump(20ms);
+        engine_->pump(2ms);  // short slices: a refit() waits at most about one for the engine
       } catch (...) {
         server_error_ = std::current_exception();  // raised by the next call from Python
         return;
