@@ -153,6 +153,31 @@ class request_gate {
   int inside_ = 0;
 };
 
+/// The C++ engine's mutex, held in short slices by a background thread: a caller announces that
+/// it waits and the background thread backs off, so a call from Python waits about one slice at
+/// most (std::mutex is not fair; a thread that relocks at once could starve the caller).
+class engine_mutex {
+ public:
+  std::unique_lock<std::mutex> lock() {
+    ++waiting_;
+    std::unique_lock l(mu_);
+    --waiting_;
+    return l;
+  }
+  /// For the background thread: the lock, or (after a short pause) none while someone waits.
+  std::unique_lock<std::mutex> lock_unless_wanted() {
+    if (waiting_ > 0) {
+      std::this_thread::sleep_for(1ms);
+      return {};
+    }
+    return std::unique_lock(mu_);
+  }
+
+ private:
+  std::mutex mu_;
+  std::atomic<int> waiting_{0};
+};
+
 thread_local int serving_depth = 0;  // how many serving() blocks this thread is inside
 
 /// Every open Sender and Receiver, closed by an atexit hook: their threads must stop before the
@@ -216,7 +241,7 @@ class py_sender {
     engine_ = engine::make_sender(deployment_, manifest_, settings_);
     {
       py::gil_scoped_release nogil;
-      std::lock_guard l(mu_);
+      auto l = mu_.lock();
       engine_->start(source(refs_));
     }
     if (serve) server_ = std::thread([this] { serve_loop(); });
@@ -304,22 +329,17 @@ class py_sender {
     };
   }
 
-  /// The engine, taken from the background server (which backs off while someone waits).
+  /// The engine, taken from the background server; raises what ended the server.
   std::unique_lock<std::mutex> lock_engine() {
-    ++waiting_;
-    std::unique_lock l(mu_);
-    --waiting_;
+    auto l = mu_.lock();
     if (server_error_) std::rethrow_exception(server_error_);
     return l;
   }
 
   void serve_loop() {
     while (!stop_) {
-      if (waiting_ > 0) {
-        std::this_thread::sleep_for(1ms);
-        continue;
-      }
-      std::lock_guard l(mu_);
+      auto l = mu_.lock_unless_wanted();
+      if (!l) continue;
       try {
         engine_->pump(2ms);  // short slices: a refit() waits at most about one for the engine
       } catch (...) {
@@ -338,8 +358,7 @@ class py_sender {
   engine::deployment deployment_;
   std::vector<tensor_ref> refs_;  // the state_dict of the committed version (or the last refit's)
   std::unique_ptr<engine::sender_t> engine_;
-  std::mutex mu_;
-  std::atomic<int> waiting_{0};
+  engine_mutex mu_;
   std::atomic<bool> stop_{false};
   std::exception_ptr server_error_;
   std::thread server_;
@@ -587,21 +606,12 @@ class py_receiver {
     return snap_;
   }
 
-  /// The engine, taken from the background stepper (which backs off while someone waits).
-  std::unique_lock<std::mutex> lock_engine() {
-    ++waiting_;
-    std::unique_lock l(mu_);
-    --waiting_;
-    return l;
-  }
+  std::unique_lock<std::mutex> lock_engine() { return mu_.lock(); }
 
   void step_loop() {
     while (!stop_) {
-      if (waiting_ > 0) {
-        std::this_thread::sleep_for(1ms);
-        continue;
-      }
-      std::lock_guard l(mu_);
+      auto l = mu_.lock_unless_wanted();
+      if (!l) continue;
       try {
         guarded([&] { engine_->step(2ms); });
       } catch (...) {
@@ -623,8 +633,7 @@ class py_receiver {
   std::unique_ptr<layout::borrowed_store> store_;
   std::uint64_t incarnation_ = 0;
   std::unique_ptr<engine::receiver_t> engine_;
-  std::mutex mu_;  // the engine (taken without the GIL)
-  std::atomic<int> waiting_{0};
+  engine_mutex mu_;  // the engine (taken without the GIL)
   std::exception_ptr failure_;  // under mu_
   std::mutex snap_mu_;
   snapshot snap_;

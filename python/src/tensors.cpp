@@ -55,60 +55,37 @@ std::optional<dtype> declared_dtype(const std::string& name, py::handle obj) {
        "float32, float64, float8_e4m3fn, float8_e5m2); bitrefit.with_dtype(x, ...) reinterprets same-size bytes");
 }
 
+/// The integer dtype of a signedness and element size.
+std::optional<dtype> integer_dtype(bool is_signed, std::size_t bytes) {
+  switch (bytes) {
+    case 1: return is_signed ? dtype::I8 : dtype::U8;
+    case 2: return is_signed ? dtype::I16 : dtype::U16;
+    case 4: return is_signed ? dtype::I32 : dtype::U32;
+    case 8: return is_signed ? dtype::I64 : dtype::U64;
+  }
+  return std::nullopt;
+}
+
 std::optional<dtype> buffer_format_dtype(std::string_view fmt, std::size_t itemsize) {
   if (!fmt.empty() && (fmt.front() == '@' || fmt.front() == '=' || fmt.front() == '<')) fmt.remove_prefix(1);
   if (fmt.size() != 1) return std::nullopt;
-  switch (fmt.front()) {
+  const char c = fmt.front();
+  if (std::string_view("bhilq").find(c) != std::string_view::npos) return integer_dtype(true, itemsize);
+  if (std::string_view("BHILQc").find(c) != std::string_view::npos) return integer_dtype(false, itemsize);
+  switch (c) {
     case '?': return dtype::BOOL;
-    case 'b': return dtype::I8;
-    case 'B':
-    case 'c': return dtype::U8;
     case 'e': return dtype::F16;
     case 'f': return dtype::F32;
     case 'd': return dtype::F64;
-    case 'h':
-    case 'i':
-    case 'l':
-    case 'q':
-      switch (itemsize) {
-        case 2: return dtype::I16;
-        case 4: return dtype::I32;
-        case 8: return dtype::I64;
-      }
-      return std::nullopt;
-    case 'H':
-    case 'I':
-    case 'L':
-    case 'Q':
-      switch (itemsize) {
-        case 2: return dtype::U16;
-        case 4: return dtype::U32;
-        case 8: return dtype::U64;
-      }
-      return std::nullopt;
   }
   return std::nullopt;
 }
 
 std::optional<dtype> dlpack_dtype(const DLDataType& t) {
-  if (t.lanes != 1) return std::nullopt;
+  if (t.lanes != 1 || t.bits % 8 != 0) return std::nullopt;
   switch (t.code) {
-    case kDLInt:
-      switch (t.bits) {
-        case 8: return dtype::I8;
-        case 16: return dtype::I16;
-        case 32: return dtype::I32;
-        case 64: return dtype::I64;
-      }
-      break;
-    case kDLUInt:
-      switch (t.bits) {
-        case 8: return dtype::U8;
-        case 16: return dtype::U16;
-        case 32: return dtype::U32;
-        case 64: return dtype::U64;
-      }
-      break;
+    case kDLInt: return integer_dtype(true, t.bits / 8);
+    case kDLUInt: return integer_dtype(false, t.bits / 8);
     case kDLFloat:
       switch (t.bits) {
         case 16: return dtype::F16;
@@ -299,31 +276,18 @@ tensor_ref resolve_tensor(const std::string& name, py::handle obj, access need) 
     x = typed.tensor;
     dt = typed.type;
     check_device(name, x);
+    // A reinterpretation keeps the bytes per element: its dtype must have the data's size.
+    const auto own = declared_dtype(name, x);
+    if (own && element_size(*own) != element_size(*dt))
+      fail(errc::invalid_argument, name, "dtype",
+           "with_dtype(" + std::string(dtype_name(*dt)) + ") over " + std::string(dtype_name(*own)) +
+               " data: the element sizes differ (reinterpretation keeps the bytes per element)");
   } else {
     check_device(name, x);
     dt = declared_dtype(name, x);
   }
-  if (PyObject_CheckBuffer(x.ptr())) {
-    // A with_dtype over a typed array: the declared dtype must keep the element size.
-    if (py::isinstance<typed_tensor>(obj)) {
-      const auto own = declared_dtype(name, x);
-      if (own && element_size(*own) != element_size(*dt))
-        fail(errc::invalid_argument, name, "dtype",
-             "with_dtype(" + std::string(dtype_name(*dt)) + ") over " + std::string(dtype_name(*own)) +
-                 " data: the element sizes differ (reinterpretation keeps the bytes per element)");
-    }
-    return from_buffer(name, x, need, dt);
-  }
-  if (py::hasattr(x, "__dlpack__")) {
-    if (py::isinstance<typed_tensor>(obj)) {
-      const auto own = declared_dtype(name, x);
-      if (own && element_size(*own) != element_size(*dt))
-        fail(errc::invalid_argument, name, "dtype",
-             "with_dtype(" + std::string(dtype_name(*dt)) + ") over " + std::string(dtype_name(*own)) +
-                 " data: the element sizes differ (reinterpretation keeps the bytes per element)");
-    }
-    return from_dlpack(name, x, dt);
-  }
+  if (PyObject_CheckBuffer(x.ptr())) return from_buffer(name, x, need, dt);
+  if (py::hasattr(x, "__dlpack__")) return from_dlpack(name, x, dt);
   fail(errc::invalid_argument, name, "type",
        "expected a tensor (torch.Tensor on the CPU, numpy array, buffer or DLPack producer), got " + type_name(x));
 }

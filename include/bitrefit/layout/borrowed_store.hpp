@@ -3,7 +3,7 @@
 // A rollout engine that keeps each canonical tensor as one contiguous row-major buffer in the
 // canonical dtype (a PyTorch model's parameters, a numpy array per tensor) needs no placement
 // logic: refits are written straight into its own memory, in place, with no copy of the model.
-// This is canonical_store without the ownership: the store holds views, the engine the bytes.
+// canonical_store is this store over buffers it owns. Here the store holds views, the engine the bytes.
 // Every tensor is bit-preserving (XOR allowed) and held whole.
 #pragma once
 
@@ -77,9 +77,8 @@ class borrowed_store {
   }
 
   // --- direct access ------------------------------------------------------------------------
-  const mutable_tensor_view& tensor(std::string_view t) const { return views_[index(t)]; }
-  /// Every view, in canonical (byte-wise name) order.
-  std::span<const mutable_tensor_view> tensors() const noexcept { return views_; }
+  mutable_tensor_view tensor(std::string_view t) { return views_[index(t)]; }
+  tensor_view tensor(std::string_view t) const { return views_[index(t)]; }
 
  private:
   static void check_disjoint(const std::vector<mutable_tensor_view>& views) {
@@ -100,7 +99,7 @@ class borrowed_store {
   }
   std::size_t index(std::string_view t) const {
     if (auto i = manifest_.index_of(t)) return *i;
-    throw error(errc::mismatch, "tensor is not in the borrowed store", {.file = {}, .tensor = std::string(t), .field = {}});
+    throw error(errc::mismatch, "tensor is not in this loader's model", {.file = {}, .tensor = std::string(t), .field = {}});
   }
   std::span<std::byte> span_of(std::string_view t, index_range r, std::size_t bytes) const {
     const mutable_tensor_view& v = views_[index(t)];
