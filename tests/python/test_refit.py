@@ -306,6 +306,42 @@ class Refit(unittest.TestCase):
                 for r in rs:
                     r.close()
 
+    def test_the_gil_is_released_while_cpp_works(self):
+        """Another Python thread runs during refit() and digest(). The switch interval is made so
+        long that the interpreter never takes the GIL from a thread by force within the test, and
+        the counting thread gives it up after each count (sleep(0)): so it counts only while the
+        caller has released the GIL, and a call that held it throughout sees no count at all."""
+        state = {"w%d" % i: torch.randn(512, 1024).to(torch.bfloat16) for i in range(8)}  # 8 MiB
+        d = Deployment(state, n=1)
+        big = {"big": torch.ones(128 << 20, dtype=torch.uint8)}
+        count, stop = [0], threading.Event()
+
+        def spin():
+            while not stop.is_set():
+                count[0] += 1
+                time.sleep(0)
+
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(100.0)
+        t = threading.Thread(target=spin)
+        t.start()
+        try:
+            for name, call in [("digest", lambda: bitrefit.digest(big)), ("refit", d.sender.refit)]:
+                for v in state.values():
+                    v.add_(1)
+                before = count[0]
+                call()
+                self.assertGreater(count[0] - before, 0, name + " held the GIL")
+        finally:
+            stop.set()
+            sys.setswitchinterval(interval)
+            t.join()
+        try:
+            d.settle(1)
+            self.assertTrue(d.exact())
+        finally:
+            d.close()
+
     def test_a_restarted_sender_recovers_the_committed_version(self):
         state = {"w": torch.randn(32, 32).to(torch.bfloat16)}
         with tempfile.TemporaryDirectory() as dir_:
