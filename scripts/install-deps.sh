@@ -8,6 +8,7 @@ packages=(
   libgtest-dev libgmock-dev librapidcheck-dev
   libcurl4-openssl-dev spin iproute2
   clang-14 libclang-rt-14-dev llvm-14  # sanitizer + libFuzzer builds (scripts/sanitize.sh); llvm-symbolizer
+  python3-dev pybind11-dev libdlpack-dev python3-numpy python3-torch
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,9 +1,12 @@
-// examples/cli/ops.hpp — the subcommands' work, composed from the library.
+// bitrefit/ops/checkpoint_ops.hpp — stat, diff, apply, verify and digest on checkpoints on disk.
 //
-// Reading checkpoints is io/ (one .safetensors file or a sharded directory), change detection,
-// encoding, bundles and attestation digests are codec/. This file only composes them, reports
-// progress and per-phase timings, and decides what the CLI promises: nothing is written unless
-// everything checked out.
+// The operations behind the `bitrefit` CLI (examples/cli) and the Python binding's
+// bitrefit.stat/diff/apply/verify/digest (python/): one implementation, two shells. Reading
+// checkpoints is io/ (one .safetensors file or a sharded directory); change detection, encoding,
+// bundles and attestation digests are codec/. This header only composes them, reports progress
+// and per-phase timings (ops/progress.hpp), and decides what the operations promise: nothing is
+// written unless everything checked out, and every failure is a bitrefit::error naming the file,
+// tensor and field.
 #pragma once
 
 #include <algorithm>
@@ -20,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "bitrefit/codec/attestation.hpp"
 #include "bitrefit/codec/bundle.hpp"
 #include "bitrefit/codec/entropy.hpp"
@@ -29,38 +34,9 @@
 #include "bitrefit/core/manifest.hpp"
 #include "bitrefit/io/checkpoint.hpp"
 #include "bitrefit/io/tensor_store.hpp"
-#include "progress.hpp"
+#include "bitrefit/ops/progress.hpp"
 
-namespace bitrefit::cli {
-
-inline const char* version_string() { return "0.1.0"; }
-
-struct phase_time {
-  std::string name;
-  double seconds = 0;
-};
-
-/// Measures named phases: `auto p = t.phase("read");` ... the phase ends when p is destroyed.
-class phase_timer {
- public:
-  class scope {
-   public:
-    scope(std::vector<phase_time>& out, std::string name)
-        : out_(out), name_(std::move(name)), start_(std::chrono::steady_clock::now()) {}
-    scope(const scope&) = delete;
-    scope& operator=(const scope&) = delete;
-    ~scope() {
-      out_.push_back({name_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()});
-    }
-
-   private:
-    std::vector<phase_time>& out_;
-    std::string name_;
-    std::chrono::steady_clock::time_point start_;
-  };
-  scope phase(std::string name) { return scope(phases, std::move(name)); }
-  std::vector<phase_time> phases;
-};
+namespace bitrefit::ops {
 
 struct codec_settings {
   int zstd_level = codec::default_zstd_level;
@@ -135,14 +111,10 @@ struct digest_result {
 
 inline std::uint64_t total_bytes(const io::checkpoint& c) { return c.manifest().total_bytes(); }
 
-}  // namespace bitrefit::cli
-
-namespace bitrefit::cli {
-
 /// Compares two checkpoints by canonical tensor: names, dtypes, shapes and every stored bit.
 /// Reports at most `limit` differing tensors (name order) with at most `limit` first indices each.
 inline void compare_checkpoints(const io::checkpoint& a, const io::checkpoint& b, std::uint64_t limit,
-                                verify_result& r, progress_bar& bar) {
+                                verify_result& r, progress_phase& bar) {
   const auto& ta = a.manifest().tensors();
   const auto& tb = b.manifest().tensors();
   std::uint64_t done = 0;
@@ -193,16 +165,12 @@ inline void compare_checkpoints(const io::checkpoint& a, const io::checkpoint& b
   r.equal = r.differing_tensors == 0;
 }
 
-}  // namespace bitrefit::cli
-
-namespace bitrefit::cli {
-
 namespace detail {
 
-/// Reads every byte of `tensors` once (pages mmapped data in), with a progress bar: the I/O-bound
-/// part of every subcommand, so the bar shows disk bytes and rate. Returns a checksum nobody uses
+/// Reads every byte of `tensors` once (pages mmapped data in), reporting progress: the I/O-bound
+/// part of every operation, so progress shows disk bytes and rate. Returns a checksum nobody uses
 /// except to keep the reads from being optimised away.
-inline std::uint64_t page_in(std::span<const tensor_view> tensors, progress_bar& bar, std::uint64_t& done) {
+inline std::uint64_t page_in(std::span<const tensor_view> tensors, progress_phase& bar, std::uint64_t& done) {
   std::uint64_t sum = 0;
   constexpr std::size_t page = 4096, step = std::size_t{16} << 20;
   for (auto& t : tensors) {
@@ -219,9 +187,9 @@ inline std::uint64_t page_in(std::span<const tensor_view> tensors, progress_bar&
 
 inline volatile std::uint64_t page_in_sink = 0;
 
-/// A writable in-memory copy of a checkpoint (io::tensor_store), filled tensor by tensor with a
-/// progress bar: what apply decodes into.
-inline io::tensor_store copy_into_memory(const io::checkpoint& c, progress_bar& bar) {
+/// A writable in-memory copy of a checkpoint (io::tensor_store), filled tensor by tensor with
+/// progress: what apply decodes into.
+inline io::tensor_store copy_into_memory(const io::checkpoint& c, progress_phase& bar) {
   io::tensor_store store;
   store.metadata = c.metadata();
   std::uint64_t done = 0;
@@ -230,7 +198,6 @@ inline io::tensor_store copy_into_memory(const io::checkpoint& c, progress_bar& 
     done += t.bytes().size();
     bar.update(done);
   }
-  bar.finish();
   return store;
 }
 
@@ -334,14 +301,14 @@ void parallel_for(std::size_t n, unsigned threads, Fn fn) {
   if (failure) std::rethrow_exception(failure);
 }
 
-/// OLD and NEW opened (phase "open") and paged in with a progress bar (phase "read"), as stat and
+/// OLD and NEW opened (phase "open") and paged in with progress (phase "read"), as stat and
 /// diff both need them before they encode.
 struct checkpoint_pair {
   std::optional<io::checkpoint> a, b;
   std::vector<tensor_view> ta, tb;
 
   void open(const std::filesystem::path& old_path, const std::filesystem::path& new_path, phase_timer& timer,
-            progress_mode pm) {
+            progress& pm) {
     {
       auto p = timer.phase("open");
       a.emplace(old_path);
@@ -350,10 +317,9 @@ struct checkpoint_pair {
     ta = a->tensors();
     tb = b->tensors();
     auto p = timer.phase("read");
-    progress_bar bar("read", total_bytes(*a) + total_bytes(*b), pm);
+    progress_phase bar(pm, "read", total_bytes(*a) + total_bytes(*b));
     std::uint64_t done = 0;
     page_in_sink = page_in(ta, bar, done) + page_in(tb, bar, done);
-    bar.finish();
   }
 };
 
@@ -365,7 +331,7 @@ struct checkpoint_pair {
 /// `diff` encodes it (tensors packed into frames of settings.frame_bytes), so totals equal what diff
 /// writes and the per-tensor payloads add up to slightly more (per-frame headers and digests).
 inline stat_result compute_stat(const std::filesystem::path& old_path, const std::filesystem::path& new_path,
-                                codec_settings settings, progress_mode pm) {
+                                codec_settings settings, progress& pm = no_progress()) {
   stat_result r;
   r.settings = settings;
   phase_timer timer;
@@ -388,7 +354,7 @@ inline stat_result compute_stat(const std::filesystem::path& old_path, const std
   std::mutex entropy_lock;
   {
     auto p = timer.phase("encode");
-    phase_notice note("encode", 3 * (total_bytes(*a) + total_bytes(*b)), pm);
+    progress_phase note(pm, "encode", 3 * (total_bytes(*a) + total_bytes(*b)), /*counted=*/false);
     for (const auto& pass : passes) {
       codec::encode_stats st;
       auto bundle = codec::make_delta_bundle(ta, tb, 0, 1, settings.options(pass.policy), threads, &st);
@@ -403,7 +369,7 @@ inline stat_result compute_stat(const std::filesystem::path& old_path, const std
   }
   {
     auto p = timer.phase("per-tensor");
-    phase_notice note("tensors", 3 * (total_bytes(*a) + total_bytes(*b)), pm);
+    progress_phase note(pm, "tensors", 3 * (total_bytes(*a) + total_bytes(*b)), /*counted=*/false);
     const auto& infos = a->manifest().tensors();
     r.tensors.resize(infos.size());
     detail::parallel_for(infos.size(), threads, [&](std::size_t i) {
@@ -457,7 +423,7 @@ inline stat_result compute_stat(const std::filesystem::path& old_path, const std
 
 inline diff_result write_diff(const std::filesystem::path& old_path, const std::filesystem::path& new_path,
                               const std::string& delta, bool as_dir, bool overwrite_only, codec_settings settings,
-                              progress_mode pm) {
+                              progress& pm = no_progress()) {
   diff_result r;
   phase_timer timer;
   detail::checkpoint_pair pair;
@@ -470,7 +436,7 @@ inline diff_result write_diff(const std::filesystem::path& old_path, const std::
   codec::encode_stats st;
   {
     auto p = timer.phase("encode");
-    phase_notice note("encode", total_bytes(*a) + total_bytes(*b), pm);
+    progress_phase note(pm, "encode", total_bytes(*a) + total_bytes(*b), /*counted=*/false);
     bundle = codec::make_delta_bundle(
         ta, tb, 0, 1, settings.options(overwrite_only ? codec::mode_policy::overwrite_only : codec::mode_policy::xor_allowed),
         settings.thread_count(), &st);
@@ -501,7 +467,7 @@ inline diff_result write_diff(const std::filesystem::path& old_path, const std::
 /// it to `out` in BASE's form (a file when `out` ends in .safetensors or BASE is a file, else a
 /// sharded directory), atomically. `out` may be BASE itself (--in-place).
 inline apply_result apply_delta(const std::filesystem::path& base_path, const std::filesystem::path& delta_path,
-                                const std::filesystem::path& out_path, progress_mode pm) {
+                                const std::filesystem::path& out_path, progress& pm = no_progress()) {
   apply_result r;
   phase_timer timer;
   std::optional<io::checkpoint> base;
@@ -518,13 +484,13 @@ inline apply_result apply_delta(const std::filesystem::path& base_path, const st
   std::vector<mutable_tensor_view> targets;
   {
     auto p = timer.phase("read");
-    progress_bar bar("read", total_bytes(*base), pm);
+    progress_phase bar(pm, "read", total_bytes(*base));
     work = detail::copy_into_memory(*base, bar);
     targets = work.mutable_views();
   }
   {
     auto p = timer.phase("apply");
-    phase_notice note("apply", total_bytes(*base), pm);
+    progress_phase note(pm, "apply", total_bytes(*base), /*counted=*/false);
     // Verifies tensor set, base digest and every frame before writing into the copies, and the
     // target digest after.
     try {
@@ -540,7 +506,7 @@ inline apply_result apply_delta(const std::filesystem::path& base_path, const st
   {
     auto p = timer.phase("write");
     const auto views = work.views();
-    progress_bar bar("write", base->manifest().total_bytes(), pm);
+    progress_phase bar(pm, "write", base->manifest().total_bytes());
     io::write_options wo;
     wo.progress = [&](std::uint64_t done, std::uint64_t) { bar.update(done); };
     const bool as_file = out.extension() == ".safetensors" || (!base->is_sharded() && !std::filesystem::is_directory(out));
@@ -551,7 +517,6 @@ inline apply_result apply_delta(const std::filesystem::path& base_path, const st
     } else {
       io::write_sharded_checkpoint(out, views, base->metadata(), wo);
     }
-    bar.finish();
   }
   r.base_digest = bundle.manifest.base_digest;
   r.target_digest = bundle.manifest.target_digest;
@@ -564,16 +529,16 @@ inline apply_result apply_delta(const std::filesystem::path& base_path, const st
 // ---- verify / digest --------------------------------------------------------------------------------
 
 inline verify_result verify_checkpoints(const std::filesystem::path& a_path, const std::filesystem::path& b_path,
-                                        std::uint64_t limit, progress_mode pm) {
+                                        std::uint64_t limit, progress& pm = no_progress()) {
   verify_result r;
   io::checkpoint a(a_path), b(b_path);
   const auto ta = a.tensors(), tb = b.tensors();
   {
-    progress_bar bar("compare", total_bytes(a), pm);
+    progress_phase bar(pm, "compare", total_bytes(a));
     compare_checkpoints(a, b, limit, r, bar);
   }
   {
-    phase_notice note("digest", total_bytes(a) + total_bytes(b), pm);
+    progress_phase note(pm, "digest", total_bytes(a) + total_bytes(b), /*counted=*/false);
     r.a_digest = codec::attestation_digest(std::span<const tensor_view>(ta));
     r.b_digest = codec::attestation_digest(std::span<const tensor_view>(tb));
   }
@@ -582,18 +547,17 @@ inline verify_result verify_checkpoints(const std::filesystem::path& a_path, con
   return r;
 }
 
-inline digest_result digest_checkpoint(const std::filesystem::path& path, progress_mode pm) {
+inline digest_result digest_checkpoint(const std::filesystem::path& path, progress& pm = no_progress()) {
   digest_result r;
   io::checkpoint c(path);
   const auto ts = c.tensors();
   {
-    progress_bar bar("read", total_bytes(c), pm);
+    progress_phase bar(pm, "read", total_bytes(c));
     std::uint64_t done = 0;
     detail::page_in_sink = detail::page_in(ts, bar, done);
-    bar.finish();
   }
   {
-    phase_notice note("digest", total_bytes(c), pm);
+    progress_phase note(pm, "digest", total_bytes(c), /*counted=*/false);
     r.digest = codec::attestation_digest(std::span<const tensor_view>(ts));
   }
   r.tensors = ts.size();
@@ -602,4 +566,99 @@ inline digest_result digest_checkpoint(const std::filesystem::path& path, progre
   return r;
 }
 
-}  // namespace bitrefit::cli
+// ---- results as JSON: the CLI's --json output and the Python binding's dicts (one schema) ------------
+
+using ordered_json = nlohmann::ordered_json;
+
+inline ordered_json to_json(const std::vector<phase_time>& phases) {
+  ordered_json j = ordered_json::object();
+  for (auto& p : phases) j[p.name] = p.seconds;
+  return j;
+}
+
+inline ordered_json to_json(const stat_row& r, bool with_identity) {
+  ordered_json j;
+  if (with_identity) {
+    j["name"] = r.name;
+    j["dtype"] = std::string(dtype_name(r.type));
+    j["shape"] = r.shape;
+  }
+  j["elements"] = r.elements;
+  j["changed"] = r.changed;
+  j["change_rate"] = r.change_rate();
+  j["dense_bytes"] = r.dense_bytes;
+  j["overwrite_only_bytes"] = r.overwrite_only_bytes;
+  j["xor_bytes"] = r.xor_bytes;
+  j["chosen_bytes"] = r.chosen_bytes;
+  j["entropy_bytes"] = r.entropy_bytes;
+  return j;
+}
+
+inline ordered_json to_json(const stat_result& r) {
+  ordered_json j;
+  j["equal"] = r.equal;
+  j["zstd_level"] = r.settings.zstd_level;
+  j["frame_bytes"] = r.settings.frame_bytes;
+  j["tensors"] = ordered_json::array();
+  for (auto& t : r.tensors) j["tensors"].push_back(to_json(t, true));
+  j["total"] = to_json(r.total, false);
+  j["payload"] = {{"frames", r.frames}, {"frame_bytes", r.frame_bytes}, {"bundle_bytes", r.bundle_bytes}};
+  j["seconds"] = to_json(r.phases);
+  return j;
+}
+
+inline ordered_json to_json(const diff_result& r) {
+  ordered_json j;
+  j["delta"] = r.delta_path;
+  j["base_digest"] = r.base_digest.to_hex();
+  j["target_digest"] = r.target_digest.to_hex();
+  j["tensors"] = r.tensors;
+  j["elements"] = r.elements;
+  j["changed"] = r.changed;
+  j["change_rate"] = r.elements ? static_cast<double>(r.changed) / static_cast<double>(r.elements) : 0.0;
+  j["dense_bytes"] = r.dense_bytes;
+  j["frames"] = r.frames;
+  j["frame_bytes"] = r.frame_bytes;
+  j["bundle_bytes"] = r.bundle_bytes;
+  j["seconds"] = to_json(r.phases);
+  return j;
+}
+
+inline ordered_json to_json(const apply_result& r) {
+  ordered_json j;
+  j["base_digest"] = r.base_digest.to_hex();
+  j["target_digest"] = r.target_digest.to_hex();
+  j["frames"] = r.frames;
+  j["changed"] = r.changed;
+  j["seconds"] = to_json(r.phases);
+  return j;
+}
+
+inline ordered_json to_json(const verify_result& r) {
+  ordered_json j;
+  j["equal"] = r.equal;
+  j["a_digest"] = r.a_digest.to_hex();
+  j["b_digest"] = r.b_digest.to_hex();
+  j["differing_tensors"] = r.differing_tensors;
+  j["differences"] = ordered_json::array();
+  for (auto& d : r.differences) {
+    ordered_json x;
+    x["tensor"] = d.tensor;
+    x["reason"] = d.reason;
+    x["differing_elements"] = d.differing_elements;
+    x["first_indices"] = d.first_indices;
+    j["differences"].push_back(std::move(x));
+  }
+  return j;
+}
+
+inline ordered_json to_json(const digest_result& r) {
+  ordered_json j;
+  j["digest"] = r.digest.to_hex();
+  j["tensors"] = r.tensors;
+  j["elements"] = r.elements;
+  j["bytes"] = r.bytes;
+  return j;
+}
+
+}  // namespace bitrefit::ops
