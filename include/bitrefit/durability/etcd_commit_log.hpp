@@ -23,9 +23,19 @@
 // and only a later read tells (read_commit resolves a compare-and-set, a claim is resolved the same
 // way). A read is linearizable, so it never returns a record that is not yet durable. Past
 // `options.timeout` of retries under contention, the outcome is `failed` (nothing was written).
+//
+// A read that resolves an unknown must be FINAL: the protocol reads "K is still the base" as "the
+// compare-and-set never happened" and retries. But a txn whose client gave up can still be waiting
+// inside etcd (a hung member, a slow proposal) and apply after that read. So after an unknown
+// outcome this handle first runs a barrier: it rewrites the same value under the revision the
+// unknown txn compared against. Revisions only grow, so once the key's mod_revision has moved past
+// that revision the late txn can never apply; whatever the read after the barrier shows is final.
+// (A new coordinator needs no barrier: its claim_epoch is a write that moves the revision.)
 #pragma once
 
 #include <chrono>
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -52,6 +62,7 @@ class etcd_commit_log {
 
   protocol::log_reply apply(const protocol::log_request& req) {
     const protocol::log_reply failed{req, protocol::log_outcome::failed, {}};
+    if (unresolved_ && !barrier()) return failed;
     const auto deadline = std::chrono::steady_clock::now() + kv_.options().timeout;
     for (;;) {
       const auto read = kv_.range(key_);
@@ -69,11 +80,15 @@ class etcd_commit_log {
       const protocol::log_snapshot before = log.state;
       protocol::log_reply r = log.apply(req);
       if (log.state == before) return r;
-      const auto t = kv_.put_if(key_, read.kv ? read.kv->mod_revision : 0, to_json(log.state).dump());
+      const std::int64_t revision = read.kv ? read.kv->mod_revision : 0;
+      const auto t = kv_.put_if(key_, revision, to_json(log.state).dump());
       switch (t.result) {
         case etcd_kv::outcome::applied: return r;
         case etcd_kv::outcome::not_sent: last_failure_ = t.why; return failed;
-        case etcd_kv::outcome::unknown: last_failure_ = t.why; return {req, protocol::log_outcome::unknown, {}};
+        case etcd_kv::outcome::unknown:
+          last_failure_ = t.why;
+          unresolved_ = revision;
+          return {req, protocol::log_outcome::unknown, {}};
         case etcd_kv::outcome::not_applied: break;  // another writer got in first: decide again on its state
       }
       if (std::chrono::steady_clock::now() >= deadline) {
@@ -82,6 +97,9 @@ class etcd_commit_log {
       }
     }
   }
+
+  /// Whether a txn of this handle ended unknown and no barrier has settled it yet.
+  bool unresolved() const noexcept { return unresolved_.has_value(); }
 
   /// The key holding the log.
   const std::string& key() const noexcept { return key_; }
@@ -115,9 +133,30 @@ class etcd_commit_log {
   }
 
  private:
+  /// Moves the key's mod_revision past *unresolved_ (see the header comment); false when etcd did
+  /// not answer (the caller's request then fails and is asked again).
+  bool barrier() {
+    const auto read = kv_.range(key_);
+    if (!read.ok) {
+      last_failure_ = read.why;
+      return false;
+    }
+    const std::int64_t now = read.kv ? read.kv->mod_revision : 0;
+    if (now == *unresolved_) {  // nothing moved it yet: rewrite the same state (an absent key: the empty log)
+      const auto t = kv_.put_if(key_, now, read.kv ? read.kv->data : to_json(protocol::log_snapshot{}).dump());
+      if (t.result == etcd_kv::outcome::not_sent || t.result == etcd_kv::outcome::unknown) {
+        last_failure_ = t.why;
+        return false;  // (an unknown barrier is harmless: it writes what is there)
+      }
+    }
+    unresolved_.reset();
+    return true;
+  }
+
   etcd_kv kv_;
   std::string key_;
   std::string last_failure_;
+  std::optional<std::int64_t> unresolved_;  // the revision an unknown txn compared against
 };
 
 static_assert(CommitLog<etcd_commit_log>);

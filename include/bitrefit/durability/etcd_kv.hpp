@@ -10,7 +10,8 @@
 //          else wrote first) / not_sent (no endpoint could be reached: certainly not applied) /
 //          unknown (it reached a server but no answer came back in time: maybe applied).
 // Endpoints are tried in order until one accepts the connection; a request that may have reached
-// a server is never sent again (that would turn "unknown" into a guess).
+// a server is never sent again (that would turn "unknown" into a guess) — which is also why a txn
+// goes on a connection of its own (curl resends a request silently when a reused one died).
 #pragma once
 
 #include <chrono>
@@ -91,7 +92,7 @@ class etcd_kv {
         {"success", {{{"request_put", {{"key", k}, {"value", transport::http::base64_encode(data)}}}}}}};
     std::string why;
     for (const auto& ep : opt_.endpoints) {
-      const auto r = post(ep + "/v3/kv/txn", q.dump());
+      const auto r = post(ep + "/v3/kv/txn", q.dump(), /*fresh_connection=*/true);
       if (r.failed == transport::http::failure::not_sent) {
         why += (why.empty() ? "" : "; ") + describe(ep, r);
         continue;  // never reached a server: try the next member
@@ -110,7 +111,7 @@ class etcd_kv {
   const etcd_options& options() const noexcept { return opt_; }
 
  private:
-  transport::http::response post(const std::string& url, const std::string& body) const {
+  transport::http::response post(const std::string& url, const std::string& body, bool fresh_connection = false) const {
     transport::http::request q;
     q.method = "POST";
     q.url = url;
@@ -118,6 +119,7 @@ class etcd_kv {
     q.body = std::as_bytes(std::span(body.data(), body.size()));
     q.connect_timeout = opt_.connect_timeout;
     q.timeout = opt_.timeout;
+    q.fresh_connection = fresh_connection;
     return http_.perform(q);
   }
 

@@ -55,7 +55,7 @@ class s3_baseline_store {
   /// Law 4: writes delta-v<t>.bin linked to the object that holds b's image now.
   void save_changes(version_t b, version_t t, const change_set& cs) {
     if (t == b) throw error(errc::invalid_argument, "save_changes: target equals base", {.file = {}, .tensor = {}, .field = "target"});
-    files f{*this};
+    files f{*this, std::nullopt};
     const auto link = baseline_format::image_link(f, b);
     if (!link)
       throw error(errc::mismatch, "save_changes: no durable image of base version " + std::to_string(b), {.file = f.where(""), .tensor = {}, .field = "base"});

@@ -55,6 +55,10 @@ struct request {
   std::chrono::milliseconds connect_timeout{3000};
   std::chrono::milliseconds timeout{0};    // whole exchange; 0: none (stall_timeout still applies)
   std::chrono::seconds stall_timeout{30};  // abort when under 1 byte/s for this long
+  /// A connection of its own, closed after the exchange. curl silently sends a request again when
+  /// a REUSED connection dies before any answer; for a request that must report "maybe applied"
+  /// instead of being repeated (an etcd txn), that resend would hide the outcome.
+  bool fresh_connection = false;
 };
 
 struct response {
@@ -168,6 +172,10 @@ class client {
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, static_cast<long>(q.stall_timeout.count()));
     if (!q.range.empty()) curl_easy_setopt(c, CURLOPT_RANGE, q.range.c_str());
+    if (q.fresh_connection) {
+      curl_easy_setopt(c, CURLOPT_FRESH_CONNECT, 1L);
+      curl_easy_setopt(c, CURLOPT_FORBID_REUSE, 1L);
+    }
     if (!q.aws_sigv4.empty()) {
       curl_easy_setopt(c, CURLOPT_AWS_SIGV4, q.aws_sigv4.c_str());
       curl_easy_setopt(c, CURLOPT_USERPWD, q.userpwd.c_str());
