@@ -1,6 +1,6 @@
 // bitrefit/durability/etcd_kv.hpp — the two etcd v3 requests the commit log needs, through etcd's
 // JSON gateway (grpc-gateway: POST /v3/kv/range and /v3/kv/txn; keys and values base64, 64-bit
-// integers as JSON strings), over libcurl.
+// integers as JSON strings), over libcurl; and a delete for tools that tidy up.
 //
 // Every answer says whether the request certainly did not take effect:
 //   range: a linearizable read (etcd's default): it returns only what a quorum made durable, so a
@@ -106,6 +106,16 @@ class etcd_kv {
       }
     }
     return {outcome::not_sent, why};
+  }
+
+  /// Deletes the key (tools and demos that tidy up after themselves). True when a member answered.
+  bool remove(const std::string& key) const {
+    const nlohmann::json q{{"key", transport::http::base64_encode(key)}};
+    for (const auto& ep : opt_.endpoints) {
+      const auto r = post(ep + "/v3/kv/deleterange", q.dump(), /*fresh_connection=*/true);
+      if (r.failed == transport::http::failure::none && r.status == 200) return true;
+    }
+    return false;
   }
 
   const etcd_options& options() const noexcept { return opt_; }
