@@ -66,6 +66,20 @@ struct truth_model {
       if (!b.empty()) std::memcpy(out.data(), b.data(), b.size());
     };
   }
+  /// Every tensor of `store` equals the truth bit for bit, and so does its attestation digest.
+  template <class Store>
+  void expect_held_by(const Store& store, const std::string& who) const {
+    std::vector<tensor_view> vs;
+    for (auto& t : m.tensors()) {
+      const auto got = store.bytes(t.name);
+      const auto& want = bits.at(t.name);
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_TRUE(want.empty() || std::memcmp(got.data(), want.data(), want.size()) == 0)
+          << who << ": tensor " << t.name << " differs from the dense reference";
+      vs.push_back(store.view(t.name));
+    }
+    EXPECT_EQ(codec::attestation_digest(std::span<const tensor_view>(vs)), attestation()) << who;
+  }
   digest128 attestation() const {
     std::vector<tensor_view> vs;
     for (auto& t : m.tensors()) vs.emplace_back(t.name, t.type, t.shape, std::span<const std::byte>(bits.at(t.name)));
