@@ -106,10 +106,14 @@ TEST_F(Etcd, KilledAndRestartedDuringCompareAndSetIsUnknownAndAReadResolvesIt) {
     etcd_.kill();
     ASSERT_EQ(etcd_.restart(), "");
   });
-  proxy.set_rule([](const fault_proxy::request_info& r) {
-    return r.target == "/v3/kv/txn" ? fault_proxy::action::lose_answer : fault_proxy::action::forward;
+  std::atomic<int> txns{0};
+  proxy.set_rule([&](const fault_proxy::request_info& r) {
+    if (r.target != "/v3/kv/txn") return fault_proxy::action::forward;
+    ++txns;
+    return fault_proxy::action::lose_answer;
   });
   EXPECT_EQ(l.apply(compare_and_set_request{1, {1, 1}, k0, k1}).outcome, log_outcome::unknown);
+  EXPECT_EQ(txns.load(), 1) << "a txn is never sent twice (curl resends on a reused connection that died)";
   proxy.set_rule({});
   const auto r = l.apply(read_request{});
   ASSERT_EQ(r.outcome, log_outcome::ok) << l.last_failure();

@@ -197,6 +197,43 @@ TEST_F(S3, EveryBodyIsSignedWithItsOwnSha256) {
   EXPECT_EQ(s3_detail::sha256_hex(std::as_bytes(std::span("abc", 3))), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
+TEST_F(S3, ACompletionWhoseAnswerWasLostIsRecognizedWhenRetried) {
+  // CompleteMultipartUpload reaches the server and succeeds; its answer is lost. S3 answers the
+  // retry with 404 NoSuchUpload (the proxy plays that part: moto completes twice): the object must
+  // then be there with the multipart ETag these very parts give, and it is.
+  fault_proxy proxy(server_->port());
+  auto o = fresh_bucket(proxy.endpoint());
+  o.part_size = 5 << 20;
+  std::atomic<int> completes{0}, heads{0};
+  auto rule = [&](fault_proxy::action first) {
+    completes = heads = 0;
+    proxy.set_rule([&, first](const fault_proxy::request_info& r) {
+      heads += r.method == "HEAD";
+      if (r.method != "POST" || r.target.find("uploadId=") == std::string::npos) return fault_proxy::action::forward;
+      return completes++ == 0 ? first : fault_proxy::action::no_such_upload;
+    });
+  };
+  rule(fault_proxy::action::lose_answer);
+  s3_store s(o);
+  const bytes big = random_bytes((5 << 20) * 2 + 99, 8);
+  s.put("k", big);
+  EXPECT_EQ(completes.load(), 2);
+  EXPECT_EQ(heads.load(), 1) << "recognized by the object's multipart ETag";
+  EXPECT_TRUE(*s.get("k") == big);
+  // the Complete never reached the server and the upload is gone (a cleanup aborted it): the same
+  // NoSuchUpload is then a failure, named, not a success
+  rule(fault_proxy::action::cut_before);
+  try {
+    s.put("gone", big);
+    FAIL() << "expected NoSuchUpload";
+  } catch (const s3_error& e) {
+    EXPECT_EQ(e.s3_code(), "NoSuchUpload") << e.what();
+    EXPECT_NE(std::string(e.what()).find("vanished"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(completes.load(), 2);
+  EXPECT_EQ(s.get("gone"), std::nullopt);
+}
+
 TEST_F(S3, ErrorsNoRetryFixesSurfaceAtOnceByName) {
   fault_proxy proxy(server_->port());
   auto o = fresh_bucket(proxy.endpoint());
