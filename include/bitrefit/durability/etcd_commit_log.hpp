@@ -35,6 +35,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -58,9 +60,13 @@ class etcd_commit_log {
  public:
   using options = etcd_commit_log_options;
 
-  explicit etcd_commit_log(options o) : kv_(o.etcd), key_(o.prefix + "/commit") {}
+  explicit etcd_commit_log(options o) : kv_(o.etcd), key_(o.prefix + "/commit"), s_(std::make_shared<state>()) {}
 
+  /// Thread-safe; copies share the handle's state (an unresolved outcome is settled for all).
   protocol::log_reply apply(const protocol::log_request& req) {
+    std::lock_guard lock(s_->mu);
+    auto& unresolved_ = s_->unresolved;
+    auto& last_failure_ = s_->last_failure;
     const protocol::log_reply failed{req, protocol::log_outcome::failed, {}};
     if (unresolved_ && !barrier()) return failed;
     const auto deadline = std::chrono::steady_clock::now() + kv_.options().timeout;
@@ -99,12 +105,18 @@ class etcd_commit_log {
   }
 
   /// Whether a txn of this handle ended unknown and no barrier has settled it yet.
-  bool unresolved() const noexcept { return unresolved_.has_value(); }
+  bool unresolved() const {
+    std::lock_guard lock(s_->mu);
+    return s_->unresolved.has_value();
+  }
 
   /// The key holding the log.
   const std::string& key() const noexcept { return key_; }
   /// Why the last failed or unknown outcome happened (for logs and error messages).
-  const std::string& last_failure() const noexcept { return last_failure_; }
+  std::string last_failure() const {
+    std::lock_guard lock(s_->mu);
+    return s_->last_failure;
+  }
 
   /// The JSON value stored at key().
   static nlohmann::json to_json(const protocol::log_snapshot& s) {
@@ -136,6 +148,8 @@ class etcd_commit_log {
   /// Moves the key's mod_revision past *unresolved_ (see the header comment); false when etcd did
   /// not answer (the caller's request then fails and is asked again).
   bool barrier() {
+    auto& unresolved_ = s_->unresolved;
+    auto& last_failure_ = s_->last_failure;
     const auto read = kv_.range(key_);
     if (!read.ok) {
       last_failure_ = read.why;
@@ -153,10 +167,15 @@ class etcd_commit_log {
     return true;
   }
 
+  struct state {
+    std::mutex mu;
+    std::string last_failure;
+    std::optional<std::int64_t> unresolved;  // the revision an unknown txn compared against
+  };
+
   etcd_kv kv_;
   std::string key_;
-  std::string last_failure_;
-  std::optional<std::int64_t> unresolved_;  // the revision an unknown txn compared against
+  std::shared_ptr<state> s_;
 };
 
 static_assert(CommitLog<etcd_commit_log>);
