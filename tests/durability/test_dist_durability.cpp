@@ -217,10 +217,10 @@ TEST_F(S3Baselines, LawsAndChainsAsTheFilesystemStore) {
   auto b = bucket();
   check_baseline_laws(s3_baseline_store(b, {.key_prefix = "owner-0", .max_chain = 16}),
                       s3_baseline_store(b, {.key_prefix = "owner-0", .max_chain = 16}));
-  for (std::uint32_t max_chain : {1u, 4u}) {
+  for (std::uint32_t max_chain : {1u, 3u}) {
     const std::string prefix = "chain-" + std::to_string(max_chain) + "/";
     check_change_set_chain(s3_baseline_store(b, {.key_prefix = prefix, .max_chain = max_chain}),
-                           s3_baseline_store(b, {.key_prefix = prefix, .max_chain = max_chain}), 9);
+                           s3_baseline_store(b, {.key_prefix = prefix, .max_chain = max_chain}), 7);
     // one full image (the last fold's) and a chain shorter than the bound
     std::size_t fulls = 0, deltas = 0;
     for (const auto& k : b.list(prefix)) (k.find("/full-v") != std::string::npos ? fulls : deltas)++;
