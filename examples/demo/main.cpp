@@ -5,6 +5,13 @@
 //   bitrefit-demo [--refits N] [--receivers R] [--kill-every K] [--params P] [--mode sync|async]
 //                 [--json] [--dir D] [--threads T] [--owners O] [--frame-kib F] [--deadline-ms MS]
 //                 [--restart-trainer-every K] [--crash-owner-every K]
+//                 [--transport dir|s3|relay] [--s3-endpoint URL] [--s3-bucket NAME]
+//                 [--commit-log file|etcd] [--etcd-endpoints URL[,URL]] [--etcd-prefix P]
+//
+// Where frames, commit log and baselines live is chosen by flags (stores.hpp): by default the
+// directory object store and the filesystem log under --dir; with --transport s3 frames, control
+// messages and the owners' baselines go to an S3 bucket, with --commit-log etcd the log is on etcd
+// (scripts/demo-dist.sh runs it on moto and etcd on loopback).
 //
 // The trainer applies real AdamW steps (FP32 master weights, lr 1e-6, synthetic gradients,
 // round-to-nearest-even BF16 export; testing/adamw.hpp) to a Llama-shaped model of about P parameters
@@ -42,6 +49,7 @@
 #include "bitrefit/testing/adamw.hpp"
 #include "bitrefit/transport/object_store.hpp"
 #include "mapped_store.hpp"
+#include "stores.hpp"
 
 namespace fs = std::filesystem;
 using namespace bitrefit;
@@ -65,6 +73,7 @@ struct options {
   int crash_owner_every = 0;       // an owner crashes mid-stream in refit K, 2K, ...
   std::uint64_t seed = 42;
   bool keep = false;
+  demo::store_flags stores;  // --transport, --s3-*, --commit-log, --etcd-*
   // receiver role
   std::string role = "trainer";
   int index = 0;
@@ -77,7 +86,9 @@ struct options {
                "usage: bitrefit-demo [--refits N] [--receivers R] [--kill-every K] [--params P[K|M|G]]\n"
                "                     [--mode sync|async] [--json] [--dir D] [--threads T] [--owners O]\n"
                "                     [--frame-kib F] [--deadline-ms MS] [--seed S] [--keep]\n"
-               "                     [--restart-trainer-every K] [--crash-owner-every K]\n",
+               "                     [--restart-trainer-every K] [--crash-owner-every K]\n"
+               "                     [--transport dir|s3|relay] [--s3-endpoint URL] [--s3-bucket NAME]\n"
+               "                     [--commit-log file|etcd] [--etcd-endpoints URL[,URL]] [--etcd-prefix P]\n",
                why.c_str());
   std::exit(2);
 }
@@ -128,6 +139,13 @@ options parse(int argc, char** argv) {
     else if (a == "--restart-trainer-every") o.restart_trainer_every = static_cast<int>(parse_count(next()));
     else if (a == "--crash-owner-every") o.crash_owner_every = static_cast<int>(parse_count(next()));
     else if (a == "--keep") o.keep = true;
+    else if (a == "--transport") o.stores.transport = next();
+    else if (a == "--s3-endpoint") o.stores.s3_endpoint = next();
+    else if (a == "--s3-bucket") o.stores.s3_bucket = next();
+    else if (a == "--s3-prefix") o.stores.s3_prefix = next();  // set by the trainer for its rollout processes
+    else if (a == "--commit-log") o.stores.commit_log = next();
+    else if (a == "--etcd-endpoints") o.stores.etcd_endpoints = next();
+    else if (a == "--etcd-prefix") o.stores.etcd_prefix = next();
     else if (a == "--role") o.role = next();
     else if (a == "--index") o.index = static_cast<int>(parse_count(next()));
     else if (a == "--shm") o.shm = next();
@@ -137,6 +155,7 @@ options parse(int argc, char** argv) {
   if (o.receivers < 1) usage("--receivers must be at least 1");
   if (o.owners < 1 || o.threads < 1 || o.frame_kib < 1) usage("--owners, --threads and --frame-kib must be at least 1");
   if (o.params < 10'000) usage("--params must be at least 10K");
+  if (const std::string why = o.stores.problem(); !why.empty()) usage(why);
   return o;
 }
 
@@ -186,10 +205,10 @@ int run_receiver(const options& o) {
 
   refit::fault_injector faults;
   faults.crash = [](const std::string&) { ::kill(::getpid(), SIGKILL); };  // die like a killed process
-  transport::directory_transport net{transport::directory_store(dir / "store"), {std::chrono::milliseconds(5)}};
-  durability::filesystem_commit_log log(dir / "log");
+  demo::any_transport net = demo::make_transport(o.stores, dir, std::chrono::milliseconds(5));
+  demo::any_commit_log log = demo::make_commit_log(o.stores, dir);
 
-  using receiver_t = refit::receiver<demo::mapped_store, transport::directory_transport, durability::filesystem_commit_log>;
+  using receiver_t = refit::receiver<demo::mapped_store, demo::any_transport, demo::any_commit_log>;
   receiver_t* self = nullptr;
   refit::receiver_options ro;
   ro.index = static_cast<std::uint32_t>(o.index);
@@ -233,11 +252,12 @@ struct trainer {
   std::uint64_t kills = 0;
 
   void spawn(int i) {
-    const std::vector<std::string> args{
+    std::vector<std::string> args{
         self_exe,        "--role",    "receiver",       "--index",       std::to_string(i),
         "--dir",         o.dir,       "--params",       std::to_string(o.params),
         "--mode",        mode_name(o.mode),              "--deadline-ms", std::to_string(o.deadline_ms),
         "--shm",         children[i].shm};
+    for (auto& a : o.stores.args()) args.push_back(a);
     const pid_t pid = ::fork();
     if (pid < 0) throw error(errc::io, "fork failed");
     if (pid == 0) {
@@ -271,6 +291,10 @@ int run_trainer(options o) {
   const fs::path dir = o.dir;
   fs::remove_all(dir);
   for (auto sub : {"store", "log", "inc", "kill", "baseline"}) fs::create_directories(dir / sub);
+  // this run's own corner of the bucket and of etcd (version 0 starts from nothing)
+  const std::string run = std::to_string(::getpid()) + "-" + std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
+  o.stores.s3_prefix = "bitrefit-demo/" + run + "/";
+  o.stores.etcd_prefix += "/" + run;
 
   const auto dims = dims_for(o.params);
   const auto specs = testing::llama_like(dims);
@@ -281,9 +305,11 @@ int run_trainer(options o) {
   if (!o.json)
     std::printf("bitrefit-demo: %" PRIu64 " parameters (%" PRIu64 " layers, hidden %" PRIu64 ", vocab %" PRIu64
                 "), BF16 %.1f MiB; %d rollout processes, %d refits, mode %s, kill every %d, "
-                "trainer restart every %d, owner crash every %d\n",
+                "trainer restart every %d, owner crash every %d; transport %s, commit log %s\n",
                 m.total_elements(), dims.layers, dims.hidden, dims.vocab, double(m.total_bytes()) / 1048576.0,
-                o.receivers, o.refits, mode_name(o.mode).c_str(), o.kill_every, o.restart_trainer_every, o.crash_owner_every);
+                o.receivers, o.refits, mode_name(o.mode).c_str(), o.kill_every, o.restart_trainer_every, o.crash_owner_every,
+                o.stores.transport == "s3" ? ("s3://" + o.stores.s3_bucket + "/" + o.stores.s3_prefix).c_str() : "dir",
+                o.stores.commit_log == "etcd" ? ("etcd " + o.stores.etcd_endpoints + " " + o.stores.etcd_prefix).c_str() : "file");
 
   testing::adamw_config cfg;
   cfg.lr = 1e-6f;
@@ -319,13 +345,14 @@ int run_trainer(options o) {
   so.idle = [&] { tr.reap(); };
   refit::fault_injector trainer_faults;  // owner crashes: thrown and caught inside the sender
   so.faults = &trainer_faults;
-  using sender_t = refit::sender<transport::directory_transport, durability::filesystem_commit_log, durability::filesystem_baseline_store>;
-  // Everything the refit engine keeps across a restart is in these directories.
+  using sender_t = refit::sender<demo::any_transport, demo::any_commit_log, demo::any_baseline_store>;
+  // Everything the refit engine keeps across a restart is in these stores (directories, or the
+  // bucket and etcd).
   auto make_sender = [&] {
-    std::vector<durability::filesystem_baseline_store> baselines;
-    for (std::uint32_t i = 0; i < o.owners; ++i) baselines.emplace_back(dir / "baseline" / ("owner-" + std::to_string(i)));
-    return std::make_unique<sender_t>(m, transport::directory_transport{transport::directory_store(dir / "store"), {std::chrono::milliseconds(2)}},
-                                      durability::filesystem_commit_log(dir / "log"), std::move(baselines), so);
+    std::vector<demo::any_baseline_store> baselines;
+    for (std::uint32_t i = 0; i < o.owners; ++i) baselines.push_back(demo::make_baseline_store(o.stores, dir, i));
+    return std::make_unique<sender_t>(m, demo::make_transport(o.stores, dir, std::chrono::milliseconds(2)), demo::make_commit_log(o.stores, dir),
+                                      std::move(baselines), so);
   };
   auto tx = make_sender();
   tx->start(source);  // version 0: no durable baseline yet, so the owners take the trainer's copy
@@ -479,6 +506,7 @@ int run_trainer(options o) {
                 double(dense_total) / 1048576.0, ratio);
   }
   if (own_dir && !o.keep) fs::remove_all(dir);
+  if (!o.keep) demo::remove_run_state(o.stores);
   return committed == static_cast<std::uint64_t>(o.refits) && all_exact ? 0 : 1;
 }
 

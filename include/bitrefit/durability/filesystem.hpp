@@ -5,8 +5,9 @@
 //   fsync temp -> rename over commit.json -> fsync <dir> -> unlock.
 // A crash before the rename leaves the old record (and a stray temp file that is ignored); after
 // it, the new one. flock is released by the kernel when a holder dies, so a crash never wedges it.
-// Baseline store: full images and sparse deltas (filesystem_baseline_store below), each an atomic,
-// fsync'd file with a digest, so a torn or corrupt image reads as "lost" rather than as wrong bits.
+// Baseline store: full images and sparse deltas in baseline_format.hpp's format
+// (filesystem_baseline_store below), each an atomic, fsync'd file with a digest, so a torn or
+// corrupt image reads as "lost" rather than as wrong bits.
 #pragma once
 
 #include <fcntl.h>
@@ -23,12 +24,9 @@
 #include <thread>
 
 #include <nlohmann/json.hpp>
-#ifndef XXH_INLINE_ALL
-#define XXH_INLINE_ALL
-#endif
-#include <xxhash.h>
 
 #include "bitrefit/core/error.hpp"
+#include "bitrefit/durability/baseline_format.hpp"
 #include "bitrefit/durability/concepts.hpp"
 #include "bitrefit/durability/record_json.hpp"
 #include "bitrefit/transport/directory_store.hpp"
@@ -185,15 +183,10 @@ struct baseline_store_options {
   std::string crash_at;
 };
 
-/// Owners' baseline images in a directory: full images and sparse deltas, each one atomic, fsync'd
-/// and digest-checked file.
-///   full-v<v>.bin    BRBASE01: the whole image of v.
-///   delta-v<t>.bin   BRDELT01: the change set of t against the image of its base version b, and
-///                    the digest of the very file that held b's image when it was written (law 5:
-///                    a delta never applies to any other bits; a link that does not resolve reads
-///                    as loss).
-/// Every file ends with XXH3-64 over all its other bytes, so a torn or flipped file is refused
-/// (errc::integrity naming the file) and load() reports loss instead of wrong bits.
+/// Owners' baseline images in a directory: full images and sparse deltas in baseline_format.hpp's
+/// format (full-v<v>.bin, delta-v<t>.bin linked to the digest of its base's file), each one
+/// atomic, fsync'd and digest-checked file, so a torn or corrupt image reads as "lost" rather than
+/// as wrong bits.
 ///
 /// Why a bounded chain folded synchronously at retain_only: the full image is the expensive write
 /// (the whole model, fsync'd), and it is off the before-encoding path there (retain_only runs after
@@ -227,7 +220,8 @@ class filesystem_baseline_store {
   /// set's bytes (positions gap-coded as LEB128, values raw), never the model's.
   void save_changes(version_t b, version_t t, const change_set& cs) {
     if (t == b) throw error(errc::invalid_argument, "save_changes: target equals base", {.file = {}, .tensor = {}, .field = "target"});
-    const auto link = image_file(b);
+    files f{dir_};
+    const auto link = baseline_format::image_link(f, b);
     if (!link)
       throw error(errc::mismatch, "save_changes: no durable image of base version " + std::to_string(b),
                   {.file = dir_.string(), .tensor = {}, .field = "base"});
@@ -235,37 +229,7 @@ class filesystem_baseline_store {
     remove_durably(full_path(t));
     remove_durably(delta_path(t));
     if (take_crash("delta_after_unlink")) throw injected_crash("baseline store: crashed after removing the old full image of the target");
-    write_file(delta_path(t), "delta", [&](auto&& put_bytes) {
-      byte_writer w;
-      w.bytes("BRDELT01", 8);
-      w.u64(t);
-      w.u64(b);
-      w.u64(link->second);
-      w.u64(cs.size());
-      for (const auto& [name, c] : cs) {
-        if (c.element_size == 0 || c.values.size() != c.positions.size() * c.element_size)
-          throw error(errc::invalid_argument, "save_changes: value bytes do not match the position count", {.file = {}, .tensor = name, .field = "values"});
-        w.u64(name.size());
-        w.bytes(name.data(), name.size());
-        w.u64(c.element_size);
-        w.u64(c.elements);
-        w.u64(c.positions.size());
-        byte_writer pos;
-        std::uint64_t next = 0;  // gap coding: each position minus (previous + 1)
-        for (std::uint64_t p : c.positions) {
-          if (p < next || p >= c.elements)
-            throw error(errc::invalid_argument, "save_changes: positions not strictly increasing within the tensor", {.file = {}, .tensor = name, .field = "positions"});
-          pos.leb128(p - next);
-          next = p + 1;
-        }
-        w.u64(pos.out.size());
-        put_bytes(w.out);
-        w.out.clear();
-        put_bytes(pos.out);
-        put_bytes(c.values);
-      }
-      put_bytes(w.out);
-    });
+    write_file(delta_path(t), "delta", [&](auto&& put_bytes) { baseline_format::write_delta(put_bytes, t, b, link->second, cs); });
   }
 
   /// The image of v: a full image, or the full image at the root of v's delta chain with every
@@ -286,55 +250,24 @@ class filesystem_baseline_store {
   /// (a verified file of another kind or version), errc::mismatch (absent, or a delta whose base
   /// image is gone or was replaced). Every error names the file.
   baseline_image load_checked(version_t v) {
-    std::vector<delta_file> chain;
-    std::optional<std::uint64_t> want;  // the digest the next link must have
-    version_t cur = v;
-    for (;;) {
-      if (chain.size() > 100000) throw error(errc::format, "delta chain does not end", {.file = dir_.string(), .tensor = {}, .field = {}});
-      const auto full = full_path(cur), delta = delta_path(cur);
-      const bool has_full = exists(full), has_delta = exists(delta);
-      // a full image serves when no particular file is wanted, or when it is the linked one
-      if (has_full && (!want || stored_digest(full) == *want)) {
-        try {
-          baseline_image img = parse_full(read_verified(full), cur, full);
-          for (auto it = chain.rbegin(); it != chain.rend(); ++it) apply_delta(img, *it);
-          return img;
-        } catch (const error&) {
-          if (!has_delta || want) throw;  // else: the fold's twin is damaged, the chain may still serve
-        }
-      }
-      if (has_delta && (!want || stored_digest(delta) == *want)) {
-        delta_file d = delta_head(read_verified(delta), cur, delta);
-        want = d.link;
-        cur = d.base;
-        chain.push_back(std::move(d));
-        continue;
-      }
-      // name the damage when a file of that version is there but does not verify (torn, flipped)
-      for (const auto& p : {full, delta})
-        if (exists(p)) (void)read_verified(p);
-      if (chain.empty()) throw error(errc::mismatch, "no image of version " + std::to_string(v), {.file = full.string(), .tensor = {}, .field = "version"});
-      throw error(errc::mismatch, "the base image (version " + std::to_string(cur) + ") this delta was written against is gone or was replaced",
-                  {.file = chain.back().path.string(), .tensor = {}, .field = "base"});
-    }
+    files f{dir_};
+    return baseline_format::load_chain(f, v);
   }
 
   /// Law 3: keeps v's image (and the links of its chain), removes every other image and any stray
   /// temp file; folds v's chain into full-v<v>.bin first when it reached max_chain deltas.
   void retain_only(version_t v) {
-    std::set<std::string> keep = chain_files(v);
+    files f{dir_};
+    std::set<std::string> keep = baseline_format::chain_names(f, v);
     std::uint32_t deltas = 0;
     std::uintmax_t delta_bytes = 0, full_bytes = 0;
     for (const auto& n : keep) {
       std::error_code ec;
       const auto size = std::filesystem::file_size(dir_ / n, ec);
-      if (n.rfind("delta-", 0) == 0) ++deltas, delta_bytes += ec ? 0 : size;
+      if (baseline_format::is_delta_name(n)) ++deltas, delta_bytes += ec ? 0 : size;
       else full_bytes = ec ? 0 : size;
     }
-    // Fold when the chain reached its bound, or when its deltas together weigh as much as the full
-    // image: the fold's write then costs no more than the deltas already written, so the durable
-    // bytes per refit stay within twice the change sets' (and a load reads at most 2 images' worth).
-    if (deltas > 0 && (deltas >= std::max<std::uint32_t>(opt_.max_chain, 1) || delta_bytes >= full_bytes)) {
+    if (baseline_format::fold_due(deltas, delta_bytes, full_bytes, opt_.max_chain)) {
       if (auto img = load(v)) {
         write_full(v, *img, "fold");
         if (take_crash("fold_before_cleanup")) throw injected_crash("baseline store: crashed after the fold, before removing the chain");
@@ -344,7 +277,7 @@ class filesystem_baseline_store {
     std::error_code ec;
     for (auto& e : std::filesystem::directory_iterator(dir_, ec)) {
       const std::string n = e.path().filename().string();
-      const bool ours = n.rfind("full-v", 0) == 0 || n.rfind("delta-v", 0) == 0 || n.rfind("baseline-", 0) == 0 || n.rfind(".tmp.", 0) == 0;
+      const bool ours = baseline_format::is_image_name(n) || n.rfind(".tmp.", 0) == 0;
       if (ours && !keep.count(n)) std::filesystem::remove(e.path(), ec);
     }
   }
@@ -352,249 +285,60 @@ class filesystem_baseline_store {
   /// Why the last load() returned nullopt (nullopt after a successful load).
   const std::optional<error>& last_error() const noexcept { return last_error_; }
   options& opts() { return opt_; }
-  std::filesystem::path full_path(version_t v) const { return dir_ / ("full-v" + std::to_string(v) + ".bin"); }
-  std::filesystem::path delta_path(version_t v) const { return dir_ / ("delta-v" + std::to_string(v) + ".bin"); }
+  std::filesystem::path full_path(version_t v) const { return dir_ / baseline_format::full_name(v); }
+  std::filesystem::path delta_path(version_t v) const { return dir_ / baseline_format::delta_name(v); }
 
  private:
-  struct delta_file {
-    std::filesystem::path path;
-    version_t target = 0, base = 0;
-    std::uint64_t link = 0;
-    std::vector<std::byte> body;  // verified (digest stripped)
-  };
-
-  struct byte_writer {
-    std::vector<std::byte> out;
-    void bytes(const void* p, std::size_t n) {
-      const auto* b = static_cast<const std::byte*>(p);
-      out.insert(out.end(), b, b + n);
-    }
-    void u64(std::uint64_t x) {
-      for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>(x >> (8 * i)));
-    }
-    void leb128(std::uint64_t x) {
-      while (x >= 0x80) {
-        out.push_back(static_cast<std::byte>((x & 0x7F) | 0x80));
-        x >>= 7;
+  /// The directory as baseline_format's chain walk reads it (BaselineFiles).
+  struct files {
+    const std::filesystem::path& dir;
+    std::optional<std::uint64_t> digest_of(const std::string& name) const {
+      const auto p = dir / name;
+      int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) {
+        if (errno == ENOENT || errno == ENOTDIR) return std::nullopt;
+        return 0;  // there but unreadable: the read names why
       }
-      out.push_back(static_cast<std::byte>(x));
-    }
-  };
-
-  /// Bounds-checked reader over a verified file's body; running past the end is errc::integrity.
-  struct byte_reader {
-    std::span<const std::byte> d;
-    std::size_t at = 0;
-    const std::filesystem::path& file;
-    void need(std::uint64_t n) const {
-      if (n > d.size() - at) throw error(errc::integrity, "baseline file ends inside a record", {.file = file.string(), .tensor = {}, .field = {}});
-    }
-    std::uint64_t u64() {
-      need(8);
+      struct stat st {};
       std::uint64_t x = 0;
-      for (int i = 0; i < 8; ++i) x |= std::uint64_t(std::to_integer<unsigned>(d[at + i])) << (8 * i);
-      at += 8;
+      std::byte b[8];
+      if (::fstat(fd, &st) == 0 && st.st_size >= 8 && ::pread(fd, b, 8, st.st_size - 8) == 8) x = baseline_format::load_u64(b);
+      ::close(fd);
       return x;
     }
-    std::span<const std::byte> take(std::uint64_t n) {
-      need(n);
-      auto s = d.subspan(at, n);
-      at += n;
-      return s;
+    std::optional<std::vector<std::byte>> read(const std::string& name) const { return transport::detail::read_file(dir / name); }
+    std::vector<std::byte> read_head(const std::string& name, std::size_t n) const {
+      std::vector<std::byte> out(n);
+      int fd = ::open((dir / name).c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) return {};
+      const ssize_t got = ::pread(fd, out.data(), n, 0);
+      ::close(fd);
+      out.resize(got > 0 ? static_cast<std::size_t>(got) : 0);
+      return out;
     }
-    std::uint64_t leb128() {
-      std::uint64_t x = 0;
-      for (int shift = 0; shift < 64; shift += 7) {
-        need(1);
-        const unsigned b = std::to_integer<unsigned>(d[at++]);
-        x |= std::uint64_t(b & 0x7F) << shift;
-        if (!(b & 0x80)) return x;
-      }
-      throw error(errc::integrity, "position varint too long", {.file = file.string(), .tensor = {}, .field = "positions"});
-    }
+    std::string where(const std::string& name) const { return name.empty() ? dir.string() : (dir / name).string(); }
   };
-
-  static bool exists(const std::filesystem::path& p) {
-    std::error_code ec;
-    return std::filesystem::exists(p, ec);
-  }
-
-  /// The digest a file claims (its last 8 bytes); 0 when unreadable. Used only to pick the linked
-  /// file; the file is then verified in full before anything of it is used.
-  static std::uint64_t stored_digest(const std::filesystem::path& p) {
-    int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    struct stat st {};
-    std::uint64_t x = 0;
-    unsigned char b[8];
-    if (::fstat(fd, &st) == 0 && st.st_size >= 8 && ::pread(fd, b, 8, st.st_size - 8) == 8)
-      for (int i = 0; i < 8; ++i) x |= std::uint64_t(b[i]) << (8 * i);
-    ::close(fd);
-    return x;
-  }
-
-  /// The first n bytes of a file (fewer when it is shorter or unreadable).
-  static std::vector<std::byte> read_head(const std::filesystem::path& p, std::size_t n) {
-    std::vector<std::byte> out(n);
-    int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return {};
-    const ssize_t got = ::pread(fd, out.data(), n, 0);
-    ::close(fd);
-    out.resize(got > 0 ? static_cast<std::size_t>(got) : 0);
-    return out;
-  }
-
-  /// Which file holds b's image now, with its digest: the full image if any (a fold's twin holds the
-  /// same bits), else the delta.
-  std::optional<std::pair<std::filesystem::path, std::uint64_t>> image_file(version_t b) const {
-    for (const auto& p : {full_path(b), delta_path(b)})
-      if (exists(p)) return std::pair{p, stored_digest(p)};
-    return std::nullopt;
-  }
-
-  /// A file's bytes without the trailing digest, after checking that digest.
-  static std::vector<std::byte> read_verified(const std::filesystem::path& p) {
-    auto data = transport::detail::read_file(p);
-    if (!data) throw error(errc::mismatch, "baseline file is gone", {.file = p.string(), .tensor = {}, .field = {}});
-    auto& d = *data;
-    if (d.size() < 16) throw error(errc::integrity, "baseline file is truncated (torn write)", {.file = p.string(), .tensor = {}, .field = "digest"});
-    std::uint64_t stored = 0;
-    for (int i = 0; i < 8; ++i) stored |= std::uint64_t(std::to_integer<unsigned>(d[d.size() - 8 + i])) << (8 * i);
-    if (stored != XXH3_64bits(d.data(), d.size() - 8))
-      throw error(errc::integrity, "baseline file digest mismatch (torn or corrupt): refused", {.file = p.string(), .tensor = {}, .field = "digest"});
-    d.resize(d.size() - 8);
-    return std::move(d);
-  }
-
-  static baseline_image parse_full(const std::vector<std::byte>& d, version_t v, const std::filesystem::path& p) {
-    byte_reader r{d, 0, p};
-    if (std::memcmp(r.take(8).data(), "BRBASE01", 8) != 0) throw error(errc::format, "not a full baseline image (bad magic)", {.file = p.string(), .tensor = {}, .field = "magic"});
-    if (r.u64() != v) throw error(errc::format, "full image of another version", {.file = p.string(), .tensor = {}, .field = "version"});
-    baseline_image img;
-    for (std::uint64_t i = 0, n = r.u64(); i < n; ++i) {
-      const auto name = r.take(r.u64());
-      const auto bytes = r.take(r.u64());
-      auto [it, fresh] = img.try_emplace(std::string(reinterpret_cast<const char*>(name.data()), name.size()));
-      if (!fresh) throw error(errc::integrity, "full image lists a tensor twice", {.file = p.string(), .tensor = it->first, .field = {}});
-      it->second.assign(bytes.begin(), bytes.end());
-    }
-    if (r.at != d.size()) throw error(errc::format, "trailing bytes after the last tensor", {.file = p.string(), .tensor = {}, .field = {}});
-    return img;
-  }
-
-  /// A verified delta's header (magic, target, base, link); the body is decoded by apply_delta.
-  static delta_file delta_head(std::vector<std::byte> d, version_t t, const std::filesystem::path& p) {
-    byte_reader r{d, 0, p};
-    if (std::memcmp(r.take(8).data(), "BRDELT01", 8) != 0) throw error(errc::format, "not a baseline delta (bad magic)", {.file = p.string(), .tensor = {}, .field = "magic"});
-    if (r.u64() != t) throw error(errc::format, "delta of another version", {.file = p.string(), .tensor = {}, .field = "version"});
-    delta_file f{p, t, r.u64(), r.u64(), {}};
-    if (f.base >= t) throw error(errc::format, "delta's base is not older than its target", {.file = p.string(), .tensor = {}, .field = "base"});
-    f.body = std::move(d);
-    return f;
-  }
-
-  /// img := img + the delta's change set, decoded and applied in one pass (no change_set is built:
-  /// a chain load touches each change once). Every position is range-checked before its write; on
-  /// a throw `img` is a scratch copy the caller discards.
-  static void apply_delta(baseline_image& img, const delta_file& f) {
-    const auto& p = f.path;
-    byte_reader r{f.body, 32, p};
-    std::set<std::string, std::less<>> seen;
-    for (std::uint64_t i = 0, n = r.u64(); i < n; ++i) {
-      const auto name_b = r.take(r.u64());
-      const std::string name(reinterpret_cast<const char*>(name_b.data()), name_b.size());
-      const std::uint64_t E = r.u64(), elements = r.u64(), count = r.u64(), pos_bytes = r.u64();
-      if (E == 0 || E > 8 || count > elements || count > pos_bytes)
-        throw error(errc::integrity, "delta: implausible element size or count", {.file = p.string(), .tensor = name, .field = "elements"});
-      if (!seen.insert(name).second) throw error(errc::integrity, "delta: tensor listed twice", {.file = p.string(), .tensor = name, .field = {}});
-      auto it = img.find(name);
-      // No product of two file fields is ever formed (elements * E could wrap to the image's size):
-      // the image's size is divided instead, so every later x * E stays below it.
-      if (it == img.end() || it->second.size() % E != 0 || elements != it->second.size() / E)
-        throw error(errc::integrity, "delta names a tensor the base image does not hold, or of another size", {.file = p.string(), .tensor = name, .field = "elements"});
-      byte_reader pr{r.take(pos_bytes), 0, p};
-      const std::byte* val = r.take(count * E).data();
-      std::byte* dst = it->second.data();
-      std::uint64_t next = 0;
-      for (std::uint64_t k = 0; k < count; ++k, val += E) {
-        const std::uint64_t x = next + pr.leb128();
-        if (x < next || x >= elements) throw error(errc::integrity, "delta: position outside the tensor", {.file = p.string(), .tensor = name, .field = "positions"});
-        std::memcpy(dst + x * E, val, E);
-        next = x + 1;
-      }
-      if (pr.at != pos_bytes) throw error(errc::integrity, "delta: stray bytes after the positions", {.file = p.string(), .tensor = name, .field = "positions"});
-    }
-    if (r.at != f.body.size()) throw error(errc::format, "trailing bytes after the last tensor", {.file = p.string(), .tensor = {}, .field = {}});
-  }
-
-  /// The file names load(v) would read (headers of deltas only; nothing is verified here beyond
-  /// what picking a link needs). Empty when v has no image.
-  std::set<std::string> chain_files(version_t v) {
-    std::set<std::string> out;
-    std::optional<std::uint64_t> want;
-    for (version_t cur = v; out.size() < 100000;) {
-      const auto full = full_path(cur), delta = delta_path(cur);
-      if (exists(full) && (!want || stored_digest(full) == *want)) {
-        out.insert(full.filename().string());
-        return out;
-      }
-      if (!exists(delta) || (want && stored_digest(delta) != *want)) return out;
-      out.insert(delta.filename().string());
-      // the header only (magic, target, base, link): the files are verified by load, not here
-      const auto h = read_head(delta, 32);
-      if (h.size() != 32 || std::memcmp(h.data(), "BRDELT01", 8) != 0) return out;  // damaged: load reports the loss
-      byte_reader r{h, 8, delta};
-      if (r.u64() != cur) return out;
-      const version_t base = r.u64();
-      if (base >= cur) return out;
-      want = r.u64();
-      cur = base;
-    }
-    return out;
-  }
+  static_assert(BaselineFiles<files>);
 
   void write_full(version_t v, const baseline_image& img, const std::string& kind) {
-    write_file(full_path(v), kind, [&](auto&& put_bytes) {
-      byte_writer w;
-      w.bytes("BRBASE01", 8);
-      w.u64(v);
-      w.u64(img.size());
-      for (auto& [name, b] : img) {
-        w.u64(name.size());
-        w.bytes(name.data(), name.size());
-        w.u64(b.size());
-        put_bytes(w.out);
-        w.out.clear();
-        put_bytes(b);
-      }
-    });
+    write_file(full_path(v), kind, [&](auto&& put_bytes) { baseline_format::write_full(put_bytes, v, img); });
   }
 
-  /// temp (hashing as it streams) + digest + fsync -> rename -> fsync dir, with crash hooks.
-  /// Before the rename nothing under `target` changed; a failure removes the temp file.
+  /// temp (the body streams the file, trailer included) + fsync -> rename -> fsync dir, with crash
+  /// hooks. Before the rename nothing under `target` changed; a failure removes the temp file.
   template <class Body>
   void write_file(const std::filesystem::path& target, const std::string& kind, Body&& body) {
     const auto tmp = dir_ / (".tmp." + transport::detail::unique_suffix() + "." + target.filename().string());
     int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) throw error(errc::io, std::string("create failed: ") + std::strerror(errno), {.file = tmp.string(), .tensor = {}, .field = {}});
-    XXH3_state_t* hash = XXH3_createState();
-    XXH3_64bits_reset(hash);
     try {
-      body([&](std::span<const std::byte> b) {
-        XXH3_64bits_update(hash, b.data(), b.size());
-        transport::detail::write_all(fd, b, tmp.string());
-      });
-      byte_writer tail;
-      tail.u64(XXH3_64bits_digest(hash));
-      transport::detail::write_all(fd, tail.out, tmp.string());
+      body([&](std::span<const std::byte> b) { transport::detail::write_all(fd, b, tmp.string()); });
       if (::fsync(fd) != 0) throw error(errc::io, std::string("fsync failed: ") + std::strerror(errno), {.file = tmp.string(), .tensor = {}, .field = {}});
     } catch (...) {
-      XXH3_freeState(hash);
       ::close(fd);
       ::unlink(tmp.c_str());
       throw;
     }
-    XXH3_freeState(hash);
     ::close(fd);
     if (take_crash(kind + "_after_temp")) throw injected_crash("baseline store: crashed after writing " + tmp.string());
     if (::rename(tmp.c_str(), target.c_str()) != 0) {

@@ -22,7 +22,8 @@
 //  6. receive(m, wait) returns what arrived for m (consuming it) and blocks at most about `wait`
 //     when nothing is there; polling implementations sleep with a bounded interval.
 // Models: in-process (inprocess.hpp), object store with a directory as the embedded default
-// (object_store.hpp); a relay tree or S3 plugs in as further models without engine changes.
+// (object_store.hpp), the same over S3 (s3_store.hpp: s3_transport); a relay tree plugs in as a
+// further model without engine changes.
 #pragma once
 
 #include <chrono>

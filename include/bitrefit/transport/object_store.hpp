@@ -3,6 +3,8 @@
 // Object layout (keys derived only from ids, so any process can find them):
 //   payloads/<stream>/<owner:08x>.<seq:08x>   one payload frame (stream = attempt or restore)
 //   control/<mailbox>/<time:016x>-<sender>-<n:08x>   one control message
+// A store with remove_prefix(prefix) (s3_store) discards a stream with it: batched deletes, and
+// no incomplete multipart upload of the stream survives.
 // Receivers poll: receive() lists the mailbox, reads and removes what it found, and otherwise
 // sleeps with an interval that doubles from 1 ms up to `max_poll_interval`, never past `wait`.
 #pragma once
@@ -58,7 +60,12 @@ class object_store_transport {
   std::optional<bytes> fetch(const frame_key& k) { return store_.get(object_key(k)); }
 
   void discard(const stream_key& s) {
-    for (const std::string& key : store_.list("payloads/" + s.name + "/")) store_.remove(key);
+    const std::string prefix = "payloads/" + s.name + "/";
+    if constexpr (requires { store_.remove_prefix(prefix); }) {
+      store_.remove_prefix(prefix);  // a store that deletes in batches (S3: and aborts stray uploads)
+      return;
+    }
+    for (const std::string& key : store_.list(prefix)) store_.remove(key);
     if constexpr (requires { store_.prune(std::string()); }) store_.prune("payloads/" + s.name);
   }
 
