@@ -3,6 +3,7 @@ find_package(Threads REQUIRED)
 find_package(zstd CONFIG REQUIRED)           # zstd::libzstd_shared
 find_package(nlohmann_json 3.10 REQUIRED)    # nlohmann_json::nlohmann_json
 find_package(Boost 1.74 REQUIRED)            # Boost::headers (Asio is header-only)
+find_package(OpenSSL 1.1.1 REQUIRED)         # OpenSSL::SSL, OpenSSL::Crypto: the relay tree's mutual TLS
 
 # xxhash: used header-only (XXH_INLINE_ALL), so only its include directory is needed.
 find_path(BITREFIT_XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
