@@ -48,6 +48,7 @@ using strand_t = asio::strand<asio::io_context::executor_type>;
 struct link_counters {
   std::uint64_t bytes_in = 0, bytes_out = 0;              // framing bytes (headers included), before TLS
   std::uint64_t frame_bytes_in = 0, frame_bytes_out = 0;  // payload frame bytes only
+  std::uint64_t control_bytes_in = 0, control_bytes_out = 0;  // whole control messages (protocol traffic)
   std::uint64_t wire_bytes_in = 0, wire_bytes_out = 0;    // TCP payload bytes (TLS included), from TCP_INFO
   std::uint64_t messages_in = 0, messages_out = 0;
 };
@@ -118,6 +119,7 @@ class link : public std::enable_shared_from_this<link> {
     if (closed_) return;
     queued_ += encoded.size();
     ++counters_.messages_out;
+    if (encoded.size() > 1 && encoded[1] == static_cast<std::byte>(framing::type::control)) counters_.control_bytes_out += encoded.size();
     (urgent ? urgent_ : bulk_).push_back(item{std::move(encoded), nullptr});
     write_more();
   }
@@ -216,6 +218,10 @@ class link : public std::enable_shared_from_this<link> {
       if (closed_) return;
       ++counters_.messages_in;
       if (auto* b = std::get_if<framing::frame_block>(&d.msg)) counters_.frame_bytes_in += b->data.size();
+      if (auto* c = std::get_if<framing::control>(&d.msg)) {
+        counters_.control_bytes_in += framing::header_size + 4;
+        for (auto& it : c->items) counters_.control_bytes_in += 8 + it.mailbox.size() + it.message.size();
+      }
       if (auto* p = std::get_if<framing::ping>(&d.msg)) return send(framing::pong{p->nonce});
       if (std::holds_alternative<framing::pong>(d.msg)) return;
       if (cb_.message) cb_.message(std::move(d));
