@@ -4,7 +4,7 @@
 //
 //   bitrefit-demo [--refits N] [--receivers R] [--kill-every K] [--params P] [--mode sync|async]
 //                 [--json] [--dir D] [--threads T] [--owners O] [--frame-kib F] [--deadline-ms MS]
-//                 [--restart-trainer-every K] [--crash-owner-every K]
+//                 [--restart-trainer-every K] [--crash-owner-every K] [--transport dir|relay] [--fanout K]
 //
 // The trainer applies real AdamW steps (FP32 master weights, lr 1e-6, synthetic gradients,
 // round-to-nearest-even BF16 export; sim/adamw.hpp) to a Llama-shaped model of about P parameters
@@ -42,6 +42,7 @@
 #include "bitrefit/sim/adamw.hpp"
 #include "bitrefit/transport/object_store.hpp"
 #include "mapped_store.hpp"
+#include "net.hpp"
 
 namespace fs = std::filesystem;
 using namespace bitrefit;
@@ -65,6 +66,7 @@ struct options {
   int crash_owner_every = 0;       // an owner crashes mid-stream in refit K, 2K, ...
   std::uint64_t seed = 42;
   bool keep = false;
+  demo::net_config net;  // --transport dir (default) | relay, --fanout K
   // receiver role
   std::string role = "trainer";
   int index = 0;
@@ -77,7 +79,8 @@ struct options {
                "usage: bitrefit-demo [--refits N] [--receivers R] [--kill-every K] [--params P[K|M|G]]\n"
                "                     [--mode sync|async] [--json] [--dir D] [--threads T] [--owners O]\n"
                "                     [--frame-kib F] [--deadline-ms MS] [--seed S] [--keep]\n"
-               "                     [--restart-trainer-every K] [--crash-owner-every K]\n",
+               "                     [--restart-trainer-every K] [--crash-owner-every K]\n"
+               "                     [--transport dir|relay] [--fanout K]\n",
                why.c_str());
   std::exit(2);
 }
@@ -128,6 +131,11 @@ options parse(int argc, char** argv) {
     else if (a == "--restart-trainer-every") o.restart_trainer_every = static_cast<int>(parse_count(next()));
     else if (a == "--crash-owner-every") o.crash_owner_every = static_cast<int>(parse_count(next()));
     else if (a == "--keep") o.keep = true;
+    else if (a == "--transport") {
+      o.net.kind = next();
+      if (o.net.kind != "dir" && o.net.kind != "relay") usage("--transport must be dir or relay");
+    } else if (a == "--fanout") o.net.fanout = static_cast<std::uint32_t>(parse_count(next()));
+    else if (a == "--relay-root") o.net.root = transport::relay::parse_endpoint(next());
     else if (a == "--role") o.role = next();
     else if (a == "--index") o.index = static_cast<int>(parse_count(next()));
     else if (a == "--shm") o.shm = next();
@@ -137,6 +145,7 @@ options parse(int argc, char** argv) {
   if (o.receivers < 1) usage("--receivers must be at least 1");
   if (o.owners < 1 || o.threads < 1 || o.frame_kib < 1) usage("--owners, --threads and --frame-kib must be at least 1");
   if (o.params < 10'000) usage("--params must be at least 10K");
+  if (o.net.fanout < 1) usage("--fanout must be at least 1");
   return o;
 }
 
@@ -186,10 +195,12 @@ int run_receiver(const options& o) {
 
   refit::fault_injector faults;
   faults.crash = [](const std::string&) { ::kill(::getpid(), SIGKILL); };  // die like a killed process
-  transport::directory_transport net{transport::directory_store(dir / "store"), {std::chrono::milliseconds(5)}};
+  demo::net_config nc = o.net;
+  nc.dir = dir;
+  auto net = demo::rollout_net(nc, o.index);
   durability::filesystem_commit_log log(dir / "log");
 
-  using receiver_t = refit::receiver<demo::mapped_store, transport::directory_transport, durability::filesystem_commit_log>;
+  using receiver_t = refit::receiver<demo::mapped_store, demo::any_transport, durability::filesystem_commit_log>;
   receiver_t* self = nullptr;
   refit::receiver_options ro;
   ro.index = static_cast<std::uint32_t>(o.index);
@@ -237,7 +248,8 @@ struct trainer {
         self_exe,        "--role",    "receiver",       "--index",       std::to_string(i),
         "--dir",         o.dir,       "--params",       std::to_string(o.params),
         "--mode",        mode_name(o.mode),              "--deadline-ms", std::to_string(o.deadline_ms),
-        "--shm",         children[i].shm};
+        "--shm",         children[i].shm,                "--transport",   o.net.kind,
+        "--fanout",      std::to_string(o.net.fanout),  "--relay-root",  o.net.root.port ? o.net.root.to_string() : "127.0.0.1:1"};
     const pid_t pid = ::fork();
     if (pid < 0) throw error(errc::io, "fork failed");
     if (pid == 0) {
@@ -281,9 +293,10 @@ int run_trainer(options o) {
   if (!o.json)
     std::printf("bitrefit-demo: %" PRIu64 " parameters (%" PRIu64 " layers, hidden %" PRIu64 ", vocab %" PRIu64
                 "), BF16 %.1f MiB; %d rollout processes, %d refits, mode %s, kill every %d, "
-                "trainer restart every %d, owner crash every %d\n",
+                "trainer restart every %d, owner crash every %d, transport %s\n",
                 m.total_elements(), dims.layers, dims.hidden, dims.vocab, double(m.total_bytes()) / 1048576.0,
-                o.receivers, o.refits, mode_name(o.mode).c_str(), o.kill_every, o.restart_trainer_every, o.crash_owner_every);
+                o.receivers, o.refits, mode_name(o.mode).c_str(), o.kill_every, o.restart_trainer_every, o.crash_owner_every,
+                o.net.kind == "relay" ? ("relay tree, fanout " + std::to_string(o.net.fanout)).c_str() : "directory store");
 
   sim::adamw_config cfg;
   cfg.lr = 1e-6f;
@@ -302,6 +315,8 @@ int run_trainer(options o) {
     std::memcpy(out.data(), dense.at(t.name).data(), out.size());
   };
 
+  o.net.dir = dir;
+  auto root_relay = demo::start_root(o.net, o.receivers);  // relay: the root, in this process, on loopback
   trainer tr;
   tr.o = o;
   tr.self_exe = fs::read_symlink("/proc/self/exe").string();
@@ -319,12 +334,12 @@ int run_trainer(options o) {
   so.idle = [&] { tr.reap(); };
   refit::fault_injector trainer_faults;  // owner crashes: thrown and caught inside the sender
   so.faults = &trainer_faults;
-  using sender_t = refit::sender<transport::directory_transport, durability::filesystem_commit_log, durability::filesystem_baseline_store>;
+  using sender_t = refit::sender<demo::any_transport, durability::filesystem_commit_log, durability::filesystem_baseline_store>;
   // Everything the refit engine keeps across a restart is in these directories.
   auto make_sender = [&] {
     std::vector<durability::filesystem_baseline_store> baselines;
     for (std::uint32_t i = 0; i < o.owners; ++i) baselines.emplace_back(dir / "baseline" / ("owner-" + std::to_string(i)));
-    return std::make_unique<sender_t>(m, transport::directory_transport{transport::directory_store(dir / "store"), {std::chrono::milliseconds(2)}},
+    return std::make_unique<sender_t>(m, demo::trainer_net(o.net),
                                       durability::filesystem_commit_log(dir / "log"), std::move(baselines), so);
   };
   auto tx = make_sender();
@@ -468,7 +483,8 @@ int run_trainer(options o) {
                          {"dense_to_payload_ratio", ratio},
                          {"receivers", o.receivers},
                          {"params", m.total_elements()},
-                         {"mode", mode_name(o.mode)}};
+                         {"mode", mode_name(o.mode)},
+                         {"transport", o.net.kind}};
   if (o.json) {
     std::printf("%s\n", summary.dump().c_str());
   } else {
