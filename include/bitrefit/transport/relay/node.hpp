@@ -85,6 +85,7 @@ struct node_stats {
   std::size_t depth = 0;          // ancestors above this node (root: 0; a root's child: 1)
   std::string parent;
   std::vector<peer_stats> peers;  // parent, children, owners
+  std::vector<peer_stats> closed; // the last 64 links that closed, with what they carried
   std::size_t frames = 0;
   std::uint64_t memory_bytes = 0, spilled_bytes = 0;
   std::uint64_t frames_completed = 0, frames_aborted = 0, control_dropped = 0, rejoins = 0;
@@ -701,6 +702,10 @@ class node : public std::enable_shared_from_this<node> {
     const auto c = p.ln->counters();
     closed_frame_in_ += c.frame_bytes_in;
     closed_frame_out_ += c.frame_bytes_out;
+    if (p.k != kind::pending_in && p.k != kind::pending_out) {
+      closed_.push_back({p.name, kind_name(p.k), p.ln->remote(), p.subtree, 0, c});
+      if (closed_.size() > 64) closed_.pop_front();
+    }
     // frames it was sending us are incomplete: they go (the new parent resends them whole)
     for (auto& [ch, key] : p.in)
       if (key) abort_frame(*key);
@@ -1023,9 +1028,11 @@ class node : public std::enable_shared_from_this<node> {
     }
     std::erase_if(wanters_, [&](const auto& kv) { return kv.first.stream == s; });
     std::erase_if(parked_, [&](const auto& kv) { return kv.first.stream == s; });
-    // onward: down the tree; an owner's own cleanup goes up to the root
-    for (auto& [id, c] : peers_)
-      if (c.k == kind::child && id != from) c.ln->send(framing::discard{s.name});
+    // onward: down the tree (a member's own discard is local: its children keep their copies);
+    // an owner's own cleanup goes up to the root
+    if (!local || opt_.role == node_role::root)
+      for (auto& [id, c] : peers_)
+        if (c.k == kind::child && id != from) c.ln->send(framing::discard{s.name});
     if (opt_.role == node_role::owner && local) {
       if (parent_) peers_.at(*parent_).ln->send(framing::discard{s.name});
       else pending_discards_.push_back(s);
@@ -1227,6 +1234,7 @@ class node : public std::enable_shared_from_this<node> {
       if (p.k == kind::pending_in || p.k == kind::pending_out) continue;
       s.peers.push_back({p.name, kind_name(p.k), p.ln->remote(), p.subtree, lag_of(p), p.ln->counters()});
     }
+    s.closed.assign(closed_.begin(), closed_.end());
     s.frames = store_.frames();
     s.memory_bytes = store_.memory_bytes();
     s.spilled_bytes = store_.spilled_bytes();
@@ -1283,6 +1291,7 @@ class node : public std::enable_shared_from_this<node> {
   std::atomic<bool> stopped_{false};
   std::uint64_t frames_completed_ = 0, frames_aborted_ = 0, control_dropped_ = 0, rejoins_ = 0, disconnects_ = 0, refused_ = 0;
   std::uint64_t closed_frame_in_ = 0, closed_frame_out_ = 0;
+  std::deque<peer_stats> closed_;
 };
 
 }  // namespace bitrefit::transport::relay
