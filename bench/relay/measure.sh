@@ -7,7 +7,7 @@
 # with tbf where a rate is given. Writes bench/relay/results.json (one object per experiment)
 # and prints a summary. Namespaces carry this run's pid and are removed on exit.
 #   1. goodput + bytes per link: 4 sinks below the root (fanout 4), 4 MiB frames streamed over
-#      a tbf link of 200 Mbit/s and of 1 Gbit/s;
+#      a tbf link of 200 Mbit/s and of 1 Gbit/s (and at 1 Gbit/s with a single sink);
 #   2. added latency per tree level: a chain root -> s0 -> s1 -> s2 (fanout 1), 64 MiB frames,
 #      unlimited veth;
 #   3. root peak RSS at fanout 4 while 1 GiB streams (256 x 4 MiB), retained-frame memory
@@ -86,12 +86,13 @@ run() {
 }
 
 echo "relay bench: $(nproc) cores, $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg); work dir $work"
-experiments=${EXPERIMENTS:-goodput_200mbit goodput_1gbit latency_chain rss_fanout4_retain64 rss_fanout4_retain0}
+experiments=${EXPERIMENTS:-goodput_200mbit goodput_1gbit goodput_1gbit_1sink latency_chain rss_fanout4_retain64 rss_fanout4_retain0}
 for e in $experiments; do
   echo "running $e"
   case $e in
     goodput_200mbit) set_rate 200mbit; run goodput_200mbit 4 4 4 24 4096 0 64 ;;
     goodput_1gbit) set_rate 1gbit; run goodput_1gbit 4 4 4 96 4096 0 64 ;;
+    goodput_1gbit_1sink) set_rate 1gbit; run goodput_1gbit_1sink 4 4 1 96 4096 0 64 ;;
     latency_chain) set_rate none; run latency_chain 1 1 3 5 65536 1500 64 --keep ;;
     rss_fanout4_retain64) set_rate none; run rss_fanout4_retain64 4 4 4 256 4096 0 64 ;;
     rss_fanout4_retain0) set_rate none; run rss_fanout4_retain0 4 4 4 256 4096 0 0 ;;
@@ -104,7 +105,7 @@ work, out = sys.argv[1], sys.argv[2]
 def jl(p): return [json.loads(l) for l in open(p)]
 def j(p): return json.load(open(p))
 res = {}
-for name, rate in (("goodput_200mbit", 200e6), ("goodput_1gbit", 1e9)):
+for name, rate in (("goodput_200mbit", 200e6), ("goodput_1gbit", 1e9), ("goodput_1gbit_1sink", 1e9)):
     d = os.path.join(work, name)
     if not os.path.isdir(d): continue
     src, root = j(d + "/source.json"), j(d + "/root.json")
@@ -155,7 +156,7 @@ for name in ("rss_fanout4_retain64", "rss_fanout4_retain0"):
                  "max_store_memory_bytes": max(s["memory_bytes"] for s in root["samples"]),
                  "max_spilled_bytes": max(s["spilled_bytes"] for s in root["samples"]), "root_cpu_s": root["cpu_s"]}
 json.dump(res, open(out, "w"), indent=1)
-for k in ("goodput_200mbit", "goodput_1gbit"):
+for k in ("goodput_200mbit", "goodput_1gbit", "goodput_1gbit_1sink"):
     if k not in res: continue
     r = res[k]
     print("%s: goodput %.1f Mbit/s = %.1f%% of tbf; owner->root frames %d B = payload %d B; framing +%.4f%%, TLS +%.3f%%, on the veth (IP/TCP incl.) +%.2f%%; CPU s/GiB source %.2f root %.2f sink %.2f"

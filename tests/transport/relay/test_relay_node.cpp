@@ -351,19 +351,34 @@ TEST_F(RelayNode, ASlowChildIsDisconnectedPastItsLagLimitAndItsSiblingIsNotSlowe
   tree_transport root(ro);
   auto owner = make_owner(root);
   auto good = make_member(root, 0);
-  // a child that handshakes and then never reads again
+  // a child that handshakes and then never reads again, but stays alive (it keeps pinging)
   raw_peer slow(pki::files(pki_dir, "raw"));
   ASSERT_TRUE(slow.tls(root.listening()));
   slow.hello(node_role::member, "slow");
   slow.read_until([&] { return slow.has(framing::type::welcome); }, 3s);
   ASSERT_TRUE(slow.has(framing::type::welcome));
+  std::atomic<bool> done{false};
+  std::thread pinger([&] {
+    try {
+      for (std::uint64_t n = 1; !done; ++n) {
+        slow.send(framing::ping{n});
+        std::this_thread::sleep_for(100ms);
+      }
+    } catch (const std::exception&) {  // the root closed the link: expected
+    }
+  });
+  struct joiner {
+    std::atomic<bool>& d;
+    std::thread& t;
+    ~joiner() { d = true; t.join(); }
+  } join_pinger{done, pinger};
   const stream_key s = attempt_stream({2, 1});
   std::vector<frame_key> keys;
   for (std::uint32_t q = 0; q < 48; ++q) {
     keys.push_back({s, 0, q});
     owner.publish(keys.back(), pattern(1 << 20, q));  // 48 MiB in all, far beyond socket buffers
   }
-  EXPECT_TRUE(logs.wait_for("disconnecting child slow at")) << logs.dump();
+  EXPECT_TRUE(logs.wait_for("disconnecting child slow at", 20s)) << logs.dump();
   EXPECT_TRUE(logs.has("slow consumer:"));
   ASSERT_TRUE(holds_all(good, s, keys, [&](const frame_key& k) { return pattern(1 << 20, k.seq); }, 30s)) << logs.dump();
 }
