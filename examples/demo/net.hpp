@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "bitrefit/refit/sender.hpp"  // the engine's mailbox names
 #include "bitrefit/transport/object_store.hpp"
 #include "bitrefit/transport/relay/pki.hpp"
 #include "bitrefit/transport/relay/tree_transport.hpp"
@@ -95,7 +96,7 @@ inline any_transport rollout_net(const net_config& c, int r) {
   if (c.kind == "dir")
     return any_transport(bitrefit::transport::directory_transport{bitrefit::transport::directory_store(c.dir / "store"), {std::chrono::milliseconds(5)}});
   auto o = relay_options(c, relay::node_role::member, "receiver-" + std::to_string(r));
-  o.mailboxes = {"receiver/" + std::to_string(r), "engine/restored/" + std::to_string(r)};
+  o.mailboxes = {"receiver/" + std::to_string(r), bitrefit::refit::restore_reply_mailbox(static_cast<std::uint32_t>(r))};
   return any_transport(relay::tree_transport(o));
 }
 
