@@ -4,9 +4,9 @@ find_package(zstd CONFIG REQUIRED)           # zstd::libzstd_shared
 find_package(nlohmann_json 3.10 REQUIRED)    # nlohmann_json::nlohmann_json
 find_package(Boost 1.74 REQUIRED)            # Boost::headers (Asio is header-only)
 # Distributed stores (bitrefit::s3, bitrefit::etcd): libcurl (HTTP, AWS SigV4), OpenSSL (SHA-256,
-# MD5, base64), pugixml (S3's XML answers).
+# MD5, base64), pugixml (S3's XML answers); the relay tree (bitrefit::asio): OpenSSL's TLS.
 find_package(CURL 7.75 REQUIRED)             # CURL::libcurl (CURLOPT_AWS_SIGV4 since 7.75)
-find_package(OpenSSL REQUIRED)               # OpenSSL::Crypto
+find_package(OpenSSL 1.1.1 REQUIRED)         # OpenSSL::SSL (relay tree mutual TLS), OpenSSL::Crypto
 find_package(pugixml REQUIRED)               # pugixml::pugixml
 
 # xxhash: used header-only (XXH_INLINE_ALL), so only its include directory is needed.

@@ -2,7 +2,7 @@
 //   --transport dir|s3|relay    payload frames + control messages: the directory object store
 //                               (<dir>/store), S3 (--s3-endpoint URL --s3-bucket NAME, credentials
 //                               from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY), or the relay tree
-//                               (not in this build yet: it comes with its own issue);
+//                               (net.hpp; baselines then in <dir>/baseline);
 //   --commit-log file|etcd      the filesystem log (<dir>/log) or etcd (--etcd-endpoints URL[,URL]
 //                               --etcd-prefix P);
 // the owners' baselines live next to the frames: <dir>/baseline with dir, the bucket with s3.
@@ -42,7 +42,6 @@ struct store_flags {
 
   /// Why these flags cannot work, or "" (checked before anything starts).
   std::string problem() const {
-    if (transport == "relay") return "--transport relay: the relay-tree transport is not built in this version (it comes with its own issue)";
     if (transport != "dir" && transport != "s3") return "--transport must be dir, s3 or relay";
     if (transport == "s3" && s3_bucket.empty()) return "--transport s3 needs --s3-bucket NAME (and --s3-endpoint URL for a server other than AWS)";
     if (commit_log != "file" && commit_log != "etcd") return "--commit-log must be file or etcd";
@@ -156,7 +155,7 @@ class any_baseline_store {
 };
 static_assert(durability::DeltaBaselineStore<any_baseline_store>);
 
-/// The transport the flags name; `dir` is the demo's working directory.
+/// The transport the flags name, dir or s3 (relay: net.hpp); `dir` is the demo's working directory.
 inline any_transport make_transport(const store_flags& f, const std::filesystem::path& dir, std::chrono::milliseconds poll) {
   if (f.transport == "s3") return any_transport(transport::s3_transport(transport::s3_store(f.s3()), {poll}));
   return any_transport(transport::directory_transport(transport::directory_store(dir / "store"), {poll}));
