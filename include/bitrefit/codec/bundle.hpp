@@ -73,7 +73,10 @@ struct bundle_manifest {
     j["target_version"] = target_version;
     j["base_digest"] = base_digest.to_hex();
     j["target_digest"] = target_digest.to_hex();
-    j["mode"] = policy == mode_policy::xor_allowed ? "xor" : policy == mode_policy::xor_only ? "xor_only" : "overwrite";
+    j["mode"] = policy == mode_policy::xor_allowed        ? "xor"
+                : policy == mode_policy::xor_only         ? "xor_only"
+                : policy == mode_policy::conditioned_only ? "conditioned_only"
+                                                          : "overwrite";
     j["zstd_level"] = zstd_level;
     j["max_frame_input_bytes"] = max_frame_input_bytes;
     auto& ts = j["tensors"] = nlohmann::json::array();
@@ -107,6 +110,7 @@ struct bundle_manifest {
       if (mode == "xor") m.policy = mode_policy::xor_allowed;
       else if (mode == "xor_only") m.policy = mode_policy::xor_only;
       else if (mode == "overwrite") m.policy = mode_policy::overwrite_only;
+      else if (mode == "conditioned_only") m.policy = mode_policy::conditioned_only;
       else fail("mode", "unknown mode '" + mode + "'");
       m.zstd_level = j.at("zstd_level").get<int>();
       m.max_frame_input_bytes = j.at("max_frame_input_bytes").get<std::uint64_t>();

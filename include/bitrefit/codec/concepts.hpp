@@ -38,6 +38,18 @@
 //
 //  4. name() -> a short stable name ("host", "thrust-cpp", ...), used by benches and reports.
 //
+//  5. host_bytes(bytes, scratch) -> span
+//       @post the result holds exactly `bytes`' content in host memory: `bytes` itself when the
+//             backend's tensors live in host memory, else a copy in `scratch` (resized to fit).
+//       Used by the decoder of base-conditioned items, which reads the base bits of an item range.
+//
+//  6. rank_by_class(base, format, spec, positions, classes_out, ranks_out, totals)
+//       @pre base holds m elements of `format` (in the backend's memory space), positions strictly
+//            ascending and < m, outputs at least positions.size() long, totals.size() >= spec.count.
+//       @post exactly base_classes.hpp's rank_by_class: classes_out[k] = the class of base element
+//             p_k, ranks_out[k] = totals[class] + same-class elements before p_k; then totals[k] +=
+//             the range's elements of class k. Law: identical on every backend.
+//
 // Everything else — location coding (runs, gaps, bitmaps) from positions, byte-plane splitting
 // and merging of the compacted values, zstd, the frame layout and digest, verification before
 // any write, chunk planning — is shared host code in encoder.hpp / apply.hpp / frame.hpp.
@@ -49,7 +61,10 @@
 #include <span>
 #include <string_view>
 
+#include "bitrefit/codec/base_classes.hpp"
+#include "bitrefit/codec/buffer.hpp"
 #include "bitrefit/codec/types.hpp"
+#include "bitrefit/codec/ulp.hpp"
 #include "bitrefit/core/digest.hpp"
 
 namespace bitrefit::codec {
@@ -58,11 +73,15 @@ template <class B>
 concept execution_backend = requires(B& b, std::span<const std::byte> cbytes, std::span<std::byte> mbytes,
                                      std::size_t n, std::span<std::uint32_t> pos_out,
                                      std::span<const std::uint32_t> pos, value_mode mode,
-                                     std::span<digest128> digests) {
+                                     std::span<digest128> digests, byte_buffer& scratch, const float_format& fmt,
+                                     const class_spec& spec, std::span<std::uint8_t> classes,
+                                     std::span<std::uint32_t> ranks, std::span<std::uint64_t> totals) {
   { B::name() } -> std::convertible_to<std::string_view>;
   { b.collect_changes(cbytes, cbytes, n, pos_out, mbytes, mbytes) } -> std::same_as<std::size_t>;
   { b.apply_changes(mbytes, n, mode, pos, cbytes) } -> std::same_as<void>;
   { b.hash_slices(cbytes, n, digests) } -> std::same_as<void>;
+  { b.host_bytes(cbytes, scratch) } -> std::same_as<std::span<const std::byte>>;
+  { b.rank_by_class(cbytes, fmt, spec, pos, classes, ranks, totals) } -> std::same_as<void>;
 };
 
 }  // namespace bitrefit::codec

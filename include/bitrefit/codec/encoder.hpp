@@ -28,7 +28,10 @@
 #include <vector>
 
 #include "bitrefit/codec/buffer.hpp"
+#include "bitrefit/codec/base_classes.hpp"
 #include "bitrefit/codec/concepts.hpp"
+#include "bitrefit/codec/conditioned.hpp"
+#include "bitrefit/codec/fixed_log2.hpp"
 #include "bitrefit/codec/entropy.hpp"
 #include "bitrefit/codec/frame.hpp"
 #include "bitrefit/codec/host_backend.hpp"
@@ -107,6 +110,7 @@ struct encode_stats {
   std::uint64_t changed = 0;
   std::uint64_t items = 0;
   std::uint64_t xor_items = 0;
+  std::uint64_t conditioned_items = 0;
   std::uint64_t frame_bytes = 0;      // total bytes of the frames written
   std::uint64_t location_bytes = 0;   // stored location sections
   std::uint64_t value_bytes = 0;      // stored value sections
@@ -122,6 +126,7 @@ struct encode_stats {
     changed += o.changed;
     items += o.items;
     xor_items += o.xor_items;
+    conditioned_items += o.conditioned_items;
     frame_bytes += o.frame_bytes;
     location_bytes += o.location_bytes;
     value_bytes += o.value_bytes;
@@ -242,10 +247,13 @@ class chunk_encoder {
     finish_frame(header, out, local, stats);
   }
 
-  /// Bytes of scratch memory currently held (positions, values, planes, sections).
+  /// Bytes of scratch memory currently held (slices, gathered changes, planes, sections, coder).
   std::size_t scratch_bytes() const noexcept {
-    return positions_.capacity_bytes() + xor_vals_.capacity_bytes() + new_vals_.capacity_bytes() +
-           planes_.capacity_bytes() + loc_raw_.capacity_bytes() + sections_.capacity_bytes();
+    return positions_.capacity_bytes() + vals_.capacity_bytes() + old_vals_.capacity_bytes() + classes_.capacity_bytes() +
+           ranks_.capacity_bytes() + slice_pos_.capacity_bytes() + slice_xor_.capacity_bytes() + slice_new_.capacity_bytes() +
+           sample_pos_.capacity_bytes() + sample_xor_.capacity_bytes() + sample_new_.capacity_bytes() +
+           sample_old_.capacity_bytes() + sample_cls_.capacity_bytes() + sample_base_.capacity_bytes() +
+           planes_.capacity_bytes() + loc_raw_.capacity_bytes() + sections_.capacity_bytes() + conditioned_.scratch_bytes();
   }
 
  private:
@@ -266,6 +274,98 @@ class chunk_encoder {
     sections_.clear();
   }
 
+  // Changed elements are gathered slice by slice (slice_bytes of input per side, small enough to
+  // stay in cache between change detection and class ranking), appended to buffers that grow with
+  // the number of CHANGED elements only: the encoder's scratch is O(changes in the chunk), not
+  // O(chunk) (it was 4.3x the chunk's input with whole-chunk position/value buffers).
+  static constexpr std::size_t slice_bytes = std::size_t{128} << 10;
+
+  // The mode decision looks at a sample: `sample_blocks` evenly spaced runs of `sample_run`
+  // elements (the whole piece when it is smaller), so a piece whose statistics drift along its
+  // range is judged by all of it. Deterministic.
+  static constexpr std::size_t sample_blocks = 64, sample_run = 1024;
+
+  struct mode_choice {
+    value_mode mode = value_mode::xor_mask;
+    class_spec spec;
+  };
+
+  // Estimated sizes (1/256 bits) of the sample under each mode, extrapolated to the piece; the
+  // smallest allowed one wins. XOR and overwrite: n·H(c/n) for the gap-coded positions (zstd's
+  // Huffman coder spends about 1/32 more) + the value estimate of the existing byte-plane model;
+  // base-conditioned: conditioned_cost_q8 + its per-class tables.
+  mode_choice choose_mode(const chunk_piece& pc, std::size_t E, std::uint64_t m) {
+    mode_choice r;
+    r.mode = options_.policy == mode_policy::overwrite_only ? value_mode::overwrite : value_mode::xor_mask;
+    const auto fmt = float_format_of(pc.type);
+    const bool cond_ok = fmt && ((options_.policy == mode_policy::xor_allowed && options_.base_conditioned) ||
+                                 options_.policy == mode_policy::conditioned_only);
+    if (options_.policy == mode_policy::conditioned_only && !fmt) return r;  // non-float: XOR
+    if (options_.policy != mode_policy::xor_allowed && !cond_ok) return r;
+    // gather the sample: positions (relative to the run), XOR and new values
+    const std::size_t runs = m <= sample_blocks * sample_run ? 1 : sample_blocks;
+    const std::size_t run = runs == 1 ? static_cast<std::size_t>(m) : sample_run;
+    const std::uint64_t stride = runs == 1 ? 0 : (m - run) / (runs - 1);
+    sample_pos_.resize_uninit(runs * run);
+    sample_xor_.resize_uninit(runs * run * E);
+    sample_new_.resize_uninit(runs * run * E);
+    slice_pos_.resize_uninit(run);
+    std::size_t cs = 0;
+    std::uint64_t n_sample = 0;
+    std::vector<std::uint64_t> base_exp, changed_exp;
+    if (cond_ok) base_exp.assign(fmt->exponents(), 0), changed_exp.assign(fmt->exponents(), 0);
+    for (std::size_t k = 0; k < runs; ++k) {
+      const std::uint64_t at = k * stride;
+      const std::size_t c = backend_.collect_changes(pc.old_bytes.subspan(at * E, run * E), pc.new_bytes.subspan(at * E, run * E), E,
+                                                     slice_pos_.span(), {sample_xor_.data() + cs * E, run * E},
+                                                     {sample_new_.data() + cs * E, run * E});
+      n_sample += run;
+      if (cond_ok) {
+        const std::span<const std::byte> base = backend_.host_bytes(pc.old_bytes.subspan(at * E, run * E), sample_base_);
+        for (std::size_t i = 0; i < run; ++i) ++base_exp[fmt->exponent(conditioned_detail::load_bits(base.data() + i * E, static_cast<unsigned>(E)))];
+        for (std::size_t i = 0; i < c; ++i) {
+          const std::uint64_t o = conditioned_detail::load_bits(sample_xor_.data() + (cs + i) * E, static_cast<unsigned>(E)) ^
+                                  conditioned_detail::load_bits(sample_new_.data() + (cs + i) * E, static_cast<unsigned>(E));
+          ++changed_exp[fmt->exponent(o)];
+        }
+      }
+      cs += c;
+    }
+    const std::span<const std::byte> sx{sample_xor_.data(), cs * E}, sn{sample_new_.data(), cs * E};
+    // value estimates of the existing coder (bytes), positions as ideal gap coding
+    const auto ex = detail::estimate_value_bytes(sx, E), en = detail::estimate_value_bytes(sn, E);
+    const auto q8 = [](double bytes) { return static_cast<std::uint64_t>(bytes * 2048.0); };
+    const std::uint64_t pos_q8 = binary_entropy_q8(n_sample, cs) + binary_entropy_q8(n_sample, cs) / 32;
+    const std::uint64_t xor_q8 = pos_q8 + q8(std::min(ex[0], ex[1]));
+    const std::uint64_t ow_q8 = pos_q8 + q8(std::min(en[0], en[1]));
+    if (options_.policy == mode_policy::xor_allowed && ow_q8 < xor_q8) r.mode = value_mode::overwrite;
+    if (!cond_ok || (cs == 0 && options_.policy != mode_policy::conditioned_only)) return r;
+    // base-conditioned: classes from the sample, then its estimated cost (tables: ~2 bytes per
+    // symbol of two tables per class, ~40 symbols each)
+    const std::uint64_t table_q8 = 2 * 40 * 2 * 8 * 256;
+    r.spec = choose_class_spec(*fmt, base_exp, changed_exp, options_.max_base_classes, 1, 1, table_q8 * n_sample / m + 1);
+    if (options_.policy == mode_policy::conditioned_only) {
+      r.mode = value_mode::base_conditioned;
+      return r;
+    }
+    std::array<std::uint64_t, max_base_classes> n_k{};
+    for (std::size_t e = 0; e < base_exp.size(); ++e) n_k[r.spec.class_of_exponent(e)] += base_exp[e];
+    sample_cls_.resize_uninit(cs);
+    sample_old_.resize_uninit(cs * E);
+    for (std::size_t i = 0; i < cs; ++i) {
+      const std::uint64_t o = conditioned_detail::load_bits(sx.data() + i * E, static_cast<unsigned>(E)) ^
+                              conditioned_detail::load_bits(sn.data() + i * E, static_cast<unsigned>(E));
+      conditioned_detail::store_bits(sample_old_.data() + i * E, o, static_cast<unsigned>(E));
+      sample_cls_[i] = static_cast<std::uint8_t>(r.spec.class_of_exponent(fmt->exponent(o)));
+    }
+    const std::uint64_t cond_q8 = conditioned_cost_q8(*fmt, r.spec, n_k, sample_cls_.span(), {sample_old_.data(), cs * E}, sn);
+    // extrapolate the sample to the piece, add the conditioned item's fixed overhead
+    const auto scale = [&](std::uint64_t v) { return static_cast<std::uint64_t>(static_cast<unsigned __int128>(v) * m / n_sample); };
+    const std::uint64_t best_other = scale(std::min(xor_q8, ow_q8));
+    if (scale(cond_q8) + r.spec.count * table_q8 < best_other) r.mode = value_mode::base_conditioned;
+    return r;
+  }
+
   void encode_piece(const chunk_piece& pc, encode_stats& st, entropy_accumulator* entropy) {
     check_piece(pc, /*need_old=*/true);
     const std::size_t E = element_size(pc.type);
@@ -273,35 +373,84 @@ class chunk_encoder {
     st.elements += m;
     st.input_bytes += m * E;
     if (m == 0) return;
-    positions_.resize_uninit(m);
-    xor_vals_.resize_uninit(m * E);
-    new_vals_.resize_uninit(m * E);
-    auto collect = [&](std::uint64_t elems, bool want_xor, bool want_new) {
-      return backend_.collect_changes(pc.old_bytes.first(elems * E), pc.new_bytes.first(elems * E), E,
-                                      positions_.span().first(elems),
-                                      want_xor ? xor_vals_.span().first(elems * E) : std::span<std::byte>{},
-                                      want_new ? new_vals_.span().first(elems * E) : std::span<std::byte>{});
-    };
-    value_mode mode = options_.policy == mode_policy::overwrite_only ? value_mode::overwrite : value_mode::xor_mask;
-    if (options_.policy == mode_policy::xor_allowed) {
-      // Decide XOR vs overwrite on a deterministic prefix sample (both value kinds gathered for
-      // it only), then gather just the chosen kind for the whole piece.
-      const std::uint64_t sample = std::min<std::uint64_t>(m, std::max<std::uint64_t>(1u << 16, m / 32));
-      const std::size_t cs = collect(sample, true, true);
-      if (cs > 0) {
-        auto ex = detail::estimate_value_bytes({xor_vals_.data(), cs * E}, E);
-        auto en = detail::estimate_value_bytes({new_vals_.data(), cs * E}, E);
-        if (std::min(en[0], en[1]) < std::min(ex[0], ex[1])) mode = value_mode::overwrite;
+    const mode_choice choice = choose_mode(pc, E, m);
+    const value_mode mode = choice.mode;
+    const bool cond = mode == value_mode::base_conditioned;
+    const bool want_xor = mode == value_mode::xor_mask || cond || entropy != nullptr;
+    const bool want_new = mode == value_mode::overwrite || cond;
+    const auto fmt = float_format_of(pc.type);
+    // gather the changes slice by slice
+    const std::size_t slice = std::max<std::size_t>(64, slice_bytes / E);
+    slice_pos_.resize_uninit(std::min<std::uint64_t>(slice, m));
+    slice_xor_.resize_uninit(want_xor ? std::min<std::uint64_t>(slice, m) * E : 0);
+    slice_new_.resize_uninit(want_new ? std::min<std::uint64_t>(slice, m) * E : 0);
+    positions_.clear();
+    vals_.clear();
+    old_vals_.clear();
+    classes_.clear();
+    ranks_.clear();
+    std::array<std::uint64_t, max_base_classes> totals{};
+    for (std::uint64_t off = 0; off < m; off += slice) {
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(slice, m - off));
+      const auto old_s = pc.old_bytes.subspan(off * E, n * E), new_s = pc.new_bytes.subspan(off * E, n * E);
+      const std::size_t c = backend_.collect_changes(old_s, new_s, E, slice_pos_.span().first(n),
+                                                     want_xor ? slice_xor_.span().first(n * E) : std::span<std::byte>{},
+                                                     want_new ? slice_new_.span().first(n * E) : std::span<std::byte>{});
+      if (entropy) entropy->add(E, n, {slice_xor_.data(), c * E});
+      if (c == 0) continue;
+      const std::size_t at = positions_.size();
+      positions_.resize_uninit(at + c);
+      for (std::size_t k = 0; k < c; ++k) positions_[at + k] = static_cast<std::uint32_t>(off + slice_pos_[k]);
+      if (cond) {
+        classes_.resize_uninit(at + c);
+        ranks_.resize_uninit(at + c);
+        backend_.rank_by_class(old_s, *fmt, choice.spec, slice_pos_.span().first(c), classes_.span().subspan(at, c),
+                               ranks_.span().subspan(at, c), totals);
+        vals_.append({slice_new_.data(), c * E});
+        old_vals_.resize_uninit((at + c) * E);
+        std::byte* o = old_vals_.data() + at * E;
+        for (std::size_t k = 0; k < c * E; ++k) o[k] = slice_xor_[k] ^ slice_new_[k];
+      } else {
+        vals_.append({(mode == value_mode::xor_mask ? slice_xor_ : slice_new_).data(), c * E});
       }
     }
-    const bool want_xor = mode == value_mode::xor_mask || entropy != nullptr;
-    const bool want_new = mode == value_mode::overwrite;
-    const std::size_t c = collect(m, want_xor, want_new);
-    if (entropy) entropy->add(E, m, {xor_vals_.data(), c * E});
+    const std::size_t c = positions_.size();
     if (c == 0) return;
     const std::span<const std::uint32_t> pos{positions_.data(), c};
-    const std::span<const std::byte> vals{(mode == value_mode::xor_mask ? xor_vals_ : new_vals_).data(), c * E};
-    emit_item(pc, mode, choose_location_coding(pos, m), pos, vals, c, st);
+    if (cond) {
+      emit_conditioned(pc, *fmt, choice.spec, c, st);
+      return;
+    }
+    emit_item(pc, mode, choose_location_coding(pos, m), pos, vals_.span(), c, st);
+  }
+
+  void emit_conditioned(const chunk_piece& pc, const float_format& fmt, const class_spec& spec, std::uint64_t c, encode_stats& st) {
+    frame_item it;
+    it.tensor = std::string(pc.tensor);
+    it.type = pc.type;
+    it.mode = value_mode::base_conditioned;
+    it.locations = location_coding::class_gaps;
+    it.values = value_coding::ulp_distance;
+    it.tensor_elements = pc.tensor_elements;
+    it.begin = pc.begin;
+    it.end = pc.end;
+    it.changed = c;
+    loc_raw_.clear();
+    planes_.clear();
+    conditioned_.encode(fmt, spec, classes_.span(), ranks_.span(), old_vals_.span(), vals_.span(), loc_raw_, planes_);
+    section_offsets_.push_back(sections_.size());
+    sections_.append(loc_raw_.span());
+    section_offsets_.push_back(sections_.size());
+    sections_.append(planes_.span());
+    it.location_raw_size = it.location_stored_size = loc_raw_.size();
+    it.value_raw_size = it.value_stored_size = planes_.size();
+    st.changed += c;
+    st.items += 1;
+    st.conditioned_items += 1;
+    st.location_bytes += it.location_stored_size;
+    st.value_bytes += it.value_stored_size;
+    st.location_codings[static_cast<std::size_t>(location_coding::class_gaps)] += 1;
+    items_.push_back(std::move(it));
   }
 
   void emit_item(const chunk_piece& pc, value_mode mode, location_coding lc, std::span<const std::uint32_t> pos,
@@ -408,8 +557,11 @@ class chunk_encoder {
   encode_options options_;
   Backend backend_;
   zstd_compressor zstd_;
-  scratch_buffer<std::uint32_t> positions_;
-  byte_buffer xor_vals_, new_vals_, planes_, loc_raw_, sections_;
+  conditioned_encoder conditioned_;
+  scratch_buffer<std::uint32_t> positions_, slice_pos_, sample_pos_, ranks_;
+  scratch_buffer<std::uint8_t> classes_, sample_cls_;
+  byte_buffer vals_, old_vals_, slice_xor_, slice_new_, sample_xor_, sample_new_, sample_old_, sample_base_;
+  byte_buffer planes_, loc_raw_, sections_;
   std::vector<frame_item> items_;
   std::vector<std::size_t> section_offsets_;
 };

@@ -19,6 +19,8 @@
 #define BITREFIT_CODEC_X86_AVX2 1
 #endif
 
+#include "bitrefit/codec/base_classes.hpp"
+#include "bitrefit/codec/buffer.hpp"
 #include "bitrefit/codec/concepts.hpp"
 #include "bitrefit/codec/hash.hpp"
 #include "bitrefit/codec/types.hpp"
@@ -234,6 +236,14 @@ struct host_backend {
       case 4: return detail::apply_typed<std::uint32_t>(target.data(), mode, positions.data(), positions.size(), values.data());
       default: return detail::apply_typed<std::uint64_t>(target.data(), mode, positions.data(), positions.size(), values.data());
     }
+  }
+
+  std::span<const std::byte> host_bytes(std::span<const std::byte> bytes, byte_buffer&) const noexcept { return bytes; }
+
+  void rank_by_class(std::span<const std::byte> base, const float_format& f, const class_spec& spec,
+                     std::span<const std::uint32_t> positions, std::span<std::uint8_t> classes_out,
+                     std::span<std::uint32_t> ranks_out, std::span<std::uint64_t> totals) {
+    codec::rank_by_class(base, f, spec, positions, classes_out, ranks_out, totals);
   }
 
   void hash_slices(std::span<const std::byte> bytes, std::size_t slice_bytes, std::span<digest128> out) {

@@ -161,6 +161,7 @@ inline void encode_locations(location_coding coding, std::span<const std::uint32
       for (std::uint32_t p : pos) b[p >> 3] |= static_cast<std::byte>(1u << (p & 7));
       return;
     }
+    case location_coding::class_gaps: throw error(errc::invalid_argument, "class_gaps locations are written by the conditioned encoder");
   }
 }
 
@@ -173,6 +174,7 @@ inline std::uint64_t max_location_raw_size(location_coding coding, std::uint64_t
     case location_coding::gaps32: return 4 * (changed + 2);
     case location_coding::runs: return 20 * changed;
     case location_coding::bitmap: return (m + 7) / 8;
+    case location_coding::class_gaps: return 0;  // never decoded here (conditioned.hpp)
   }
   return 0;
 }
@@ -238,6 +240,7 @@ inline void decode_locations(location_coding coding, std::span<const std::byte> 
       if (k != out.size()) throw error(errc::format, "bitmap holds " + std::to_string(k) + " positions, item declares " + std::to_string(out.size()), where);
       return;
     }
+    case location_coding::class_gaps: throw error(errc::format, "class_gaps locations need the base (conditioned decoder)", where);
   }
   throw error(errc::format, "unknown location coding", where);
 }

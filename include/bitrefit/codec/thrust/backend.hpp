@@ -38,6 +38,8 @@
 #include <thrust/transform.h>
 #include <thrust/transform_reduce.h>
 
+#include "bitrefit/codec/base_classes.hpp"
+#include "bitrefit/codec/buffer.hpp"
 #include "bitrefit/codec/concepts.hpp"
 #include "bitrefit/codec/thrust/xxh3.hpp"
 #include "bitrefit/codec/types.hpp"
@@ -287,6 +289,24 @@ class thrust_backend {
     System::synchronize();
   }
 
+  /// See concepts.hpp, primitive 5: host memory as is; device memory copied into `scratch`.
+  std::span<const std::byte> host_bytes(std::span<const std::byte> bytes, byte_buffer& scratch) {
+    if constexpr (System::host_memory) {
+      return bytes;
+    } else {
+      scratch.resize_uninit(bytes.size());
+      if (!bytes.empty()) System::to_host(scratch.data(), bytes.data(), bytes.size());
+      return scratch.span();
+    }
+  }
+
+  /// See concepts.hpp, primitive 6.
+  void rank_by_class(std::span<const std::byte> base, const float_format& f, const class_spec& spec,
+                     std::span<const std::uint32_t> positions, std::span<std::uint8_t> classes_out,
+                     std::span<std::uint32_t> ranks_out, std::span<std::uint64_t> totals) {
+    codec::rank_by_class(host_bytes(base, base_host_), f, spec, positions, classes_out, ranks_out, totals);
+  }
+
   /// See concepts.hpp, primitive 3.
   void hash_slices(std::span<const std::byte> bytes, std::size_t slice_bytes, std::span<digest128> out) {
     using namespace thrust_detail;
@@ -383,6 +403,7 @@ class thrust_backend {
   typename System::template vector<std::uint64_t> val_;
   typename System::template vector<thrust_detail::digest_words> digests_;
   std::vector<thrust_detail::digest_words> host_digests_;
+  byte_buffer base_host_;
 };
 
 static_assert(execution_backend<thrust_backend<thrust_systems::cpp>>);
