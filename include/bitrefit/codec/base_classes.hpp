@@ -24,14 +24,14 @@
 #include <span>
 #include <vector>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define BITREFIT_CODEC_X86_CLASSES 1
-#endif
-
 #include "bitrefit/codec/fixed_log2.hpp"
+#include "bitrefit/codec/isa.hpp"
 #include "bitrefit/codec/ulp.hpp"
 #include "bitrefit/core/error.hpp"
+
+#ifdef BITREFIT_CODEC_X86
+#include <immintrin.h>
+#endif
 
 namespace bitrefit::codec {
 
@@ -84,24 +84,31 @@ inline class_thresholds thresholds_of(const float_format& f, const class_spec& s
   return c;
 }
 
+/// Element l of a range of W words (any alignment: tensors in mapped files need not be aligned).
 template <class W>
-inline void block_masks_scalar(const std::byte* p, std::size_t n, const class_thresholds& c, std::uint64_t* ge) noexcept {
+BITREFIT_INLINE W load_word(const std::byte* p, std::size_t l) noexcept {
+  W w;
+  std::memcpy(&w, p + l * sizeof(W), sizeof(W));
+  return w;
+}
+
+template <class W>
+BITREFIT_INLINE void block_masks_scalar(const std::byte* p, std::size_t n, const class_thresholds& c, std::uint64_t* ge) noexcept {
   for (unsigned j = 0; j < c.T; ++j) ge[j] = 0;
   for (std::size_t l = 0; l < n; ++l) {
-    W w;
-    std::memcpy(&w, p + l * sizeof(W), sizeof(W));
-    const std::uint64_t mag = static_cast<std::uint64_t>(w) & c.mag_mask;
+    const std::uint64_t mag = static_cast<std::uint64_t>(load_word<W>(p, l)) & c.mag_mask;
     for (unsigned j = 0; j < c.T && mag >= c.t[j]; ++j) ge[j] |= std::uint64_t{1} << l;
   }
 }
 
-#ifdef BITREFIT_CODEC_X86_CLASSES
+#ifdef BITREFIT_CODEC_X86
 __attribute__((target("avx512f,avx512bw"))) inline void block_masks_16_avx512(const std::byte* p, std::size_t nblocks,
-                                                                            const class_thresholds& c, std::uint64_t* out) noexcept {
+                                                                            const class_thresholds& c, std::uint64_t* out,
+                                                                            std::size_t stride) noexcept {
   const __m512i mm = _mm512_set1_epi16(static_cast<short>(c.mag_mask));
   __m512i t[max_base_classes - 1];
   for (unsigned j = 0; j < c.T; ++j) t[j] = _mm512_set1_epi16(static_cast<short>(c.t[j]));
-  for (std::size_t b = 0; b < nblocks; ++b, p += 128, out += c.T) {
+  for (std::size_t b = 0; b < nblocks; ++b, p += 128, out += stride) {
     const __m512i a0 = _mm512_and_si512(_mm512_loadu_si512(p), mm);
     const __m512i a1 = _mm512_and_si512(_mm512_loadu_si512(p + 64), mm);
     for (unsigned j = 0; j < c.T; ++j)
@@ -109,11 +116,12 @@ __attribute__((target("avx512f,avx512bw"))) inline void block_masks_16_avx512(co
   }
 }
 __attribute__((target("avx512f"))) inline void block_masks_32_avx512(const std::byte* p, std::size_t nblocks,
-                                                                    const class_thresholds& c, std::uint64_t* out) noexcept {
+                                                                    const class_thresholds& c, std::uint64_t* out,
+                                                                    std::size_t stride) noexcept {
   const __m512i mm = _mm512_set1_epi32(static_cast<int>(c.mag_mask));
   __m512i t[max_base_classes - 1];
   for (unsigned j = 0; j < c.T; ++j) t[j] = _mm512_set1_epi32(static_cast<int>(c.t[j]));
-  for (std::size_t b = 0; b < nblocks; ++b, p += 256, out += c.T) {
+  for (std::size_t b = 0; b < nblocks; ++b, p += 256, out += stride) {
     __m512i a[4];
     for (int q = 0; q < 4; ++q) a[q] = _mm512_and_si512(_mm512_loadu_si512(p + 64 * q), mm);
     for (unsigned j = 0; j < c.T; ++j) {
@@ -125,11 +133,12 @@ __attribute__((target("avx512f"))) inline void block_masks_32_avx512(const std::
 }
 // AVX2: magnitudes are below the sign bit, so signed compares (cmpgt with t-1) are exact.
 __attribute__((target("avx2"))) inline void block_masks_16_avx2(const std::byte* p, std::size_t nblocks,
-                                                              const class_thresholds& c, std::uint64_t* out) noexcept {
+                                                              const class_thresholds& c, std::uint64_t* out,
+                                                              std::size_t stride) noexcept {
   const __m256i mm = _mm256_set1_epi16(static_cast<short>(c.mag_mask));
   __m256i t[max_base_classes - 1];
   for (unsigned j = 0; j < c.T; ++j) t[j] = _mm256_set1_epi16(static_cast<short>(c.t[j] - 1));
-  for (std::size_t b = 0; b < nblocks; ++b, p += 128, out += c.T) {
+  for (std::size_t b = 0; b < nblocks; ++b, p += 128, out += stride) {
     __m256i a[4];
     for (int q = 0; q < 4; ++q) a[q] = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * q)), mm);
     for (unsigned j = 0; j < c.T; ++j) {
@@ -142,11 +151,12 @@ __attribute__((target("avx2"))) inline void block_masks_16_avx2(const std::byte*
   }
 }
 __attribute__((target("avx2"))) inline void block_masks_32_avx2(const std::byte* p, std::size_t nblocks,
-                                                              const class_thresholds& c, std::uint64_t* out) noexcept {
+                                                              const class_thresholds& c, std::uint64_t* out,
+                                                              std::size_t stride) noexcept {
   const __m256i mm = _mm256_set1_epi32(static_cast<int>(c.mag_mask));
   __m256i t[max_base_classes - 1];
   for (unsigned j = 0; j < c.T; ++j) t[j] = _mm256_set1_epi32(static_cast<int>(c.t[j] - 1));
-  for (std::size_t b = 0; b < nblocks; ++b, p += 256, out += c.T) {
+  for (std::size_t b = 0; b < nblocks; ++b, p += 256, out += stride) {
     __m256i a[8];
     for (int q = 0; q < 8; ++q) a[q] = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * q)), mm);
     for (unsigned j = 0; j < c.T; ++j) {
@@ -157,117 +167,145 @@ __attribute__((target("avx2"))) inline void block_masks_32_avx2(const std::byte*
     }
   }
 }
-inline bool cpu_has_avx512bw() noexcept {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-  return has;
-}
-inline bool cpu_has_avx2_only() noexcept {
-  static const bool has = __builtin_cpu_supports("avx2");
-  return has;
-}
 #endif
 
-/// Masks of `nblocks` whole blocks (64 elements each) starting at p: out[b*T + j].
-inline void block_masks(const std::byte* p, std::size_t nblocks, const class_thresholds& c, std::uint64_t* out) noexcept {
+/// Masks of `nblocks` whole blocks (64 elements each) starting at p: out[b*stride + j]. With V3
+/// (the caller was compiled for x86-64-v3) 16- and 32-bit elements use AVX-512BW or AVX2 compares.
+template <class W, bool V3>
+BITREFIT_INLINE void block_masks(const std::byte* bp, std::size_t nblocks, const class_thresholds& c, std::uint64_t* out,
+                                 std::size_t stride) noexcept {
   if (c.T == 0) return;
-#ifdef BITREFIT_CODEC_X86_CLASSES
-  if (c.E == 2) {
-    if (cpu_has_avx512bw()) return block_masks_16_avx512(p, nblocks, c, out);
-    if (cpu_has_avx2_only()) return block_masks_16_avx2(p, nblocks, c, out);
-  } else if (c.E == 4) {
-    if (cpu_has_avx512bw()) return block_masks_32_avx512(p, nblocks, c, out);
-    if (cpu_has_avx2_only()) return block_masks_32_avx2(p, nblocks, c, out);
-  }
-#endif
-  for (std::size_t b = 0; b < nblocks; ++b, p += 64 * c.E, out += c.T) {
-    switch (c.E) {
-      case 1: block_masks_scalar<std::uint8_t>(p, 64, c, out); break;
-      case 2: block_masks_scalar<std::uint16_t>(p, 64, c, out); break;
-      case 4: block_masks_scalar<std::uint32_t>(p, 64, c, out); break;
-      default: block_masks_scalar<std::uint64_t>(p, 64, c, out); break;
+#ifdef BITREFIT_CODEC_X86
+  if constexpr (V3 && (sizeof(W) == 2 || sizeof(W) == 4)) {
+    if constexpr (sizeof(W) == 2) {
+      if (cpu_avx512bw()) return block_masks_16_avx512(bp, nblocks, c, out, stride);
+      return block_masks_16_avx2(bp, nblocks, c, out, stride);
+    } else {
+      if (cpu_avx512bw()) return block_masks_32_avx512(bp, nblocks, c, out, stride);
+      return block_masks_32_avx2(bp, nblocks, c, out, stride);
     }
   }
-}
-
-/// Masks of the last, partial block (n < 64 elements).
-inline void tail_masks(const std::byte* p, std::size_t n, const class_thresholds& c, std::uint64_t* out) noexcept {
-  switch (c.E) {
-    case 1: return block_masks_scalar<std::uint8_t>(p, n, c, out);
-    case 2: return block_masks_scalar<std::uint16_t>(p, n, c, out);
-    case 4: return block_masks_scalar<std::uint32_t>(p, n, c, out);
-    default: return block_masks_scalar<std::uint64_t>(p, n, c, out);
-  }
+#endif
+  for (std::size_t b = 0; b < nblocks; ++b) block_masks_scalar<W>(bp + 64 * sizeof(W) * b, 64, c, out + b * stride);
 }
 
 inline std::uint64_t below(unsigned lane) noexcept { return lane >= 64 ? ~0ull : (std::uint64_t{1} << lane) - 1; }
 
-}  // namespace detail
+/// Class masks of a batch of blocks in an extended layout, (T + 2) words per block:
+///   ext[0] = the block's valid lanes (every element has magnitude >= 0), ext[1 + j] = lanes with
+///   magnitude >= t_j, ext[T + 1] = 0 (no element is above the last class);
+/// so class k's lanes are ext[k] & ~ext[k + 1] and an element's class is the number of ext[1..T]
+/// words with its bit set, with no special case for the first or last class. cum[b·(T+2) + j] is
+/// the number of elements before block b of the walk with their bit set in word j (same layout).
+struct block_batch {
+  static constexpr std::size_t blocks = 128;
+  std::uint64_t ext[blocks * (max_base_classes + 1)];
+  std::uint64_t cum[blocks * (max_base_classes + 1)];
+};
 
-/// Walks a base range in 64-element blocks with their threshold masks, batch by batch (the masks
-/// of up to `batch` blocks are computed at once by the fastest available instructions).
-/// fn(block index, masks (T words), valid lanes) is called for every block in order.
-template <class Fn>
-void for_each_class_block(std::span<const std::byte> base, const float_format& f, const class_spec& spec, Fn&& fn) {
-  const auto c = detail::thresholds_of(f, spec);
-  const std::size_t E = f.element_size;
-  const std::size_t m = base.size() / E;
-  const std::size_t full = m / 64;
-  constexpr std::size_t batch = 256;
-  std::array<std::uint64_t, batch*(max_base_classes - 1)> masks;
-  for (std::size_t b0 = 0; b0 < full; b0 += batch) {
-    const std::size_t nb = std::min(batch, full - b0);
-    detail::block_masks(base.data() + b0 * 64 * E, nb, c, masks.data());
-    for (std::size_t b = 0; b < nb; ++b) fn(b0 + b, masks.data() + b * c.T, ~0ull);
+/// Fills `bb` for up to block_batch::blocks blocks starting at element `first` (a multiple of 64)
+/// of m; `running[j]` carries the counts of words j in 1..T across batches. Returns the blocks filled.
+template <class W, bool V3>
+BITREFIT_INLINE std::size_t fill_batch(const std::byte* base, std::size_t first, std::size_t m, const class_thresholds& c,
+                                       std::uint64_t* running, block_batch& bb) noexcept {
+  const unsigned T = c.T, X = T + 2;
+  const std::size_t left = m - first;
+  const std::size_t full = std::min(block_batch::blocks, left / 64);
+  block_masks<W, V3>(base + first * sizeof(W), full, c, bb.ext + 1, X);
+  std::size_t nb = full;
+  if (full < block_batch::blocks && left % 64) {
+    block_masks_scalar<W>(base + (first + full * 64) * sizeof(W), left % 64, c, bb.ext + full * X + 1);
+    ++nb;
   }
-  if (m % 64) {
-    detail::tail_masks(base.data() + full * 64 * E, m % 64, c, masks.data());
-    fn(full, masks.data(), detail::below(static_cast<unsigned>(m % 64)));
+  for (std::size_t b = 0; b < nb; ++b) {
+    std::uint64_t* e = bb.ext + b * X;
+    std::uint64_t* cu = bb.cum + b * X;
+    const std::size_t start = first + b * 64;
+    e[0] = m - start >= 64 ? ~0ull : below(static_cast<unsigned>(m - start));
+    e[T + 1] = 0;
+    cu[0] = start;
+    cu[T + 1] = 0;
+    for (unsigned j = 1; j <= T; ++j) cu[j] = running[j], running[j] += static_cast<unsigned>(std::popcount(e[j]));
+  }
+  return nb;
+}
+
+template <class W, bool V3>
+BITREFIT_INLINE void rank_impl(const std::byte* base, std::size_t m, const class_thresholds& c, const std::uint32_t* positions,
+                               std::size_t n_pos, std::uint8_t* classes_out, std::uint32_t* ranks_out, std::uint64_t* totals) {
+  const unsigned T = c.T, X = T + 2;
+  std::uint64_t running[max_base_classes + 1] = {};
+  block_batch bb;
+  std::size_t k = 0;
+  for (std::size_t first = 0; first < m; first += block_batch::blocks * 64) {
+    const std::size_t nb = fill_batch<W, V3>(base, first, m, c, running, bb);
+    const std::uint64_t end = first + nb * 64;
+    // every change in the batch, without data-dependent branches: class = number of threshold
+    // words with the lane's bit; rank = (ext[cls] count below) - (ext[cls+1] count below)
+    for (; k < n_pos && positions[k] < end; ++k) {
+      const std::uint64_t p = positions[k];
+      const std::size_t b = (p - first) >> 6;
+      const unsigned lane = static_cast<unsigned>(p & 63);
+      const std::uint64_t* e = bb.ext + b * X;
+      const std::uint64_t* cu = bb.cum + b * X;
+      const std::uint64_t bl = below(lane);
+      unsigned cls = 0;
+      for (unsigned j = 1; j <= T; ++j) cls += static_cast<unsigned>((e[j] >> lane) & 1);
+      const std::uint64_t hi = cu[cls] + static_cast<unsigned>(std::popcount(e[cls] & bl));
+      const std::uint64_t lo = cu[cls + 1] + static_cast<unsigned>(std::popcount(e[cls + 1] & bl));
+      classes_out[k] = static_cast<std::uint8_t>(cls);
+      ranks_out[k] = static_cast<std::uint32_t>(totals[cls] + hi - lo);
+    }
+  }
+  // class totals of the range: N_k = G_{k-1} - G_k (G_{-1} = m, G_T = 0)
+  std::uint64_t prev = m;
+  for (unsigned j = 0; j <= T; ++j) {
+    const std::uint64_t g = j < T ? running[j + 1] : 0;
+    totals[j] += prev - g;
+    prev = g;
   }
 }
+
+template <class W>
+BITREFIT_TARGET_V3 void rank_v3(const std::byte* base, std::size_t m, const class_thresholds& c, const std::uint32_t* positions,
+                                std::size_t n, std::uint8_t* classes_out, std::uint32_t* ranks_out, std::uint64_t* totals) {
+  rank_impl<W, true>(base, m, c, positions, n, classes_out, ranks_out, totals);
+}
+template <class W>
+void rank_generic(const std::byte* base, std::size_t m, const class_thresholds& c, const std::uint32_t* positions, std::size_t n,
+                  std::uint8_t* classes_out, std::uint32_t* ranks_out, std::uint64_t* totals) {
+  rank_impl<W, false>(base, m, c, positions, n, classes_out, ranks_out, totals);
+}
+
+/// Calls f(type tag) with the unsigned integer type of element size E (1, 2, 4, 8).
+template <class F>
+decltype(auto) with_word(std::size_t E, F&& f) {
+  switch (E) {
+    case 1: return f(std::uint8_t{});
+    case 2: return f(std::uint16_t{});
+    case 4: return f(std::uint32_t{});
+    default: return f(std::uint64_t{});
+  }
+}
+
+}  // namespace detail
 
 /// For the changed elements at `positions` (strictly ascending, < m) of `base` (m elements of format
 /// f): classes_out[k] = class of base element p_k, ranks_out[k] = totals[class] + number of elements
 /// before p_k in this range of the same class. Then totals[k] += elements of class k in the range
 /// (so a range processed in consecutive slices yields ranks relative to the first slice).
-/// @pre totals.size() >= spec.count, outputs at least positions.size() long.
+/// @pre base 8-byte aligned or not (any), totals.size() >= spec.count, outputs >= positions.size().
 inline void rank_by_class(std::span<const std::byte> base, const float_format& f, const class_spec& spec,
                           std::span<const std::uint32_t> positions, std::span<std::uint8_t> classes_out,
                           std::span<std::uint32_t> ranks_out, std::span<std::uint64_t> totals) {
-  const std::size_t c = positions.size();
-  const unsigned T = spec.boundaries();
+  const auto c = detail::thresholds_of(f, spec);
   const std::size_t m = base.size() / f.element_size;
-  if (T == 0) {
-    for (std::size_t k = 0; k < c; ++k) classes_out[k] = 0, ranks_out[k] = static_cast<std::uint32_t>(totals[0] + positions[k]);
-    totals[0] += m;
-    return;
-  }
-  // G[j]: elements so far (in earlier blocks) with magnitude >= t_j; G_{-1} = all elements so far.
-  std::array<std::uint64_t, max_base_classes> G{};
-  std::size_t k = 0;
-  for_each_class_block(base, f, spec, [&](std::size_t b, const std::uint64_t* ge, std::uint64_t valid) {
-    const std::uint64_t start = std::uint64_t{b} * 64;
-    while (k < c && positions[k] < start + 64) {
-      const unsigned lane = static_cast<unsigned>(positions[k] - start);
-      const std::uint64_t bit = std::uint64_t{1} << lane, bl = detail::below(lane);
-      unsigned cls = 0;
-      while (cls < T && (ge[cls] & bit)) ++cls;
-      // count of class cls before p = G_{cls-1}(p) - G_cls(p)
-      const std::uint64_t hi = cls == 0 ? start + lane : G[cls - 1] + static_cast<unsigned>(std::popcount(ge[cls - 1] & bl));
-      const std::uint64_t lo = cls == T ? 0 : G[cls] + static_cast<unsigned>(std::popcount(ge[cls] & bl));
-      classes_out[k] = static_cast<std::uint8_t>(cls);
-      ranks_out[k] = static_cast<std::uint32_t>(totals[cls] + hi - lo);
-      ++k;
-    }
-    (void)valid;
-    for (unsigned j = 0; j < T; ++j) G[j] += static_cast<unsigned>(std::popcount(ge[j]));
+  detail::with_word(f.element_size, [&](auto w) {
+    using W = decltype(w);
+    const std::byte* p = base.data();
+    if (cpu_v3()) detail::rank_v3<W>(p, m, c, positions.data(), positions.size(), classes_out.data(), ranks_out.data(), totals.data());
+    else detail::rank_generic<W>(p, m, c, positions.data(), positions.size(), classes_out.data(), ranks_out.data(), totals.data());
   });
-  // class totals of the range: N_k = G_{k-1} - G_k
-  std::uint64_t prev = m;
-  for (unsigned j = 0; j <= T; ++j) {
-    const std::uint64_t g = j < T ? G[j] : 0;
-    totals[j] += prev - g;
-    prev = g;
-  }
 }
 
 /// Picks a class_spec for format f from a sample: `base_exponents` (histogram of the exponent

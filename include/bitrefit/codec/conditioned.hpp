@@ -12,16 +12,18 @@
 // Sections (both stored raw: an rANS stream does not shrink under zstd):
 //   location (location_coding::class_gaps):
 //     u8 K (1..16); K-1 varint exponent thresholds (class_spec); per class k: varint c_k (its
-//     changed elements); if c_k > 0: u8 shift s_k (0..31) and the gap table (rans.hpp format);
-//     then one rANS stream: for k = 0..K-1, for each change of class k in order:
-//       symbol bucket(g >> s_k), its extra bits, then the low s_k bits of g,
-//     where g = rank - previous rank - 1 (previous = -1 at the start of the class).
+//     changed elements) and, if c_k > 0: u8 shift s_k (0..31), the gap table (rans.hpp format) and
+//     varint length of class k's stream; then the K streams, class 0 first. Stream k codes the
+//     changes of class k in rank order: symbol bucket(g >> s_k), its extra bits, then the low s_k
+//     bits of g, where g = rank - previous rank - 1 (previous = -1 at the start of the class).
 //   values (value_coding::ulp_distance):
-//     per class with c_k > 0: the value table; then one rANS stream, same order as the gaps:
-//       symbol 2·bucket(|d| - 1) + (d < 0) and its extra bits, or the escape symbol (the last of
-//       the alphabet) and the new pattern's 8E raw bits.
+//     per class with c_k > 0: the value table and varint length of its stream; then the streams,
+//     same order as the gaps: symbol 2·bucket(|d| - 1) + (d < 0) and its extra bits, or the escape
+//     symbol (the last of the alphabet) and the new pattern's 8E raw bits.
 //   bucket(u): u < 16 is its own symbol; else with b = floor(log2 u): symbol 16 + 2(b - 4) + bit
 //   (b-1) of u, followed by the b-1 bits below it raw (a log scale with one mantissa bit).
+//   One stream per class lets the encoder code every change in one backward pass over positions
+//   (each symbol goes to its class's coder) and the decoder run the classes' states independently.
 //
 // Decode cost: the rANS streams (one table lookup and multiply per symbol), then one pass over the
 // base range in 64-element blocks (threshold masks, one popcount per class per block) that maps
@@ -43,6 +45,7 @@
 #include "bitrefit/codec/base_classes.hpp"
 #include "bitrefit/codec/buffer.hpp"
 #include "bitrefit/codec/fixed_log2.hpp"
+#include "bitrefit/codec/isa.hpp"
 #include "bitrefit/codec/rans.hpp"
 #include "bitrefit/codec/ulp.hpp"
 #include "bitrefit/core/error.hpp"
@@ -61,7 +64,7 @@ struct bucketed {
   unsigned extra_bits;
   std::uint64_t extra;
 };
-inline bucketed bucket(std::uint64_t u) noexcept {
+BITREFIT_INLINE bucketed bucket(std::uint64_t u) noexcept {
   if (u < direct) return {static_cast<std::uint32_t>(u), 0, 0};
   const unsigned b = static_cast<unsigned>(std::bit_width(u)) - 1;  // >= 4
   return {direct + 2 * (b - 4) + static_cast<std::uint32_t>((u >> (b - 1)) & 1), b - 1, u & ((std::uint64_t{1} << (b - 1)) - 1)};
@@ -90,14 +93,19 @@ struct value_code {
   std::uint32_t symbol;
   unsigned extra_bits;
   std::uint64_t extra;
-  bool escape;
 };
-inline value_code code_value(const float_format& f, std::uint64_t o, std::uint64_t n, std::uint32_t escape_symbol) noexcept {
-  const auto d = ulp_distance(f, o, n);
-  if (!d) return {escape_symbol, 8 * f.element_size, n, true};
-  const std::uint64_t u = static_cast<std::uint64_t>(*d < 0 ? -*d : *d) - 1;
+BITREFIT_INLINE value_code code_value(const float_format& f, std::uint64_t o, std::uint64_t n, std::uint32_t escape_symbol) noexcept {
+  // same sign, both finite: distance; otherwise escape (ulp.hpp)
+  if (((o ^ n) & f.sign_bit) || f.magnitude(o) >= f.special || f.magnitude(n) >= f.special) [[unlikely]]
+    return {escape_symbol, 8 * f.element_size, n};
+  // branch-free (the direction of a change is a coin flip): diff = mag(n) - mag(o), |d| = |diff|,
+  // d < 0 iff the magnitude falls for a positive value or rises for a negative one
+  const auto diff = static_cast<std::int64_t>(f.magnitude(n) - f.magnitude(o));
+  const std::uint64_t neg = static_cast<std::uint64_t>(diff >> 63);  // all ones when diff < 0
+  const std::uint64_t u = ((static_cast<std::uint64_t>(diff) ^ neg) - neg) - 1;
+  const std::uint32_t negative_d = static_cast<std::uint32_t>((neg & 1) ^ (f.negative(o) ? 1u : 0u));
   const bucketed b = bucket(u);
-  return {2 * b.symbol + (*d < 0 ? 1u : 0u), b.extra_bits, b.extra, false};
+  return {2 * b.symbol + negative_d, b.extra_bits, b.extra};
 }
 
 /// Table precision for a class: enough slots for its symbols, about log2 of its count (bigger
@@ -132,92 +140,118 @@ class conditioned_encoder {
   void encode(const float_format& f, const class_spec& spec, std::span<const std::uint8_t> classes,
               std::span<const std::uint32_t> ranks, std::span<const std::byte> old_vals, std::span<const std::byte> new_vals,
               byte_buffer& loc, byte_buffer& val) {
-    using namespace conditioned_detail;
-    const std::size_t c = classes.size();
-    const unsigned K = spec.count, E = f.element_size;
-    const std::uint32_t esc = value_alphabet(f) - 1;
-    // counting sort by class (stable: ranks stay ascending within a class)
-    std::array<std::uint64_t, max_base_classes + 1> start{};
-    for (std::size_t i = 0; i < c; ++i) ++start[classes[i] + 1u];
-    for (unsigned k = 0; k < K; ++k) start[k + 1] += start[k];
-    order_.resize_uninit(c);
-    {
-      auto at = start;
-      for (std::size_t i = 0; i < c; ++i) order_[at[classes[i]]++] = static_cast<std::uint32_t>(i);
-    }
-    // per class: shift from the mean gap, histograms of gap and value symbols
-    std::array<unsigned, max_base_classes> shift{};
-    gap_hist_.assign(K * gap_alphabet, 0);
-    const unsigned VA = value_alphabet(f);
-    val_hist_.assign(K * VA, 0);
-    for (unsigned k = 0; k < K; ++k) {
-      const std::uint64_t ck = start[k + 1] - start[k];
-      if (!ck) continue;
-      const std::uint64_t last = ranks[order_[start[k + 1] - 1]];
-      const std::uint64_t mean = (last + 1 - ck) / ck;  // sum of gaps / count
-      unsigned s = 0;
-      while ((mean >> s) >= 8) ++s;
-      shift[k] = s;
-      std::int64_t prev = -1;
-      for (std::uint64_t i = start[k]; i < start[k + 1]; ++i) {
-        const std::uint32_t j = order_[i];
-        const std::uint64_t g = static_cast<std::uint64_t>(static_cast<std::int64_t>(ranks[j]) - prev - 1);
-        prev = ranks[j];
-        ++gap_hist_[k * gap_alphabet + bucket(g >> s).symbol];
-        const auto v = code_value(f, load_bits(old_vals.data() + std::size_t{j} * E, E), load_bits(new_vals.data() + std::size_t{j} * E, E), esc);
-        ++val_hist_[k * VA + v.symbol];
-      }
-    }
-    // tables and headers
-    std::array<rans::table, max_base_classes> gt, vt;
-    loc.push_back(static_cast<std::byte>(K));
-    for (unsigned j = 0; j + 1 < K; ++j) rans::detail::put_varint(loc, spec.thresholds[j]);
-    for (unsigned k = 0; k < K; ++k) {
-      const std::uint64_t ck = start[k + 1] - start[k];
-      rans::detail::put_varint(loc, ck);
-      if (!ck) continue;
-      loc.push_back(static_cast<std::byte>(shift[k]));
-      gt[k] = make_table({gap_hist_.data() + k * gap_alphabet, gap_alphabet}, ck);
-      rans::write_table(gt[k], loc);
-      vt[k] = make_table({val_hist_.data() + k * VA, VA}, ck);
-      rans::write_table(vt[k], val);
-    }
-    // streams, coded backwards (the decoder reads class 0 first, each class in rank order)
-    std::array<std::vector<rans::enc_symbol>, max_base_classes> ge, ve;
-    for (unsigned k = 0; k < K; ++k)
-      if (start[k + 1] > start[k]) ge[k] = rans::encoder_symbols(gt[k]), ve[k] = rans::encoder_symbols(vt[k]);
-    enc_.reset(6 * c + 8);
-    for (unsigned k = K; k-- > 0;) {
-      for (std::uint64_t i = start[k + 1]; i-- > start[k];) {
-        const std::uint32_t j = order_[i];
-        const std::int64_t prev = i > start[k] ? static_cast<std::int64_t>(ranks[order_[i - 1]]) : -1;
-        const std::uint64_t g = static_cast<std::uint64_t>(static_cast<std::int64_t>(ranks[j]) - prev - 1);
-        const bucketed q = bucket(g >> shift[k]);
-        enc_.put_raw64(g & ((std::uint64_t{1} << shift[k]) - 1), shift[k]);
-        enc_.put_raw64(q.extra, q.extra_bits);
-        enc_.put(ge[k][q.symbol]);
-      }
-    }
-    enc_.finish();
-    loc.append(enc_.bytes());
-    enc_.reset(6 * c + 8);
-    for (unsigned k = K; k-- > 0;) {
-      for (std::uint64_t i = start[k + 1]; i-- > start[k];) {
-        const std::uint32_t j = order_[i];
-        const auto v = code_value(f, load_bits(old_vals.data() + std::size_t{j} * E, E), load_bits(new_vals.data() + std::size_t{j} * E, E), esc);
-        enc_.put_raw64(v.extra, v.extra_bits);
-        enc_.put(ve[k][v.symbol]);
-      }
-    }
-    enc_.finish();
-    val.append(enc_.bytes());
+    detail::with_word(f.element_size, [&](auto w) { encode_typed<decltype(w)>(f, spec, classes, ranks, old_vals, new_vals, loc, val); });
   }
 
   std::size_t scratch_bytes() const noexcept {
-    return order_.capacity_bytes() + enc_.capacity_bytes() + (gap_hist_.capacity() + val_hist_.capacity()) * sizeof(std::uint64_t);
+    std::size_t n = gaps_.capacity_bytes() + vcode_.capacity_bytes() + vextra_.capacity_bytes() + (gap_hist_.capacity() + val_hist_.capacity()) * sizeof(std::uint64_t);
+    for (auto& e : gap_enc_) n += e.capacity_bytes();
+    for (auto& e : val_enc_) n += e.capacity_bytes();
+    return n;
   }
 
  private:
+  template <class W>
+  void encode_typed(const float_format& f, const class_spec& spec, std::span<const std::uint8_t> classes,
+                    std::span<const std::uint32_t> ranks, std::span<const std::byte> old_vals, std::span<const std::byte> new_vals,
+                    byte_buffer& loc, byte_buffer& val) {
+    using namespace conditioned_detail;
+    const std::size_t c = classes.size();
+    const unsigned K = spec.count;
+    const unsigned VA = value_alphabet(f);
+    const std::uint32_t esc = VA - 1;
+    const std::uint8_t* cls = classes.data();
+    const std::uint32_t* rk = ranks.data();
+    const std::byte* ov = old_vals.data();
+    const std::byte* nv = new_vals.data();
+    (void)esc;
+    // pass 0: changes and last rank per class -> gap shift (mean gap >> s in [4, 8))
+    std::array<std::uint64_t, max_base_classes> count{}, last{};
+    {
+      std::uint64_t sub[4][max_base_classes] = {};  // four copies: no chain of increments to one counter
+      for (std::size_t i = 0; i < c; ++i) ++sub[i & 3][cls[i]], last[cls[i]] = rk[i];
+      for (unsigned k = 0; k < K; ++k) count[k] = sub[0][k] + sub[1][k] + sub[2][k] + sub[3][k];
+    }
+    std::array<unsigned, max_base_classes> shift{};
+    for (unsigned k = 0; k < K; ++k) {
+      if (!count[k]) continue;
+      const std::uint64_t mean = (last[k] + 1 - count[k]) / count[k];  // sum of gaps / count
+      while ((mean >> shift[k]) >= 8) ++shift[k];
+    }
+    // pass 1, in position order: gaps, value codes and the symbol histograms, stored class-major
+    // (class k's changes at [at[k], at[k+1]) in position order) so pass 2 runs class by class with
+    // its coders' states in registers. Four histogram copies (by change index mod 4) break the
+    // chain of increments to the same bin (most changes have the same symbols).
+    gaps_.resize_uninit(c);
+    vcode_.resize_uninit(c);
+    vextra_.resize_uninit(c);
+    gap_hist_.assign(4 * std::size_t{K} * gap_alphabet, 0);
+    val_hist_.assign(4 * std::size_t{K} * VA, 0);
+    std::array<std::uint64_t, max_base_classes + 1> at{};
+    for (unsigned k = 0; k < K; ++k) at[k + 1] = at[k] + count[k];
+    {
+      std::array<std::uint64_t, max_base_classes> slot{};
+      std::array<std::uint32_t, max_base_classes> next{};  // previous rank + 1
+      for (unsigned k = 0; k < K; ++k) slot[k] = at[k];
+      const std::size_t gstride = std::size_t{K} * gap_alphabet, vstride = std::size_t{K} * VA;
+      std::uint64_t* gh[4] = {gap_hist_.data(), gap_hist_.data() + gstride, gap_hist_.data() + 2 * gstride, gap_hist_.data() + 3 * gstride};
+      std::uint64_t* vh[4] = {val_hist_.data(), val_hist_.data() + vstride, val_hist_.data() + 2 * vstride, val_hist_.data() + 3 * vstride};
+      for (std::size_t i = 0; i < c; ++i) {
+        const unsigned k = cls[i];
+        const std::uint32_t g = rk[i] - next[k];
+        next[k] = rk[i] + 1;
+        const std::uint64_t j = slot[k]++;
+        gaps_[j] = g;
+        ++gh[i & 3][k * gap_alphabet + bucket(g >> shift[k]).symbol];
+        const value_code v = code_value(f, detail::load_word<W>(ov, i), detail::load_word<W>(nv, i), esc);
+        ++vh[i & 3][k * VA + v.symbol];
+        vcode_[j] = v.symbol | (v.extra_bits << 16);
+        vextra_[j] = v.extra;
+      }
+      for (std::size_t i = 0; i < gstride; ++i) gh[0][i] += gh[1][i] + gh[2][i] + gh[3][i];
+      for (std::size_t i = 0; i < vstride; ++i) vh[0][i] += vh[1][i] + vh[2][i] + vh[3][i];
+    }
+    // per class: tables, then its changes backwards (LIFO: the decoder reads symbol, then raw bits)
+    std::array<rans::table, max_base_classes> gt, vt;
+    std::array<std::span<const std::byte>, max_base_classes> gs, vs;
+    std::vector<rans::enc_symbol> ge, ve;
+    for (unsigned k = 0; k < K; ++k) {
+      if (!count[k]) continue;
+      gt[k] = make_table({gap_hist_.data() + k * gap_alphabet, gap_alphabet}, count[k]);
+      vt[k] = make_table({val_hist_.data() + k * VA, VA}, count[k]);
+      ge = rans::encoder_symbols(gt[k]);
+      ve = rans::encoder_symbols(vt[k]);
+      rans::writer gw = gap_enc_[k].begin(5 * count[k] + 4), vw = val_enc_[k].begin(5 * count[k] + 4);
+      const unsigned s = shift[k];
+      const std::uint64_t low_mask = (std::uint64_t{1} << s) - 1;
+      for (std::uint64_t j = at[k + 1]; j-- > at[k];) {
+        const std::uint32_t g = gaps_[j];
+        const bucketed q = bucket(g >> s);
+        // one raw field: the bucket's extra bits above the low s bits of g
+        gw.put_raw64((q.extra << s) | (g & low_mask), q.extra_bits + s);
+        gw.put(ge[q.symbol]);
+        if (vcode_[j] >> 16) vw.put_raw64(vextra_[j], vcode_[j] >> 16);  // most changes (+-1 ULP) have none
+        vw.put(ve[vcode_[j] & 0xFFFF]);
+      }
+      gs[k] = gap_enc_[k].finish(gw);
+      vs[k] = val_enc_[k].finish(vw);
+    }
+    // sections: headers, then the streams
+    loc.push_back(static_cast<std::byte>(K));
+    for (unsigned j = 0; j + 1 < K; ++j) rans::detail::put_varint(loc, spec.thresholds[j]);
+    for (unsigned k = 0; k < K; ++k) {
+      rans::detail::put_varint(loc, count[k]);
+      if (!count[k]) continue;
+      loc.push_back(static_cast<std::byte>(shift[k]));
+      rans::write_table(gt[k], loc);
+      rans::detail::put_varint(loc, gs[k].size());
+      rans::write_table(vt[k], val);
+      rans::detail::put_varint(val, vs[k].size());
+    }
+    for (unsigned k = 0; k < K; ++k)
+      if (count[k]) loc.append(gs[k]), val.append(vs[k]);
+  }
+
   static rans::table make_table(std::span<const std::uint64_t> hist, std::uint64_t count) {
     std::size_t used = 0, last = 0;
     for (std::size_t i = 0; i < hist.size(); ++i)
@@ -225,9 +259,10 @@ class conditioned_encoder {
     return rans::table::normalise(hist.first(last), conditioned_detail::scale_bits_for(count, used));
   }
 
-  scratch_buffer<std::uint32_t> order_;
+  scratch_buffer<std::uint32_t> gaps_, vcode_;
+  scratch_buffer<std::uint64_t> vextra_;
   std::vector<std::uint64_t> gap_hist_, val_hist_;
-  rans::encoder enc_;
+  std::array<rans::encoder, max_base_classes> gap_enc_, val_enc_;
 };
 
 /// Decoder of base-conditioned items; holds reusable scratch (O(changed) of the largest item).
@@ -253,114 +288,166 @@ class conditioned_decoder {
     spec.count = static_cast<std::uint8_t>(K);
     for (unsigned j = 0; j + 1 < K; ++j) spec.thresholds[j] = static_cast<std::uint16_t>(lr.varint(f.exponents() - 1, "class threshold"));
     if (!valid_class_spec(spec, f)) lr.fail("class thresholds are not strictly increasing exponents");
-    std::array<std::uint64_t, max_base_classes + 1> start{};
-    std::array<unsigned, max_base_classes> shift{};
+    state st;
+    st.K = K;
     std::array<rans::table, max_base_classes> gt, vt;
+    std::array<std::uint64_t, max_base_classes> glen{}, vlen{};
     for (unsigned k = 0; k < K; ++k) {
-      const std::uint64_t ck = lr.varint(changed - start[k], "class change count");
-      start[k + 1] = start[k] + ck;
+      const std::uint64_t ck = lr.varint(changed - st.start[k], "class change count");
+      st.start[k + 1] = st.start[k] + ck;
       if (!ck) continue;
-      shift[k] = lr.u8();
-      if (shift[k] > 31) lr.fail("gap shift " + std::to_string(shift[k]) + " above 31");
+      st.shift[k] = lr.u8();
+      if (st.shift[k] > 31) lr.fail("gap shift " + std::to_string(st.shift[k]) + " above 31");
       gt[k] = rans::read_table(lr, gap_alphabet, "gap table");
+      glen[k] = lr.varint(loc_section.size(), "gap stream length");
     }
-    if (start[K] != changed) lr.fail("class change counts sum to " + std::to_string(start[K]) + ", item declares " + std::to_string(changed));
+    if (st.start[K] != changed) lr.fail("class change counts sum to " + std::to_string(st.start[K]) + ", item declares " + std::to_string(changed));
     rans::reader vr(val_section, where);
     const unsigned VA = value_alphabet(f);
     for (unsigned k = 0; k < K; ++k)
-      if (start[k + 1] > start[k]) vt[k] = rans::read_table(vr, VA, "value table");
-    // ranks, class-major
-    ranks_.resize_uninit(changed);
-    {
-      rans::decoder d(lr.rest(), where);
-      for (unsigned k = 0; k < K; ++k) {
-        if (start[k + 1] == start[k]) continue;
-        const rans::dec_table t(gt[k]);
-        std::uint64_t next = 0;  // previous rank + 1
-        for (std::uint64_t i = start[k]; i < start[k + 1]; ++i) {
-          const std::uint32_t sym = d.get(t);
-          const unsigned eb = extra_bits_of(sym);
-          const std::uint64_t q = unbucket(sym, d.get_raw64(eb));  // < 2^32: the table has <= 72 symbols
-          const std::uint64_t low = d.get_raw64(shift[k]);
-          const std::uint64_t g = (q << shift[k]) | low;
-          const std::uint64_t r = next + g;
-          if (g >= m || r >= m) d.fail("class rank " + std::to_string(r) + " outside the item's " + std::to_string(m) + " elements");
-          ranks_[i] = static_cast<std::uint32_t>(r);
-          next = r + 1;
-        }
+      if (st.start[k + 1] > st.start[k]) {
+        vt[k] = rans::read_table(vr, VA, "value table");
+        vlen[k] = vr.varint(val_section.size(), "value stream length");
       }
-      d.finish();
-    }
-    // values, class-major: distance, or 0 and the escaped pattern
+    ranks_.resize_uninit(changed);
     dist_.resize_uninit(changed);
     raw_.resize_uninit(changed);
-    {
-      rans::decoder d(vr.rest(), where);
-      const std::uint32_t esc = VA - 1;
-      const std::uint64_t vmax = f.magnitude_mask;  // |d| <= magnitude range
-      for (unsigned k = 0; k < K; ++k) {
-        if (start[k + 1] == start[k]) continue;
-        const rans::dec_table t(vt[k]);
-        for (std::uint64_t i = start[k]; i < start[k + 1]; ++i) {
-          const std::uint32_t sym = d.get(t);
-          if (sym == esc) {
-            dist_[i] = 0;
-            raw_[i] = d.get_raw64(8 * E);
-            continue;
-          }
-          const std::uint64_t u = unbucket(sym >> 1, d.get_raw64(extra_bits_of(sym >> 1)));
-          if (u >= vmax) d.fail("ULP distance beyond the format's range");
-          dist_[i] = (sym & 1) ? -static_cast<std::int64_t>(u + 1) : static_cast<std::int64_t>(u + 1);
-        }
-      }
-      d.finish();
+    for (unsigned k = 0; k < K; ++k) {
+      if (st.start[k + 1] == st.start[k]) continue;
+      decode_gaps(rans::dec_table(gt[k]), lr.take(glen[k], "gap stream"), st.start[k], st.start[k + 1], st.shift[k], m, where);
+      decode_values(f, rans::dec_table(vt[k]), vr.take(vlen[k], "value stream"), st.start[k], st.start[k + 1], VA - 1, where);
     }
-    // ranks -> positions: one pass over the base in 64-element blocks, classes in order
-    std::array<std::uint64_t, max_base_classes> next_idx{}, count{};
-    for (unsigned k = 0; k < K; ++k) next_idx[k] = start[k];
-    const unsigned T = spec.boundaries();
-    std::size_t out = 0;
-    std::array<std::uint32_t, 64> lane_src;
-    for_each_class_block(base, f, spec, [&](std::size_t b, const std::uint64_t* ge, std::uint64_t valid) {
-      std::uint64_t hits = 0;
-      for (unsigned k = 0; k < K; ++k) {
-        const std::uint64_t cm = (k == 0 ? valid : ge[k - 1]) & (k < T ? ~ge[k] : ~0ull);
-        const unsigned pc = static_cast<unsigned>(std::popcount(cm));
-        while (next_idx[k] < start[k + 1] && ranks_[next_idx[k]] < count[k] + pc) {
-          const unsigned lane = select_bit(cm, static_cast<unsigned>(ranks_[next_idx[k]] - count[k]));
-          hits |= std::uint64_t{1} << lane;
-          lane_src[lane] = static_cast<std::uint32_t>(next_idx[k]++);
-        }
-        count[k] += pc;
-      }
-      while (hits) {
-        const unsigned lane = static_cast<unsigned>(std::countr_zero(hits));
-        hits &= hits - 1;
-        const std::uint64_t p = std::uint64_t{b} * 64 + lane;
-        const std::uint32_t i = lane_src[lane];
-        const std::uint64_t o = load_bits(base.data() + p * E, E);
-        std::uint64_t n;
-        if (dist_[i] == 0) {
-          n = raw_[i];
-          if (n == o) throw error(errc::format, "escaped value equals its base value", where);
-        } else {
-          const auto s = ulp_step(f, o, dist_[i]);
-          if (!s || !f.finite(o)) throw error(errc::format, "ULP distance leaves the base value's sign or finite range (wrong base?)", where);
-          n = *s;
-        }
-        positions_out[out] = static_cast<std::uint32_t>(p);
-        store_bits(values_out.data() + out * E, n, E);
-        ++out;
-      }
+    if (!lr.rest().empty() || !vr.rest().empty()) throw error(errc::format, "bytes after the last class stream", where);
+    // ranks -> positions and values: one pass over the base
+    detail::with_word(E, [&](auto w) {
+      using W = decltype(w);
+      if (cpu_v3()) scan_v3<W>(f, spec, base.data(), m, st, positions_out.data(), values_out.data(), where);
+      else scan_generic<W>(f, spec, base.data(), m, st, positions_out.data(), values_out.data(), where);
     });
-    for (unsigned k = 0; k < K; ++k)
-      if (next_idx[k] != start[k + 1])
-        throw error(errc::format, "class " + std::to_string(k) + " rank past the class's element count in this base", where);
   }
 
   std::size_t scratch_bytes() const noexcept { return ranks_.capacity_bytes() + dist_.capacity_bytes() + raw_.capacity_bytes(); }
 
  private:
+  struct state {
+    unsigned K = 1;
+    std::array<std::uint64_t, max_base_classes + 1> start{};
+    std::array<unsigned, max_base_classes> shift{};
+    const std::uint32_t* ranks = nullptr;
+    const std::int64_t* dist = nullptr;
+    const std::uint64_t* raw = nullptr;
+  };
+
+  void decode_gaps(const rans::dec_table& t, std::span<const std::byte> stream, std::uint64_t b, std::uint64_t e, unsigned shift,
+                   std::uint64_t m, const error_context& where) {
+    using namespace conditioned_detail;
+    rans::decoder d(stream, where);
+    std::uint64_t next = 0;  // previous rank + 1
+    for (std::uint64_t i = b; i < e; ++i) {
+      const std::uint32_t sym = d.get(t);
+      // q = unbucket(sym, extra) < 2^32 (the table has <= 72 symbols); the raw field holds the
+      // extra bits above the low `shift` bits of g
+      const std::uint64_t raw = d.get_raw64(extra_bits_of(sym) + shift);
+      const std::uint64_t g = (unbucket(sym, 0) << shift) | raw;
+      if (g >= m || next + g >= m) d.fail("class rank outside the item's " + std::to_string(m) + " elements");
+      ranks_[i] = static_cast<std::uint32_t>(next + g);
+      next += g + 1;
+    }
+    d.finish();
+  }
+
+  void decode_values(const float_format& f, const rans::dec_table& t, std::span<const std::byte> stream, std::uint64_t b,
+                     std::uint64_t e, std::uint32_t esc, const error_context& where) {
+    using namespace conditioned_detail;
+    rans::decoder d(stream, where);
+    for (std::uint64_t i = b; i < e; ++i) {
+      const std::uint32_t sym = d.get(t);
+      if (sym == esc) {
+        dist_[i] = 0;
+        raw_[i] = d.get_raw64(8 * f.element_size);
+        continue;
+      }
+      const std::uint64_t u = unbucket(sym >> 1, d.get_raw64(extra_bits_of(sym >> 1)));
+      if (u >= f.magnitude_mask) d.fail("ULP distance beyond the format's range");
+      dist_[i] = (sym & 1) ? -static_cast<std::int64_t>(u + 1) : static_cast<std::int64_t>(u + 1);
+    }
+    d.finish();
+  }
+
+  template <class W, bool V3>
+  BITREFIT_INLINE void scan_impl(const float_format& f, const class_spec& spec, const std::byte* base, std::uint64_t m,
+                                 const state& st, std::uint32_t* pos_out, std::byte* val_out, const error_context& where) {
+    using namespace conditioned_detail;
+    const auto c = detail::thresholds_of(f, spec);
+    const unsigned K = st.K, T = c.T;
+    std::uint64_t next_idx[max_base_classes], end_idx[max_base_classes], count[max_base_classes] = {};
+    for (unsigned k = 0; k < K; ++k) next_idx[k] = st.start[k], end_idx[k] = st.start[k + 1];
+    const std::uint32_t* ranks = ranks_.data();
+    const std::int64_t* dist = dist_.data();
+    const std::uint64_t* raw = raw_.data();
+    std::size_t out = 0;
+    std::uint32_t lane_src[64];
+    bool bad = false;
+    const unsigned X = T + 2;
+    std::uint64_t running[max_base_classes + 1] = {};
+    detail::block_batch bb;
+    for (std::size_t first = 0; first < m; first += detail::block_batch::blocks * 64) {
+      const std::size_t nb = detail::fill_batch<W, V3>(base, first, m, c, running, bb);
+      for (std::size_t b = 0; b < nb; ++b) {
+        const std::uint64_t* e = bb.ext + b * X;
+        std::uint64_t hits = 0;
+        for (unsigned k = 0; k < K; ++k) {
+          const std::uint64_t cm = e[k] & ~e[k + 1];
+          const unsigned pc = static_cast<unsigned>(std::popcount(cm));
+          while (next_idx[k] < end_idx[k] && ranks[next_idx[k]] < count[k] + pc) {
+            const unsigned lane = select_bit(cm, static_cast<unsigned>(ranks[next_idx[k]] - count[k]));
+            hits |= std::uint64_t{1} << lane;
+            lane_src[lane] = static_cast<std::uint32_t>(next_idx[k]++);
+          }
+          count[k] += pc;
+        }
+        const std::uint64_t start = first + b * 64;
+        while (hits) {
+          const unsigned lane = static_cast<unsigned>(std::countr_zero(hits));
+          hits &= hits - 1;
+          const std::uint64_t p = start + lane;
+          const std::uint32_t i = lane_src[lane];
+          const std::uint64_t o = detail::load_word<W>(base, p);
+          std::uint64_t n;
+          if (dist[i] == 0) {
+            n = raw[i];
+            bad |= n == o;
+          } else {
+            // ulp_step, inlined: stay on o's side of zero and inside the finite range
+            const std::uint64_t mo = f.magnitude(o);
+            const std::int64_t d = dist[i];
+            const std::uint64_t steps = d < 0 ? static_cast<std::uint64_t>(-d) : static_cast<std::uint64_t>(d);
+            const bool grow = (d > 0) != f.negative(o);
+            bad |= mo >= f.special || (grow ? steps >= f.special - mo : steps > mo);
+            n = (o & f.sign_bit) | (grow ? mo + steps : mo - steps);
+          }
+          pos_out[out] = static_cast<std::uint32_t>(p);
+          const W nw = static_cast<W>(n);
+          std::memcpy(val_out + out * sizeof(W), &nw, sizeof(W));
+          ++out;
+        }
+      }
+    }
+    if (bad) throw error(errc::format, "a decoded value leaves its base value's sign or finite range, or escapes to the base value (wrong base?)", where);
+    for (unsigned k = 0; k < K; ++k)
+      if (next_idx[k] != end_idx[k]) throw error(errc::format, "class " + std::to_string(k) + " rank past the class's element count in this base", where);
+  }
+  template <class W>
+  BITREFIT_TARGET_V3 void scan_v3(const float_format& f, const class_spec& spec, const std::byte* base, std::uint64_t m,
+                                  const state& st, std::uint32_t* pos_out, std::byte* val_out, const error_context& where) {
+    scan_impl<W, true>(f, spec, base, m, st, pos_out, val_out, where);
+  }
+  template <class W>
+  void scan_generic(const float_format& f, const class_spec& spec, const std::byte* base, std::uint64_t m, const state& st,
+                    std::uint32_t* pos_out, std::byte* val_out, const error_context& where) {
+    scan_impl<W, false>(f, spec, base, m, st, pos_out, val_out, where);
+  }
+
   scratch_buffer<std::uint32_t> ranks_;
   scratch_buffer<std::int64_t> dist_;
   scratch_buffer<std::uint64_t> raw_;
@@ -379,7 +466,7 @@ inline std::uint64_t conditioned_cost_q8(const float_format& f, const class_spec
   std::uint64_t raw_bits = 0;
   for (std::size_t i = 0; i < classes.size(); ++i) {
     const auto v = code_value(f, load_bits(old_vals.data() + i * E, E), load_bits(new_vals.data() + i * E, E), VA - 1);
-    ++vh[classes[i] * VA + v.symbol];
+    ++vh[std::size_t{classes[i]} * VA + v.symbol];
     ++ck[classes[i]];
     raw_bits += v.extra_bits;
   }

@@ -34,6 +34,12 @@
 #include "bitrefit/codec/fixed_log2.hpp"
 #include "bitrefit/core/error.hpp"
 
+#if defined(__GNUC__) || defined(__clang__)
+#define BITREFIT_RANS_INLINE __attribute__((always_inline)) inline
+#else
+#define BITREFIT_RANS_INLINE inline
+#endif
+
 namespace bitrefit::codec::rans {
 
 inline constexpr std::uint32_t lower_bound = 1u << 23;  // L
@@ -210,33 +216,38 @@ inline std::vector<enc_symbol> encoder_symbols(const table& t) {
   return out;
 }
 
-/// Writes backwards into a buffer sized for the worst case (2 bytes per coded symbol or 16-bit raw
-/// chunk, plus the 4-byte final state). Call reserve(n_symbols) first, then put/put_raw in REVERSE
-/// decoding order, then finish() and read bytes().
-class encoder {
- public:
-  void reset(std::size_t max_symbols) {
-    buf_.resize_uninit(2 * max_symbols + 8);
-    end_ = buf_.data() + buf_.size();
-    p_ = end_;
-    x_ = lower_bound;
+/// The coder's state while encoding: a value type, so a loop keeps it in registers. Writes
+/// backwards below `p` into space its encoder reserved. put/put_raw in REVERSE decoding order.
+struct writer {
+  std::uint32_t x = lower_bound;
+  std::byte* p = nullptr;
+
+  // Renormalisation emits 0, 1 or 2 bytes (x < 2^31 and every x_max >= 2^15): both candidate bytes
+  // are stored unconditionally below p (the space is free) and p moves by the count, so the
+  // encoder has no data-dependent branch (a mispredicted renormalisation loop cost ~40 % of it).
+  BITREFIT_RANS_INLINE void renorm(std::uint32_t x_max) noexcept {
+    const unsigned n = static_cast<unsigned>(x >= x_max) + static_cast<unsigned>(std::uint64_t{x} >= (std::uint64_t{x_max} << 8));
+    const std::uint16_t two = static_cast<std::uint16_t>(((x & 0xFF) << 8) | ((x >> 8) & 0xFF));
+    std::memcpy(p - 2, &two, 2);
+    p -= n;
+    x >>= 8 * n;
   }
-  void put(const enc_symbol& s) {
-    std::uint32_t x = x_;
-    while (x >= s.x_max) *--p_ = static_cast<std::byte>(x & 0xFF), x >>= 8;
+  BITREFIT_RANS_INLINE void put(const enc_symbol& s) noexcept {
+    renorm(s.x_max);
     const std::uint32_t q = static_cast<std::uint32_t>((std::uint64_t{x} * s.rcp_freq) >> 32) >> s.rcp_shift;
-    x_ = x + s.bias + q * s.cmpl_freq;
+    x = x + s.bias + q * s.cmpl_freq;
   }
   /// `bits` (0..16) raw bits of v.
-  void put_raw(std::uint32_t v, unsigned bits) {
-    if (bits == 0) return;
-    std::uint32_t x = x_;
-    const std::uint32_t x_max = (lower_bound >> bits) << 8;
-    while (x >= x_max) *--p_ = static_cast<std::byte>(x & 0xFF), x >>= 8;
-    x_ = (x << bits) | (v & ((1u << bits) - 1));
+  BITREFIT_RANS_INLINE void put_raw(std::uint32_t v, unsigned bits) noexcept {
+    renorm((lower_bound >> bits) << 8);
+    x = (x << bits) | (v & ((1u << bits) - 1));
   }
   /// Up to 64 raw bits, as 16-bit chunks (the decoder reads the low chunk first).
-  void put_raw64(std::uint64_t v, unsigned bits) {
+  BITREFIT_RANS_INLINE void put_raw64(std::uint64_t v, unsigned bits) noexcept {
+    if (bits <= 16) [[likely]] {
+      put_raw(static_cast<std::uint32_t>(v), bits);
+      return;
+    }
     // reverse order of get_raw64: highest chunk first
     unsigned chunks = (bits + 15) / 16;
     while (chunks-- > 0) {
@@ -244,18 +255,26 @@ class encoder {
       put_raw(static_cast<std::uint32_t>(v >> lo), n);
     }
   }
-  void finish() {
-    std::uint32_t x = x_;
-    for (int i = 0; i < 4; ++i) *--p_ = static_cast<std::byte>((x >> (8 * i)) & 0xFF);  // big-endian: read first
+};
+
+/// Owns the output space of one stream: begin() reserves room for `max_symbols` puts (each emits at
+/// most 2 bytes) and returns the writer; finish(w) appends the final state and returns the stream.
+class encoder {
+ public:
+  writer begin(std::size_t max_symbols) {
+    buf_.resize_uninit(2 * max_symbols + 8);
+    end_ = buf_.data() + buf_.size();
+    return writer{lower_bound, end_};
   }
-  std::span<const std::byte> bytes() const noexcept { return {p_, static_cast<std::size_t>(end_ - p_)}; }
+  std::span<const std::byte> finish(writer w) {
+    for (int i = 0; i < 4; ++i) *--w.p = static_cast<std::byte>((w.x >> (8 * i)) & 0xFF);  // big-endian: read first
+    return {w.p, static_cast<std::size_t>(end_ - w.p)};
+  }
   std::size_t capacity_bytes() const noexcept { return buf_.capacity_bytes(); }
 
  private:
   byte_buffer buf_;
   std::byte* end_ = nullptr;
-  std::byte* p_ = nullptr;
-  std::uint32_t x_ = lower_bound;
 };
 
 /// Decoder form of a table: slot -> symbol for the 2^S slots.
@@ -280,7 +299,7 @@ class decoder {
     for (int i = 0; i < 4; ++i) x_ = (x_ << 8) | static_cast<std::uint8_t>(*p_++);
     if (x_ < lower_bound) fail("rANS initial state below the coder's bound");
   }
-  std::uint32_t get(const dec_table& t) {
+  BITREFIT_RANS_INLINE std::uint32_t get(const dec_table& t) {
     const std::uint32_t mask = (1u << t.scale_bits) - 1;
     const std::uint32_t slot = x_ & mask;
     const std::uint32_t s = t.sym[slot];
@@ -288,14 +307,14 @@ class decoder {
     renorm();
     return s;
   }
-  std::uint32_t get_raw(unsigned bits) {
-    if (bits == 0) return 0;
+  BITREFIT_RANS_INLINE std::uint32_t get_raw(unsigned bits) {
     const std::uint32_t v = x_ & ((1u << bits) - 1);
     x_ >>= bits;
     renorm();
     return v;
   }
-  std::uint64_t get_raw64(unsigned bits) {
+  BITREFIT_RANS_INLINE std::uint64_t get_raw64(unsigned bits) {
+    if (bits <= 16) [[likely]] return get_raw(bits);
     std::uint64_t v = 0;
     for (unsigned lo = 0; lo < bits; lo += 16) v |= std::uint64_t{get_raw(std::min(16u, bits - lo))} << lo;
     return v;
@@ -308,7 +327,7 @@ class decoder {
   [[noreturn]] void fail(const std::string& msg) const { throw error(errc::format, msg, *where_); }
 
  private:
-  void renorm() {
+  BITREFIT_RANS_INLINE void renorm() {
     while (x_ < lower_bound) {
       if (p_ == end_) fail("rANS stream ends early");
       x_ = (x_ << 8) | static_cast<std::uint8_t>(*p_++);
