@@ -115,6 +115,11 @@ inline unsigned scale_bits_for(std::uint64_t count, std::size_t used) noexcept {
   return std::clamp<unsigned>(std::max<unsigned>(want, static_cast<unsigned>(std::bit_width(used))), 1, rans::max_scale_bits);
 }
 
+#ifdef BITREFIT_CODEC_X86
+/// BMI2 parallel bit deposit; only called from code compiled for x86-64-v3 (it inlines there).
+__attribute__((target("bmi2"))) inline std::uint64_t pdep64(std::uint64_t v, std::uint64_t mask) noexcept { return _pdep_u64(v, mask); }
+#endif
+
 /// Position of the r-th set bit (r < popcount(x)).
 inline unsigned select_bit(std::uint64_t x, unsigned r) noexcept {
   for (unsigned byte = 0;; ++byte) {
@@ -314,8 +319,8 @@ class conditioned_decoder {
     raw_.resize_uninit(changed);
     for (unsigned k = 0; k < K; ++k) {
       if (st.start[k + 1] == st.start[k]) continue;
-      decode_gaps(rans::dec_table(gt[k]), lr.take(glen[k], "gap stream"), st.start[k], st.start[k + 1], st.shift[k], m, where);
-      decode_values(f, rans::dec_table(vt[k]), vr.take(vlen[k], "value stream"), st.start[k], st.start[k + 1], VA - 1, where);
+      decode_class(f, rans::dec_table(gt[k]), rans::dec_table(vt[k]), lr.take(glen[k], "gap stream"), vr.take(vlen[k], "value stream"),
+                   st.start[k], st.start[k + 1], st.shift[k], m, VA - 1, where);
     }
     if (!lr.rest().empty() || !vr.rest().empty()) throw error(errc::format, "bytes after the last class stream", where);
     // ranks -> positions and values: one pass over the base
@@ -338,40 +343,34 @@ class conditioned_decoder {
     const std::uint64_t* raw = nullptr;
   };
 
-  void decode_gaps(const rans::dec_table& t, std::span<const std::byte> stream, std::uint64_t b, std::uint64_t e, unsigned shift,
-                   std::uint64_t m, const error_context& where) {
+  // Class k's gap and value streams, decoded side by side (two independent coder states).
+  void decode_class(const float_format& f, const rans::dec_table& gt, const rans::dec_table& vt, std::span<const std::byte> gaps,
+                    std::span<const std::byte> values, std::uint64_t b, std::uint64_t e, unsigned shift, std::uint64_t m,
+                    std::uint32_t esc, const error_context& where) {
     using namespace conditioned_detail;
-    rans::decoder d(stream, where);
+    rans::decoder gd(gaps, where), vd(values, where);
     std::uint64_t next = 0;  // previous rank + 1
     for (std::uint64_t i = b; i < e; ++i) {
-      const std::uint32_t sym = d.get(t);
-      // q = unbucket(sym, extra) < 2^32 (the table has <= 72 symbols); the raw field holds the
+      const std::uint32_t gs = gd.get(gt);
+      const std::uint32_t vs = vd.get(vt);
+      // q = unbucket(gs, extra) < 2^32 (the table has <= 72 symbols); the raw field holds the
       // extra bits above the low `shift` bits of g
-      const std::uint64_t raw = d.get_raw64(extra_bits_of(sym) + shift);
-      const std::uint64_t g = (unbucket(sym, 0) << shift) | raw;
-      if (g >= m || next + g >= m) d.fail("class rank outside the item's " + std::to_string(m) + " elements");
+      const std::uint64_t raw = gd.get_raw64(extra_bits_of(gs) + shift);
+      const std::uint64_t g = (unbucket(gs, 0) << shift) | raw;
+      if (g >= m || next + g >= m) gd.fail("class rank outside the item's " + std::to_string(m) + " elements");
       ranks_[i] = static_cast<std::uint32_t>(next + g);
       next += g + 1;
-    }
-    d.finish();
-  }
-
-  void decode_values(const float_format& f, const rans::dec_table& t, std::span<const std::byte> stream, std::uint64_t b,
-                     std::uint64_t e, std::uint32_t esc, const error_context& where) {
-    using namespace conditioned_detail;
-    rans::decoder d(stream, where);
-    for (std::uint64_t i = b; i < e; ++i) {
-      const std::uint32_t sym = d.get(t);
-      if (sym == esc) {
+      if (vs == esc) [[unlikely]] {
         dist_[i] = 0;
-        raw_[i] = d.get_raw64(8 * f.element_size);
+        raw_[i] = vd.get_raw64(8 * f.element_size);
         continue;
       }
-      const std::uint64_t u = unbucket(sym >> 1, d.get_raw64(extra_bits_of(sym >> 1)));
-      if (u >= f.magnitude_mask) d.fail("ULP distance beyond the format's range");
-      dist_[i] = (sym & 1) ? -static_cast<std::int64_t>(u + 1) : static_cast<std::int64_t>(u + 1);
+      const std::uint64_t u = unbucket(vs >> 1, vd.get_raw64(extra_bits_of(vs >> 1)));
+      if (u >= f.magnitude_mask) vd.fail("ULP distance beyond the format's range");
+      dist_[i] = (vs & 1) ? -static_cast<std::int64_t>(u + 1) : static_cast<std::int64_t>(u + 1);
     }
-    d.finish();
+    gd.finish();
+    vd.finish();
   }
 
   template <class W, bool V3>
@@ -400,7 +399,14 @@ class conditioned_decoder {
           const std::uint64_t cm = e[k] & ~e[k + 1];
           const unsigned pc = static_cast<unsigned>(std::popcount(cm));
           while (next_idx[k] < end_idx[k] && ranks[next_idx[k]] < count[k] + pc) {
-            const unsigned lane = select_bit(cm, static_cast<unsigned>(ranks[next_idx[k]] - count[k]));
+            const unsigned r = static_cast<unsigned>(ranks[next_idx[k]] - count[k]);
+            unsigned lane;
+#ifdef BITREFIT_CODEC_X86
+            if constexpr (V3) lane = static_cast<unsigned>(std::countr_zero(conditioned_detail::pdep64(std::uint64_t{1} << r, cm)));
+            else lane = select_bit(cm, r);
+#else
+            lane = select_bit(cm, r);
+#endif
             hits |= std::uint64_t{1} << lane;
             lane_src[lane] = static_cast<std::uint32_t>(next_idx[k]++);
           }
