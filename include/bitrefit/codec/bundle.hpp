@@ -145,6 +145,13 @@ struct delta_bundle {
   std::vector<std::vector<std::byte>> frames;
 };
 
+/// A bundle over borrowed bytes (e.g. a memory-mapped bundle file): the manifest and a view of each
+/// frame. What apply needs without copying the frames (apply streams: O(one frame) of scratch).
+struct bundle_view {
+  bundle_manifest manifest;
+  std::vector<std::span<const std::byte>> frames;
+};
+
 namespace detail {
 
 inline void check_same_tensor_set(const model_manifest& expected, std::span<const tensor_view> got, std::string_view what) {
@@ -236,42 +243,59 @@ delta_bundle make_delta_bundle(std::span<const tensor_view> base, std::span<cons
 }
 
 /// Checks every frame against the manifest: count, size, XXH3-128. errc::integrity on mismatch.
-inline void verify_bundle_frames(const delta_bundle& b, std::string_view source = {}) {
-  if (b.frames.size() != b.manifest.frames.size())
-    throw error(errc::integrity, "bundle holds " + std::to_string(b.frames.size()) + " frames, manifest lists " + std::to_string(b.manifest.frames.size()), {.file = std::string(source), .tensor = {}, .field = "frames"});
-  for (std::size_t i = 0; i < b.frames.size(); ++i) {
-    const auto& e = b.manifest.frames[i];
+inline void verify_bundle_frames(const bundle_manifest& m, std::span<const std::span<const std::byte>> frames, std::string_view source = {}) {
+  if (frames.size() != m.frames.size())
+    throw error(errc::integrity, "bundle holds " + std::to_string(frames.size()) + " frames, manifest lists " + std::to_string(m.frames.size()), {.file = std::string(source), .tensor = {}, .field = "frames"});
+  for (std::size_t i = 0; i < frames.size(); ++i) {
+    const auto& e = m.frames[i];
     const error_context where{.file = std::string(source), .tensor = {}, .field = "frames[" + std::to_string(i) + "]"};
-    if (b.frames[i].size() != e.size)
-      throw error(errc::integrity, "frame " + std::to_string(i) + " is " + std::to_string(b.frames[i].size()) + " bytes, manifest says " + std::to_string(e.size) + " (truncated?)", where);
-    if (xxh3_128(b.frames[i]) != e.digest) throw error(errc::integrity, "frame " + std::to_string(i) + " digest differs from the manifest (corrupted)", where);
+    if (frames[i].size() != e.size)
+      throw error(errc::integrity, "frame " + std::to_string(i) + " is " + std::to_string(frames[i].size()) + " bytes, manifest says " + std::to_string(e.size) + " (truncated?)", where);
+    if (xxh3_128(frames[i]) != e.digest) throw error(errc::integrity, "frame " + std::to_string(i) + " digest differs from the manifest (corrupted)", where);
   }
 }
+inline std::vector<std::span<const std::byte>> frame_spans(const delta_bundle& b) {
+  return {b.frames.begin(), b.frames.end()};
+}
+inline void verify_bundle_frames(const delta_bundle& b, std::string_view source = {}) {
+  verify_bundle_frames(b.manifest, frame_spans(b), source);
+}
 
-/// Applies `b` to `target` in place: verifies the target's tensor set and base attestation digest,
-/// every frame (manifest size and digest, frame digest and structure, full decode, target match),
-/// and only then writes. Afterwards the target's digest must equal the manifest's target digest.
-/// On any error before writing, the target is untouched.
+/// Applies the bundle (manifest `m`, frames `frames`) to `target` in place: verifies the target's
+/// tensor set and base attestation digest, every frame (manifest size and digest, frame digest and
+/// structure, full decode against the target's bits, target match), and only then writes, one
+/// frame at a time (scratch: one frame's decoded positions and values). Afterwards the target's
+/// digest must equal the manifest's target digest. On any error before writing, the target is
+/// untouched. Base-conditioned items decode against the target, which holds the base until its own
+/// frame is applied (frames are disjoint), so verifying all frames first is exact.
 template <execution_backend Backend = host_backend>
-void apply_bundle(const delta_bundle& b, std::span<const mutable_tensor_view> target, std::string_view source = {}) {
+void apply_bundle(const bundle_manifest& m, std::span<const std::span<const std::byte>> frames, std::span<const mutable_tensor_view> target,
+                  std::string_view source = {}) {
   std::vector<tensor_view> ro(target.begin(), target.end());
-  detail::check_same_tensor_set(b.manifest.tensors, ro, "target model");
-  verify_bundle_frames(b, source);
+  detail::check_same_tensor_set(m.tensors, ro, "target model");
+  verify_bundle_frames(m, frames, source);
   const digest128 have = attestation_digest(std::span<const tensor_view>(ro));
-  if (have != b.manifest.base_digest)
-    throw error(errc::mismatch, "target's attestation digest " + have.to_hex() + " is not the bundle's base digest " + b.manifest.base_digest.to_hex() + " (wrong base model)", {.file = std::string(source), .tensor = {}, .field = "base_digest"});
+  if (have != m.base_digest)
+    throw error(errc::mismatch, "target's attestation digest " + have.to_hex() + " is not the bundle's base digest " + m.base_digest.to_hex() + " (wrong base model)", {.file = std::string(source), .tensor = {}, .field = "base_digest"});
   target_map tm(std::vector<mutable_tensor_view>(target.begin(), target.end()));
   frame_applier<Backend> ap;
-  for (std::size_t i = 0; i < b.frames.size(); ++i) {
-    const frame_view f = ap.verify(b.frames[i], tm, source);
+  for (std::size_t i = 0; i < frames.size(); ++i) {
+    const frame_view f = ap.verify(frames[i], tm, source);
     const auto& h = f.header();
-    if (h.id.seq != i || h.base_version != b.manifest.base_version || h.target_version != b.manifest.target_version)
+    if (h.id.seq != i || h.base_version != m.base_version || h.target_version != m.target_version)
       throw error(errc::mismatch, "frame " + std::to_string(i) + " header does not match the manifest (seq or versions)", {.file = std::string(source), .tensor = {}, .field = "frames"});
   }
-  for (std::size_t i = 0; i < b.frames.size(); ++i) ap.apply(b.frames[i], tm, source);
+  for (std::size_t i = 0; i < frames.size(); ++i) ap.apply(frames[i], tm, source);
   const digest128 now = attestation_digest(std::span<const tensor_view>(ro));
-  if (now != b.manifest.target_digest)
-    throw error(errc::integrity, "after apply the model's digest " + now.to_hex() + " differs from the bundle's target digest " + b.manifest.target_digest.to_hex(), {.file = std::string(source), .tensor = {}, .field = "target_digest"});
+  if (now != m.target_digest)
+    throw error(errc::integrity, "after apply the model's digest " + now.to_hex() + " differs from the bundle's target digest " + m.target_digest.to_hex(), {.file = std::string(source), .tensor = {}, .field = "target_digest"});
+}
+
+/// Applies `b` to `target` in place (see the overload above).
+template <execution_backend Backend = host_backend>
+void apply_bundle(const delta_bundle& b, std::span<const mutable_tensor_view> target, std::string_view source = {}) {
+  const auto spans = frame_spans(b);
+  apply_bundle<Backend>(b.manifest, spans, target, source);
 }
 
 namespace detail {
@@ -341,6 +365,34 @@ inline void write_bundle_directory(const delta_bundle& b, const std::filesystem:
   detail::write_all_atomic(dir / "manifest.json", std::span(&part, 1));
 }
 
+/// Parses the single-file form held in `all` (e.g. a memory-mapped bundle file): header, manifest
+/// digest and JSON, and the frame layout (sizes, no trailing bytes). Frame digests are checked by
+/// verify_bundle_frames. The views borrow `all`.
+inline bundle_view parse_bundle_file(std::span<const std::byte> all, std::string_view source) {
+  const std::string src(source);
+  bundle_view b;
+  const error_context where{.file = src, .tensor = {}, .field = "header"};
+  if (all.size() < bundle_file_header_size) throw error(errc::integrity, "file too short for a bundle header (truncated?)", where);
+  if (std::memcmp(all.data(), bundle_magic, 4) != 0) throw error(errc::format, "bad magic (not a bitrefit delta bundle)", where);
+  const auto ver = detail::get_le<std::uint16_t>(all.data() + 4);
+  if (ver != bundle_format_version) throw error(errc::unsupported, "bundle format version " + std::to_string(ver), where);
+  const auto jlen = detail::get_le<std::uint64_t>(all.data() + 12);
+  if (jlen > all.size() - bundle_file_header_size) throw error(errc::integrity, "manifest runs past the end of the file (truncated?)", where);
+  const std::byte* jp = all.data() + bundle_file_header_size;
+  if (xxh3_128({jp, jlen}) != load_digest_le(all.data() + 20)) throw error(errc::integrity, "manifest digest mismatch (corrupted)", {.file = src, .tensor = {}, .field = "manifest"});
+  nlohmann::json j = nlohmann::json::parse(reinterpret_cast<const char*>(jp), reinterpret_cast<const char*>(jp) + jlen, nullptr, false);
+  if (j.is_discarded()) throw error(errc::format, "manifest is not valid JSON", {.file = src, .tensor = {}, .field = "manifest"});
+  b.manifest = bundle_manifest::from_json(j, src);
+  std::uint64_t off = bundle_file_header_size + jlen;
+  for (auto& e : b.manifest.frames) {
+    if (e.size > all.size() - off) throw error(errc::integrity, "frame " + std::to_string(e.seq) + " runs past the end of the file (truncated?)", {.file = src, .tensor = {}, .field = "frames"});
+    b.frames.push_back(all.subspan(off, e.size));
+    off += e.size;
+  }
+  if (off != all.size()) throw error(errc::integrity, "trailing bytes after the last frame", {.file = src, .tensor = {}, .field = "frames"});
+  return b;
+}
+
 /// Reads either form and checks every frame against the manifest (verify_bundle_frames).
 inline delta_bundle read_bundle(const std::filesystem::path& path) {
   const std::string src = path.string();
@@ -357,25 +409,9 @@ inline delta_bundle read_bundle(const std::filesystem::path& path) {
     }
   } else {
     const auto all = detail::read_all(path);
-    const error_context where{.file = src, .tensor = {}, .field = "header"};
-    if (all.size() < bundle_file_header_size) throw error(errc::integrity, "file too short for a bundle header (truncated?)", where);
-    if (std::memcmp(all.data(), bundle_magic, 4) != 0) throw error(errc::format, "bad magic (not a bitrefit delta bundle)", where);
-    const auto ver = detail::get_le<std::uint16_t>(all.data() + 4);
-    if (ver != bundle_format_version) throw error(errc::unsupported, "bundle format version " + std::to_string(ver), where);
-    const auto jlen = detail::get_le<std::uint64_t>(all.data() + 12);
-    if (jlen > all.size() - bundle_file_header_size) throw error(errc::integrity, "manifest runs past the end of the file (truncated?)", where);
-    const std::byte* jp = all.data() + bundle_file_header_size;
-    if (xxh3_128({jp, jlen}) != load_digest_le(all.data() + 20)) throw error(errc::integrity, "manifest digest mismatch (corrupted)", {.file = src, .tensor = {}, .field = "manifest"});
-    nlohmann::json j = nlohmann::json::parse(reinterpret_cast<const char*>(jp), reinterpret_cast<const char*>(jp) + jlen, nullptr, false);
-    if (j.is_discarded()) throw error(errc::format, "manifest is not valid JSON", {.file = src, .tensor = {}, .field = "manifest"});
-    b.manifest = bundle_manifest::from_json(j, src);
-    std::uint64_t off = bundle_file_header_size + jlen;
-    for (auto& e : b.manifest.frames) {
-      if (e.size > all.size() - off) throw error(errc::integrity, "frame " + std::to_string(e.seq) + " runs past the end of the file (truncated?)", {.file = src, .tensor = {}, .field = "frames"});
-      b.frames.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(off), all.begin() + static_cast<std::ptrdiff_t>(off + e.size));
-      off += e.size;
-    }
-    if (off != all.size()) throw error(errc::integrity, "trailing bytes after the last frame", {.file = src, .tensor = {}, .field = "frames"});
+    bundle_view v = parse_bundle_file(all, src);
+    b.manifest = std::move(v.manifest);
+    for (auto f : v.frames) b.frames.emplace_back(f.begin(), f.end());
   }
   verify_bundle_frames(b, src);
   return b;
