@@ -50,6 +50,19 @@
 //             p_k, ranks_out[k] = totals[class] + same-class elements before p_k; then totals[k] +=
 //             the range's elements of class k. Law: identical on every backend.
 //
+// Optional (preparing_backend): a backend whose tensors live elsewhere (device memory) prepares
+// whole items there, so positions never cross to host memory — only what goes into the frame:
+//
+//  7. prepare_plain(old, neu, E, mode, out, entropy) -> c
+//       For an XOR (mode xor_mask) or overwrite item of the range: c changed elements; out holds
+//       the location coding chosen by choose_location_coding(location sizes, c, m) and its raw
+//       section, and the values (XOR masks or new bits) as byte planes iff choose_byte_planes on
+//       their value_sample, else interleaved. If `entropy` is set, it gets every XOR mask.
+//       Law: byte-identical to what the encoder's host path computes from collect_changes.
+//  8. prepare_conditioned(old, neu, format, spec, out, entropy) -> c
+//       For a base-conditioned item: per change (ascending position) its class and class rank
+//       (as rank_by_class) and its old and new bits. Same law.
+//
 // Everything else — location coding (runs, gaps, bitmaps) from positions, byte-plane splitting
 // and merging of the compacted values, zstd, the frame layout and digest, verification before
 // any write, chunk planning — is shared host code in encoder.hpp / apply.hpp / frame.hpp.
@@ -82,6 +95,32 @@ concept execution_backend = requires(B& b, std::span<const std::byte> cbytes, st
   { b.hash_slices(cbytes, n, digests) } -> std::same_as<void>;
   { b.host_bytes(cbytes, scratch) } -> std::same_as<std::span<const std::byte>>;
   { b.rank_by_class(cbytes, fmt, spec, pos, classes, ranks, totals) } -> std::same_as<void>;
+};
+
+/// What a preparing backend hands the encoder for an XOR or overwrite item (host memory).
+struct prepared_plain {
+  location_coding locations = location_coding::gaps8;
+  byte_buffer location_raw;
+  value_coding values = value_coding::interleaved;
+  byte_buffer value_raw;
+};
+
+/// What a preparing backend hands the encoder for a base-conditioned item (host memory).
+struct prepared_conditioned {
+  scratch_buffer<std::uint8_t> classes;
+  scratch_buffer<std::uint32_t> ranks;
+  byte_buffer old_values, new_values;
+};
+
+class entropy_accumulator;
+
+template <class B>
+concept preparing_backend = execution_backend<B> && requires(B& b, std::span<const std::byte> bytes, std::size_t n, value_mode mode,
+                                                             prepared_plain& plain, prepared_conditioned& cond,
+                                                             const float_format& fmt, const class_spec& spec,
+                                                             entropy_accumulator* ent) {
+  { b.prepare_plain(bytes, bytes, n, mode, plain, ent) } -> std::same_as<std::size_t>;
+  { b.prepare_conditioned(bytes, bytes, fmt, spec, cond, ent) } -> std::same_as<std::size_t>;
 };
 
 }  // namespace bitrefit::codec

@@ -220,13 +220,20 @@ class conditioned_encoder {
     std::array<rans::table, max_base_classes> gt, vt;
     std::array<std::span<const std::byte>, max_base_classes> gs, vs;
     std::vector<rans::enc_symbol> ge, ve;
+    // stream buffers sized by the puts each class really makes (2 bytes per put at most)
+    std::array<std::uint64_t, max_base_classes> gputs{}, vputs{};
+    for (unsigned k = 0; k < K; ++k)
+      for (std::uint64_t j = at[k]; j < at[k + 1]; ++j) {
+        gputs[k] += 1 + (bucket(gaps_[j] >> shift[k]).extra_bits + shift[k] + 15) / 16;
+        vputs[k] += 1 + ((vcode_[j] >> 16) + 15) / 16;
+      }
     for (unsigned k = 0; k < K; ++k) {
       if (!count[k]) continue;
       gt[k] = make_table({gap_hist_.data() + k * gap_alphabet, gap_alphabet}, count[k]);
       vt[k] = make_table({val_hist_.data() + k * VA, VA}, count[k]);
       ge = rans::encoder_symbols(gt[k]);
       ve = rans::encoder_symbols(vt[k]);
-      rans::writer gw = gap_enc_[k].begin(5 * count[k] + 4), vw = val_enc_[k].begin(5 * count[k] + 4);
+      rans::writer gw = gap_enc_[k].begin(gputs[k]), vw = val_enc_[k].begin(vputs[k]);
       const unsigned s = shift[k];
       const std::uint64_t low_mask = (std::uint64_t{1} << s) - 1;
       for (std::uint64_t j = at[k + 1]; j-- > at[k];) {

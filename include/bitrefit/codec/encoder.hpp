@@ -37,6 +37,7 @@
 #include "bitrefit/codec/host_backend.hpp"
 #include "bitrefit/codec/location.hpp"
 #include "bitrefit/codec/types.hpp"
+#include "bitrefit/codec/value_planes.hpp"
 #include "bitrefit/codec/zstd.hpp"
 #include "bitrefit/core/canonical.hpp"
 #include "bitrefit/core/error.hpp"
@@ -134,70 +135,6 @@ struct encode_stats {
     return *this;
   }
 };
-
-namespace detail {
-
-/// Estimated compressed bytes of `c` values of E bytes: {interleaved, byte planes}, from byte
-/// histograms of a deterministic evenly spaced sample of at most 65536 values.
-inline std::array<double, 2> estimate_value_bytes(std::span<const std::byte> vals, std::size_t E) {
-  const std::size_t c = vals.size() / E;
-  if (c == 0) return {0.0, 0.0};
-  const std::size_t sample = std::min<std::size_t>(c, 65536);
-  const std::size_t stride = c / sample;
-  std::array<std::array<std::uint64_t, 256>, 8> h{};
-  for (std::size_t s = 0, k = 0; s < sample; ++s, k += stride)
-    for (std::size_t b = 0; b < E; ++b) ++h[b][static_cast<std::uint8_t>(vals[k * E + b])];
-  std::array<std::uint64_t, 256> all{};
-  double planes = 0.0;
-  for (std::size_t b = 0; b < E; ++b) {
-    planes += entropy_bytes(h[b]);
-    for (int i = 0; i < 256; ++i) all[i] += h[b][i];
-  }
-  const double scale = static_cast<double>(c) / static_cast<double>(sample);
-  return {entropy_bytes(all) * scale, planes * scale};
-}
-
-/// Order-0 entropy estimate (bytes) of a byte stream from a deterministic sample.
-inline double estimate_stream_bytes(std::span<const std::byte> s) {
-  if (s.empty()) return 0.0;
-  const std::size_t sample = std::min<std::size_t>(s.size(), 65536);
-  const std::size_t stride = s.size() / sample;
-  std::array<std::uint64_t, 256> h{};
-  for (std::size_t k = 0, i = 0; k < sample; ++k, i += stride) ++h[static_cast<std::uint8_t>(s[i])];
-  return entropy_bytes(h) * static_cast<double>(s.size()) / static_cast<double>(sample);
-}
-
-inline void split_planes(std::span<const std::byte> vals, std::size_t E, std::byte* out) {
-  const std::size_t c = vals.size() / E;
-  const std::byte* v = vals.data();
-  if (E == 2) {
-    std::byte* p0 = out;
-    std::byte* p1 = out + c;
-    for (std::size_t k = 0; k < c; ++k) {
-      p0[k] = v[2 * k];
-      p1[k] = v[2 * k + 1];
-    }
-    return;
-  }
-  for (std::size_t k = 0; k < c; ++k)
-    for (std::size_t b = 0; b < E; ++b) out[b * c + k] = v[k * E + b];
-}
-
-inline void merge_planes(std::span<const std::byte> planes, std::size_t E, std::byte* out) {
-  const std::size_t c = planes.size() / E;
-  const std::byte* p = planes.data();
-  if (E == 2) {
-    for (std::size_t k = 0; k < c; ++k) {
-      out[2 * k] = p[k];
-      out[2 * k + 1] = p[c + k];
-    }
-    return;
-  }
-  for (std::size_t k = 0; k < c; ++k)
-    for (std::size_t b = 0; b < E; ++b) out[k * E + b] = p[b * c + k];
-}
-
-}  // namespace detail
 
 /// Encodes chunks into frames. Holds reusable scratch (bounded by the chunk size) and zstd
 /// contexts; one encoder per thread. `Backend` performs the memory-touching primitives
@@ -379,6 +316,19 @@ class chunk_encoder {
     const bool want_xor = mode == value_mode::xor_mask || cond || entropy != nullptr;
     const bool want_new = mode == value_mode::overwrite || cond;
     const auto fmt = float_format_of(pc.type);
+    if constexpr (preparing_backend<Backend>) {
+      // the backend prepares the whole item where its tensors live; positions never leave it
+      if (cond) {
+        const std::size_t c = backend_.prepare_conditioned(pc.old_bytes, pc.new_bytes, *fmt, choice.spec, prepared_cond_, entropy);
+        if (c) emit_conditioned(pc, *fmt, choice.spec, prepared_cond_.classes.span(), prepared_cond_.ranks.span(),
+                                prepared_cond_.old_values.span(), prepared_cond_.new_values.span(), c, st);
+      } else {
+        const std::size_t c = backend_.prepare_plain(pc.old_bytes, pc.new_bytes, E, mode, prepared_plain_, entropy);
+        if (c) emit_sections(pc, mode, prepared_plain_.locations, prepared_plain_.location_raw.span(), prepared_plain_.values,
+                             prepared_plain_.value_raw.span(), c, st);
+      }
+      return;
+    }
     // gather the changes slice by slice
     const std::size_t slice = std::max<std::size_t>(64, slice_bytes / E);
     slice_pos_.resize_uninit(std::min<std::uint64_t>(slice, m));
@@ -398,9 +348,11 @@ class chunk_encoder {
                                                      want_new ? slice_new_.span().first(n * E) : std::span<std::byte>{});
       if (entropy) entropy->add(E, n, {slice_xor_.data(), c * E});
       if (c == 0) continue;
-      const std::size_t at = positions_.size();
-      positions_.resize_uninit(at + c);
-      for (std::size_t k = 0; k < c; ++k) positions_[at + k] = static_cast<std::uint32_t>(off + slice_pos_[k]);
+      const std::size_t at = cond ? classes_.size() : positions_.size();
+      if (!cond) {  // base-conditioned items are coded from class ranks: no positions kept
+        positions_.resize_uninit(at + c);
+        for (std::size_t k = 0; k < c; ++k) positions_[at + k] = static_cast<std::uint32_t>(off + slice_pos_[k]);
+      }
       if (cond) {
         classes_.resize_uninit(at + c);
         ranks_.resize_uninit(at + c);
@@ -414,17 +366,19 @@ class chunk_encoder {
         vals_.append({(mode == value_mode::xor_mask ? slice_xor_ : slice_new_).data(), c * E});
       }
     }
-    const std::size_t c = positions_.size();
+    const std::size_t c = cond ? classes_.size() : positions_.size();
     if (c == 0) return;
-    const std::span<const std::uint32_t> pos{positions_.data(), c};
+    const std::span<const std::uint32_t> pos{positions_.data(), cond ? 0 : c};
     if (cond) {
-      emit_conditioned(pc, *fmt, choice.spec, c, st);
+      emit_conditioned(pc, *fmt, choice.spec, classes_.span(), ranks_.span(), old_vals_.span(), vals_.span(), c, st);
       return;
     }
     emit_item(pc, mode, choose_location_coding(pos, m), pos, vals_.span(), c, st);
   }
 
-  void emit_conditioned(const chunk_piece& pc, const float_format& fmt, const class_spec& spec, std::uint64_t c, encode_stats& st) {
+  void emit_conditioned(const chunk_piece& pc, const float_format& fmt, const class_spec& spec, std::span<const std::uint8_t> classes,
+                        std::span<const std::uint32_t> ranks, std::span<const std::byte> old_vals, std::span<const std::byte> new_vals,
+                        std::uint64_t c, encode_stats& st) {
     frame_item it;
     it.tensor = std::string(pc.tensor);
     it.type = pc.type;
@@ -437,7 +391,7 @@ class chunk_encoder {
     it.changed = c;
     loc_raw_.clear();
     planes_.clear();
-    conditioned_.encode(fmt, spec, classes_.span(), ranks_.span(), old_vals_.span(), vals_.span(), loc_raw_, planes_);
+    conditioned_.encode(fmt, spec, classes, ranks, old_vals, new_vals, loc_raw_, planes_);
     section_offsets_.push_back(sections_.size());
     sections_.append(loc_raw_.span());
     section_offsets_.push_back(sections_.size());
@@ -453,10 +407,32 @@ class chunk_encoder {
     items_.push_back(std::move(it));
   }
 
+  // Host path: location section and value section (interleaved or byte planes) from the gathered
+  // positions and values, then emit_sections.
   void emit_item(const chunk_piece& pc, value_mode mode, location_coding lc, std::span<const std::uint32_t> pos,
                  std::span<const std::byte> vals, std::uint64_t c, encode_stats& st) {
     const std::size_t E = element_size(pc.type);
-    const std::uint64_t m = pc.end - pc.begin;
+    loc_raw_.clear();
+    encode_locations(lc, pos, pc.end - pc.begin, loc_raw_);
+    std::span<const std::byte> raw_vals = vals;
+    value_coding vc = value_coding::interleaved;
+    if (E > 1) {
+      auto est = detail::estimate_value_bytes(vals, E);  // same choice as choose_byte_planes on the value_sample
+      if (est[1] < est[0]) {
+        planes_.resize_uninit(vals.size());
+        detail::split_planes(vals, E, planes_.data());
+        raw_vals = planes_.span();
+        vc = value_coding::byte_planes;
+      }
+    }
+    emit_sections(pc, mode, lc, loc_raw_.span(), vc, raw_vals, c, st);
+  }
+
+  // One XOR or overwrite item from its raw sections (however they were prepared): compression,
+  // descriptor, stats.
+  void emit_sections(const chunk_piece& pc, value_mode mode, location_coding lc, std::span<const std::byte> loc_raw,
+                     value_coding vc, std::span<const std::byte> val_raw, std::uint64_t c, encode_stats& st) {
+    const std::size_t E = element_size(pc.type);
     frame_item it;
     it.tensor = std::string(pc.tensor);
     it.type = pc.type;
@@ -466,26 +442,11 @@ class chunk_encoder {
     it.begin = pc.begin;
     it.end = pc.end;
     it.changed = c;
-
-    loc_raw_.clear();
-    encode_locations(lc, pos, m, loc_raw_);
-    it.location_raw_size = loc_raw_.size();
-    it.location_stored_size = store_section(loc_raw_.span(), it.location_compression);
-
-    std::span<const std::byte> raw_vals = vals;
-    it.values = value_coding::interleaved;
-    if (E > 1) {
-      auto est = detail::estimate_value_bytes(vals, E);
-      if (est[1] < est[0]) {
-        planes_.resize_uninit(vals.size());
-        detail::split_planes(vals, E, planes_.data());
-        raw_vals = planes_.span();
-        it.values = value_coding::byte_planes;
-      }
-    }
-    it.value_raw_size = raw_vals.size();
-    it.value_stored_size = store_section(raw_vals, it.value_compression, it.values == value_coding::byte_planes ? E : 1);
-
+    it.location_raw_size = loc_raw.size();
+    it.location_stored_size = store_section(loc_raw, it.location_compression);
+    it.values = vc;
+    it.value_raw_size = val_raw.size();
+    it.value_stored_size = store_section(val_raw, it.value_compression, vc == value_coding::byte_planes ? E : 1);
     st.changed += c;
     st.items += 1;
     st.xor_items += mode == value_mode::xor_mask;
@@ -562,6 +523,8 @@ class chunk_encoder {
   scratch_buffer<std::uint8_t> classes_, sample_cls_;
   byte_buffer vals_, old_vals_, slice_xor_, slice_new_, sample_xor_, sample_new_, sample_old_, sample_base_;
   byte_buffer planes_, loc_raw_, sections_;
+  prepared_plain prepared_plain_;               // preparing backends only
+  prepared_conditioned prepared_cond_;
   std::vector<frame_item> items_;
   std::vector<std::size_t> section_offsets_;
 };
