@@ -66,13 +66,6 @@ inline std::array<double, 2> estimate_value_bytes(std::span<const std::byte> val
   return {entropy_bytes(all) * scale, planes * scale};
 }
 
-/// Whether c values of E bytes whose value_sample is `sampled` are coded as byte planes.
-inline bool choose_byte_planes(std::span<const std::byte> sampled, std::size_t c, std::size_t E) {
-  if (E <= 1) return false;
-  const auto est = estimate_sampled_value_bytes(sampled, c, E);
-  return est[1] < est[0];
-}
-
 /// Order-0 entropy estimate (bytes) of a byte stream from a deterministic sample.
 inline double estimate_stream_bytes(std::span<const std::byte> s) {
   if (s.empty()) return 0.0;
@@ -114,5 +107,12 @@ inline void merge_planes(std::span<const std::byte> planes, std::size_t E, std::
 }
 
 }  // namespace detail
+
+/// Whether c values of E bytes whose value_sample is `sampled` are coded as byte planes.
+inline bool choose_byte_planes(std::span<const std::byte> sampled, std::size_t c, std::size_t E) {
+  if (E <= 1) return false;
+  const auto est = detail::estimate_sampled_value_bytes(sampled, c, E);
+  return est[1] < est[0];
+}
 
 }  // namespace bitrefit::codec

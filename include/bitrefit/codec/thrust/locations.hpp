@@ -202,8 +202,9 @@ class thrust_location_preparer {
                          write_runs{pos, raw(starts_), raw(offsets_), o, runs, c});
         return download(o, total, out);
       }
+      case location_coding::class_gaps: break;  // base-conditioned items are prepared by prepare_conditioned
     }
-    throw error(errc::invalid_argument, "unknown location coding");
+    throw error(errc::invalid_argument, "location coding not prepared here");
   }
 
  private:
