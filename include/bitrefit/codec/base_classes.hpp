@@ -176,17 +176,23 @@ BITREFIT_INLINE void block_masks(const std::byte* bp, std::size_t nblocks, const
                                  std::size_t stride) noexcept {
   if (c.T == 0) return;
 #ifdef BITREFIT_CODEC_X86
-  if constexpr (V3 && (sizeof(W) == 2 || sizeof(W) == 4)) {
-    if constexpr (sizeof(W) == 2) {
-      if (cpu_avx512bw()) return block_masks_16_avx512(bp, nblocks, c, out, stride);
-      return block_masks_16_avx2(bp, nblocks, c, out, stride);
-    } else {
-      if (cpu_avx512bw()) return block_masks_32_avx512(bp, nblocks, c, out, stride);
-      return block_masks_32_avx2(bp, nblocks, c, out, stride);
-    }
-  }
+  constexpr bool simd = V3 && (sizeof(W) == 2 || sizeof(W) == 4);
+#else
+  constexpr bool simd = false;
 #endif
-  for (std::size_t b = 0; b < nblocks; ++b) block_masks_scalar<W>(bp + 64 * sizeof(W) * b, 64, c, out + b * stride);
+  if constexpr (simd) {
+#ifdef BITREFIT_CODEC_X86
+    if constexpr (sizeof(W) == 2) {
+      if (cpu_avx512bw()) block_masks_16_avx512(bp, nblocks, c, out, stride);
+      else block_masks_16_avx2(bp, nblocks, c, out, stride);
+    } else {
+      if (cpu_avx512bw()) block_masks_32_avx512(bp, nblocks, c, out, stride);
+      else block_masks_32_avx2(bp, nblocks, c, out, stride);
+    }
+#endif
+  } else {
+    for (std::size_t b = 0; b < nblocks; ++b) block_masks_scalar<W>(bp + 64 * sizeof(W) * b, 64, c, out + b * stride);
+  }
 }
 
 inline std::uint64_t below(unsigned lane) noexcept { return lane >= 64 ? ~0ull : (std::uint64_t{1} << lane) - 1; }
