@@ -176,13 +176,34 @@ TEST(Rans, TruncatedPaddedAndBadTablesAreRefused) {
   padded.push_back(std::byte{0});
   EXPECT_THROW(decode_all(padded), error);
   EXPECT_THROW(decode_all(std::span(bytes).first(3)), error);
-  // a table whose frequencies do not sum to 2^S
-  byte_buffer tb;
-  rans::write_table(t, tb);
-  std::vector<std::byte> bad(tb.data(), tb.data() + tb.size());
-  bad.back() = static_cast<std::byte>(static_cast<std::uint8_t>(bad.back()) + 1);
-  rans::reader r(bad, where);
-  EXPECT_THROW(rans::read_table(r, 16, "table"), error);
+  // tables: the decoder rebuilds exactly the encoder's table from the compact form
+  std::mt19937_64 g(5);
+  for (int round = 0; round < 100; ++round) {
+    std::vector<std::uint64_t> h(1 + g() % 80);
+    for (auto& v : h) v = (g() % 4 == 0) ? 0 : g() % (1u << (g() % 25));
+    h[g() % h.size()] += 1;
+    std::size_t used = 0;
+    for (auto v : h) used += v != 0;
+    const unsigned S = std::max<unsigned>(7, static_cast<unsigned>(std::bit_width(used)));
+    byte_buffer tb;
+    rans::write_table(h, S, tb);
+    const std::vector<std::byte> wire(tb.data(), tb.data() + tb.size());
+    rans::reader r(wire, where);
+    EXPECT_EQ(rans::read_table(r, 80, "table"), rans::table_of(h, S));
+    EXPECT_TRUE(r.rest().empty());
+  }
+  auto refused = [&](std::vector<std::uint8_t> bytes, std::size_t alphabet) {
+    std::vector<std::byte> b;
+    for (auto x : bytes) b.push_back(static_cast<std::byte>(x));
+    rans::reader r(b, where);
+    EXPECT_THROW(rans::read_table(r, alphabet, "table"), error);
+  };
+  refused({0, 2, 5, 5}, 16);          // scale 0
+  refused({16, 2, 5, 5}, 16);         // scale 16
+  refused({8, 3, 5, 5, 5}, 2);        // more symbols than the alphabet
+  refused({8, 2, 0, 0}, 16);          // no symbol used
+  refused({1, 3, 5, 5, 5}, 16);       // 3 symbols in 2 slots
+  refused({8, 3, 5, 5}, 16);          // ends early
 }
 
 TEST(FixedLog2, ExactPowersAndCloseElsewhere) {

@@ -18,8 +18,10 @@
 //     bits of g, where g = rank - previous rank - 1 (previous = -1 at the start of the class).
 //   values (value_coding::ulp_distance):
 //     per class with c_k > 0: the value table and varint length of its stream; then the streams,
-//     same order as the gaps: symbol 2·bucket(|d| - 1) + (d < 0) and its extra bits, or the escape
-//     symbol (the last of the alphabet) and the new pattern's 8E raw bits.
+//     same order as the gaps: symbol 1 + 2·bucket(|d| - 1) + (d < 0) and its extra bits, or the
+//     escape symbol 0 and the new pattern's 8E raw bits.
+//   Tables (rans.hpp): a log-scale byte per symbol up to the last used one, normalised alike on
+//   both ends.
 //   bucket(u): u < 16 is its own symbol; else with b = floor(log2 u): symbol 16 + 2(b - 4) + bit
 //   (b-1) of u, followed by the b-1 bits below it raw (a log scale with one mantissa bit).
 //   One stream per class lets the encoder code every change in one backward pass over positions
@@ -78,7 +80,7 @@ inline std::uint64_t unbucket(std::uint32_t sym, std::uint64_t extra) noexcept {
 
 inline constexpr unsigned gap_alphabet = bucket_alphabet(32);  // gaps < 2^32
 inline unsigned value_alphabet(const float_format& f) noexcept {
-  return 2 * bucket_alphabet(8 * f.element_size - 1) + 1;  // |d| - 1 < 2^(8E-1); + escape
+  return 2 * bucket_alphabet(8 * f.element_size - 1) + 1;  // escape, then |d| - 1 < 2^(8E-1) with a sign
 }
 
 inline std::uint64_t load_bits(const std::byte* p, unsigned E) noexcept {
@@ -105,7 +107,7 @@ BITREFIT_INLINE value_code code_value(const float_format& f, std::uint64_t o, st
   const std::uint64_t u = ((static_cast<std::uint64_t>(diff) ^ neg) - neg) - 1;
   const std::uint32_t negative_d = static_cast<std::uint32_t>((neg & 1) ^ (f.negative(o) ? 1u : 0u));
   const bucketed b = bucket(u);
-  return {2 * b.symbol + negative_d, b.extra_bits, b.extra};
+  return {1 + 2 * b.symbol + negative_d, b.extra_bits, b.extra};
 }
 
 /// Table precision for a class: enough slots for its symbols, about log2 of its count (bigger
@@ -164,7 +166,7 @@ class conditioned_encoder {
     const std::size_t c = classes.size();
     const unsigned K = spec.count;
     const unsigned VA = value_alphabet(f);
-    const std::uint32_t esc = VA - 1;
+    const std::uint32_t esc = 0;
     const std::uint8_t* cls = classes.data();
     const std::uint32_t* rk = ranks.data();
     const std::byte* ov = old_vals.data();
@@ -218,6 +220,7 @@ class conditioned_encoder {
     }
     // per class: tables, then its changes backwards (LIFO: the decoder reads symbol, then raw bits)
     std::array<rans::table, max_base_classes> gt, vt;
+    std::array<unsigned, max_base_classes> gscale{}, vscale{};
     std::array<std::span<const std::byte>, max_base_classes> gs, vs;
     std::vector<rans::enc_symbol> ge, ve;
     // stream buffers sized by the puts each class really makes (2 bytes per put at most)
@@ -229,8 +232,8 @@ class conditioned_encoder {
       }
     for (unsigned k = 0; k < K; ++k) {
       if (!count[k]) continue;
-      gt[k] = make_table({gap_hist_.data() + k * gap_alphabet, gap_alphabet}, count[k]);
-      vt[k] = make_table({val_hist_.data() + k * VA, VA}, count[k]);
+      gt[k] = make_table({gap_hist_.data() + k * gap_alphabet, gap_alphabet}, count[k], gscale[k]);
+      vt[k] = make_table({val_hist_.data() + k * VA, VA}, count[k], vscale[k]);
       ge = rans::encoder_symbols(gt[k]);
       ve = rans::encoder_symbols(vt[k]);
       rans::writer gw = gap_enc_[k].begin(gputs[k]), vw = val_enc_[k].begin(vputs[k]);
@@ -255,20 +258,21 @@ class conditioned_encoder {
       rans::detail::put_varint(loc, count[k]);
       if (!count[k]) continue;
       loc.push_back(static_cast<std::byte>(shift[k]));
-      rans::write_table(gt[k], loc);
+      rans::write_table({gap_hist_.data() + k * gap_alphabet, gap_alphabet}, gscale[k], loc);
       rans::detail::put_varint(loc, gs[k].size());
-      rans::write_table(vt[k], val);
+      rans::write_table({val_hist_.data() + k * VA, VA}, vscale[k], val);
       rans::detail::put_varint(val, vs[k].size());
     }
     for (unsigned k = 0; k < K; ++k)
       if (count[k]) loc.append(gs[k]), val.append(vs[k]);
   }
 
-  static rans::table make_table(std::span<const std::uint64_t> hist, std::uint64_t count) {
+  static rans::table make_table(std::span<const std::uint64_t> hist, std::uint64_t count, unsigned& scale) {
     std::size_t used = 0, last = 0;
     for (std::size_t i = 0; i < hist.size(); ++i)
       if (hist[i]) ++used, last = i + 1;
-    return rans::table::normalise(hist.first(last), conditioned_detail::scale_bits_for(count, used));
+    scale = conditioned_detail::scale_bits_for(count, used);
+    return rans::table_of(hist.first(last), scale);
   }
 
   scratch_buffer<std::uint32_t> gaps_, vcode_;
@@ -327,7 +331,7 @@ class conditioned_decoder {
     for (unsigned k = 0; k < K; ++k) {
       if (st.start[k + 1] == st.start[k]) continue;
       decode_class(f, rans::dec_table(gt[k]), rans::dec_table(vt[k]), lr.take(glen[k], "gap stream"), vr.take(vlen[k], "value stream"),
-                   st.start[k], st.start[k + 1], st.shift[k], m, VA - 1, where);
+                   st.start[k], st.start[k + 1], st.shift[k], m, 0, where);
     }
     if (!lr.rest().empty() || !vr.rest().empty()) throw error(errc::format, "bytes after the last class stream", where);
     // ranks -> positions and values: one pass over the base
@@ -372,9 +376,10 @@ class conditioned_decoder {
         raw_[i] = vd.get_raw64(8 * f.element_size);
         continue;
       }
-      const std::uint64_t u = unbucket(vs >> 1, vd.get_raw64(extra_bits_of(vs >> 1)));
+      const std::uint32_t bs = (vs - 1) >> 1;  // bucket of |d| - 1; the low bit of vs - 1 is the sign
+      const std::uint64_t u = unbucket(bs, vd.get_raw64(extra_bits_of(bs)));
       if (u >= f.magnitude_mask) vd.fail("ULP distance beyond the format's range");
-      dist_[i] = (vs & 1) ? -static_cast<std::int64_t>(u + 1) : static_cast<std::int64_t>(u + 1);
+      dist_[i] = ((vs - 1) & 1) ? -static_cast<std::int64_t>(u + 1) : static_cast<std::int64_t>(u + 1);
     }
     gd.finish();
     vd.finish();
@@ -478,7 +483,7 @@ inline std::uint64_t conditioned_cost_q8(const float_format& f, const class_spec
   std::array<std::uint64_t, max_base_classes> ck{};
   std::uint64_t raw_bits = 0;
   for (std::size_t i = 0; i < classes.size(); ++i) {
-    const auto v = code_value(f, load_bits(old_vals.data() + i * E, E), load_bits(new_vals.data() + i * E, E), VA - 1);
+    const auto v = code_value(f, load_bits(old_vals.data() + i * E, E), load_bits(new_vals.data() + i * E, E), 0);
     ++vh[std::size_t{classes[i]} * VA + v.symbol];
     ++ck[classes[i]];
     raw_bits += v.extra_bits;

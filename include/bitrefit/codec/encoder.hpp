@@ -277,9 +277,9 @@ class chunk_encoder {
     const std::uint64_t ow_q8 = pos_q8 + q8(std::min(en[0], en[1]));
     if (options_.policy == mode_policy::xor_allowed && ow_q8 < xor_q8) r.mode = value_mode::overwrite;
     if (!cond_ok || (cs == 0 && options_.policy != mode_policy::conditioned_only)) return r;
-    // base-conditioned: classes from the sample, then its estimated cost (tables: ~2 bytes per
-    // symbol of two tables per class, ~40 symbols each)
-    const std::uint64_t table_q8 = 2 * 40 * 2 * 8 * 256;
+    // base-conditioned: classes from the sample, then its estimated cost (per class: two compact
+    // tables of about one byte per symbol, ~45 symbols, and a few header bytes)
+    const std::uint64_t table_q8 = 52 * 8 * 256;
     r.spec = choose_class_spec(*fmt, base_exp, changed_exp, options_.max_base_classes, 1, 1, table_q8 * n_sample / m + 1);
     if (options_.policy == mode_policy::conditioned_only) {
       r.mode = value_mode::base_conditioned;
