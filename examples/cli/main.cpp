@@ -101,14 +101,15 @@ int run_stat(const parsed_args& a) {
   for (auto& t : r.tensors) rows.push_back(&t);
   std::stable_sort(rows.begin(), rows.end(), [](auto* x, auto* y) { return x->changed > y->changed; });
   if (tensors_shown != 0 && rows.size() > tensors_shown) rows.resize(tensors_shown);
-  std::printf("%-48s %12s %12s %8s %12s %12s %12s %12s %12s\n", "tensor", "elements", "changed", "rate%", "dense",
-              "overwrite", "xor", "chosen", "entropy");
+  std::printf("%-48s %12s %12s %8s %12s %12s %12s %12s %12s %12s\n", "tensor", "elements", "changed", "rate%", "dense",
+              "overwrite", "xor", "xor|ow", "chosen", "entropy");
   auto line = [](const std::string& name, const stat_row& t) {
-    std::printf("%-48s %12llu %12llu %8.3f %12llu %12llu %12llu %12llu %12.0f\n", name.c_str(),
+    std::printf("%-48s %12llu %12llu %8.3f %12llu %12llu %12llu %12llu %12llu %12.0f\n", name.c_str(),
                 static_cast<unsigned long long>(t.elements), static_cast<unsigned long long>(t.changed),
                 100.0 * t.change_rate(), static_cast<unsigned long long>(t.dense_bytes),
                 static_cast<unsigned long long>(t.overwrite_only_bytes), static_cast<unsigned long long>(t.xor_bytes),
-                static_cast<unsigned long long>(t.chosen_bytes), t.entropy_bytes);
+                static_cast<unsigned long long>(t.unconditioned_bytes), static_cast<unsigned long long>(t.chosen_bytes),
+                t.entropy_bytes);
   };
   for (auto* t : rows) line(t->name.size() > 48 ? "..." + t->name.substr(t->name.size() - 45) : t->name, *t);
   if (rows.size() < r.tensors.size())
@@ -121,6 +122,10 @@ int run_stat(const parsed_args& a) {
               ratio(static_cast<double>(r.total.chosen_bytes), static_cast<double>(r.total.dense_bytes)).c_str(),
               human_bytes(static_cast<double>(r.bundle_bytes)).c_str(), static_cast<unsigned long long>(r.frames),
               r.settings.zstd_level);
+  if (r.total.changed)
+    std::printf("bytes per changed element: chosen %.3f, XOR-or-overwrite only (no base-conditioned items) %.3f\n",
+                static_cast<double>(r.total.chosen_bytes) / static_cast<double>(r.total.changed),
+                static_cast<double>(r.total.unconditioned_bytes) / static_cast<double>(r.total.changed));
   if (!c.quiet) print_timings(r.phases);
   return ok;
 }

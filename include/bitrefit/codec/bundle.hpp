@@ -76,7 +76,10 @@ struct bundle_manifest {
     j["target_version"] = target_version;
     j["base_digest"] = base_digest.to_hex();
     j["target_digest"] = target_digest.to_hex();
-    j["mode"] = policy == mode_policy::xor_allowed ? "xor" : policy == mode_policy::xor_only ? "xor_only" : "overwrite";
+    j["mode"] = policy == mode_policy::xor_allowed        ? "xor"
+                : policy == mode_policy::xor_only         ? "xor_only"
+                : policy == mode_policy::conditioned_only ? "conditioned_only"
+                                                          : "overwrite";
     j["zstd_level"] = zstd_level;
     j["max_frame_input_bytes"] = max_frame_input_bytes;
     auto& ts = j["tensors"] = nlohmann::json::array();
@@ -134,6 +137,7 @@ struct bundle_manifest {
     if (mode == "xor") m.policy = mode_policy::xor_allowed;
     else if (mode == "xor_only") m.policy = mode_policy::xor_only;
     else if (mode == "overwrite") m.policy = mode_policy::overwrite_only;
+    else if (mode == "conditioned_only") m.policy = mode_policy::conditioned_only;
     else fail("mode", "unknown mode '" + mode + "'");
     integer(j, "zstd_level", "zstd_level", m.zstd_level);
     integer(j, "max_frame_input_bytes", "max_frame_input_bytes", m.max_frame_input_bytes);
@@ -176,6 +180,13 @@ struct bundle_manifest {
 struct delta_bundle {
   bundle_manifest manifest;
   std::vector<std::vector<std::byte>> frames;
+};
+
+/// A bundle over borrowed bytes (e.g. a memory-mapped bundle file): the manifest and a view of each
+/// frame. What apply needs without copying the frames (apply streams: O(one frame) of scratch).
+struct bundle_view {
+  bundle_manifest manifest;
+  std::vector<std::span<const std::byte>> frames;
 };
 
 namespace detail {
@@ -269,42 +280,59 @@ delta_bundle make_delta_bundle(std::span<const tensor_view> base, std::span<cons
 }
 
 /// Checks every frame against the manifest: count, size, XXH3-128. errc::integrity on mismatch.
-inline void verify_bundle_frames(const delta_bundle& b, std::string_view source = {}) {
-  if (b.frames.size() != b.manifest.frames.size())
-    throw error(errc::integrity, "bundle holds " + std::to_string(b.frames.size()) + " frames, manifest lists " + std::to_string(b.manifest.frames.size()), {.file = std::string(source), .tensor = {}, .field = "frames"});
-  for (std::size_t i = 0; i < b.frames.size(); ++i) {
-    const auto& e = b.manifest.frames[i];
+inline void verify_bundle_frames(const bundle_manifest& m, std::span<const std::span<const std::byte>> frames, std::string_view source = {}) {
+  if (frames.size() != m.frames.size())
+    throw error(errc::integrity, "bundle holds " + std::to_string(frames.size()) + " frames, manifest lists " + std::to_string(m.frames.size()), {.file = std::string(source), .tensor = {}, .field = "frames"});
+  for (std::size_t i = 0; i < frames.size(); ++i) {
+    const auto& e = m.frames[i];
     const error_context where{.file = std::string(source), .tensor = {}, .field = "frames[" + std::to_string(i) + "]"};
-    if (b.frames[i].size() != e.size)
-      throw error(errc::integrity, "frame " + std::to_string(i) + " is " + std::to_string(b.frames[i].size()) + " bytes, manifest says " + std::to_string(e.size) + " (truncated?)", where);
-    if (xxh3_128(b.frames[i]) != e.digest) throw error(errc::integrity, "frame " + std::to_string(i) + " digest differs from the manifest (corrupted)", where);
+    if (frames[i].size() != e.size)
+      throw error(errc::integrity, "frame " + std::to_string(i) + " is " + std::to_string(frames[i].size()) + " bytes, manifest says " + std::to_string(e.size) + " (truncated?)", where);
+    if (xxh3_128(frames[i]) != e.digest) throw error(errc::integrity, "frame " + std::to_string(i) + " digest differs from the manifest (corrupted)", where);
   }
 }
+inline std::vector<std::span<const std::byte>> frame_spans(const delta_bundle& b) {
+  return {b.frames.begin(), b.frames.end()};
+}
+inline void verify_bundle_frames(const delta_bundle& b, std::string_view source = {}) {
+  verify_bundle_frames(b.manifest, frame_spans(b), source);
+}
 
-/// Applies `b` to `target` in place: verifies the target's tensor set and base attestation digest,
-/// every frame (manifest size and digest, frame digest and structure, full decode, target match),
-/// and only then writes. Afterwards the target's digest must equal the manifest's target digest.
-/// On any error before writing, the target is untouched.
+/// Applies the bundle (manifest `m`, frames `frames`) to `target` in place: verifies the target's
+/// tensor set and base attestation digest, every frame (manifest size and digest, frame digest and
+/// structure, full decode against the target's bits, target match), and only then writes, one
+/// frame at a time (scratch: one frame's decoded positions and values). Afterwards the target's
+/// digest must equal the manifest's target digest. On any error before writing, the target is
+/// untouched. Base-conditioned items decode against the target, which holds the base until its own
+/// frame is applied (frames are disjoint), so verifying all frames first is exact.
 template <execution_backend Backend = host_backend>
-void apply_bundle(const delta_bundle& b, std::span<const mutable_tensor_view> target, std::string_view source = {}) {
+void apply_bundle(const bundle_manifest& m, std::span<const std::span<const std::byte>> frames, std::span<const mutable_tensor_view> target,
+                  std::string_view source = {}) {
   std::vector<tensor_view> ro(target.begin(), target.end());
-  detail::check_same_tensor_set(b.manifest.tensors, ro, "target model");
-  verify_bundle_frames(b, source);
+  detail::check_same_tensor_set(m.tensors, ro, "target model");
+  verify_bundle_frames(m, frames, source);
   const digest128 have = attestation_digest(std::span<const tensor_view>(ro));
-  if (have != b.manifest.base_digest)
-    throw error(errc::mismatch, "target's attestation digest " + have.to_hex() + " is not the bundle's base digest " + b.manifest.base_digest.to_hex() + " (wrong base model)", {.file = std::string(source), .tensor = {}, .field = "base_digest"});
+  if (have != m.base_digest)
+    throw error(errc::mismatch, "target's attestation digest " + have.to_hex() + " is not the bundle's base digest " + m.base_digest.to_hex() + " (wrong base model)", {.file = std::string(source), .tensor = {}, .field = "base_digest"});
   target_map tm(std::vector<mutable_tensor_view>(target.begin(), target.end()));
   frame_applier<Backend> ap;
-  for (std::size_t i = 0; i < b.frames.size(); ++i) {
-    const frame_view f = ap.verify(b.frames[i], tm, source);
+  for (std::size_t i = 0; i < frames.size(); ++i) {
+    const frame_view f = ap.verify(frames[i], tm, source);
     const auto& h = f.header();
-    if (h.id.seq != i || h.base_version != b.manifest.base_version || h.target_version != b.manifest.target_version)
+    if (h.id.seq != i || h.base_version != m.base_version || h.target_version != m.target_version)
       throw error(errc::mismatch, "frame " + std::to_string(i) + " header does not match the manifest (seq or versions)", {.file = std::string(source), .tensor = {}, .field = "frames"});
   }
-  for (std::size_t i = 0; i < b.frames.size(); ++i) ap.apply(b.frames[i], tm, source);
+  for (std::size_t i = 0; i < frames.size(); ++i) ap.apply(frames[i], tm, source);
   const digest128 now = attestation_digest(std::span<const tensor_view>(ro));
-  if (now != b.manifest.target_digest)
-    throw error(errc::integrity, "after apply the model's digest " + now.to_hex() + " differs from the bundle's target digest " + b.manifest.target_digest.to_hex(), {.file = std::string(source), .tensor = {}, .field = "target_digest"});
+  if (now != m.target_digest)
+    throw error(errc::integrity, "after apply the model's digest " + now.to_hex() + " differs from the bundle's target digest " + m.target_digest.to_hex(), {.file = std::string(source), .tensor = {}, .field = "target_digest"});
+}
+
+/// Applies `b` to `target` in place (see the overload above).
+template <execution_backend Backend = host_backend>
+void apply_bundle(const delta_bundle& b, std::span<const mutable_tensor_view> target, std::string_view source = {}) {
+  const auto spans = frame_spans(b);
+  apply_bundle<Backend>(b.manifest, spans, target, source);
 }
 
 namespace detail {
@@ -382,12 +410,13 @@ inline bundle_manifest parse_bundle_manifest(std::string_view text, std::string_
   return bundle_manifest::from_json(io::parse_json(text, bundle_manifest_limits, {.file = std::string(source), .tensor = {}, .field = "manifest"}), source);
 }
 
-/// Reads the single-file form from memory and checks every frame against the manifest
-/// (verify_bundle_frames). `source` names the file in errors. Every length is checked against the
-/// bytes present before it is used; the manifest is bounded by bundle_manifest_limits.
-inline delta_bundle read_bundle_bytes(std::span<const std::byte> all, std::string_view source = {}) {
+/// Parses the single-file form held in `all` (e.g. a memory-mapped bundle file): header, manifest
+/// digest and JSON (bounded by bundle_manifest_limits), and the frame layout (sizes, no trailing
+/// bytes). Every length is checked against the bytes present before it is used. Frame digests are
+/// checked by verify_bundle_frames. The views borrow `all`.
+inline bundle_view parse_bundle_file(std::span<const std::byte> all, std::string_view source) {
   const std::string src(source);
-  delta_bundle b;
+  bundle_view b;
   const error_context where{.file = src, .tensor = {}, .field = "header"};
   if (all.size() < bundle_file_header_size) throw error(errc::integrity, "file too short for a bundle header (truncated?)", where);
   if (std::memcmp(all.data(), bundle_magic, 4) != 0) throw error(errc::format, "bad magic (not a bitrefit delta bundle)", where);
@@ -403,11 +432,21 @@ inline delta_bundle read_bundle_bytes(std::span<const std::byte> all, std::strin
   std::uint64_t off = bundle_file_header_size + jlen;
   for (auto& e : b.manifest.frames) {
     if (e.size > all.size() - off) throw error(errc::integrity, "frame " + std::to_string(e.seq) + " runs past the end of the file (truncated?)", {.file = src, .tensor = {}, .field = "frames"});
-    b.frames.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(off), all.begin() + static_cast<std::ptrdiff_t>(off + e.size));
+    b.frames.push_back(all.subspan(off, e.size));
     off += e.size;
   }
   if (off != all.size()) throw error(errc::integrity, "trailing bytes after the last frame", {.file = src, .tensor = {}, .field = "frames"});
-  verify_bundle_frames(b, src);
+  return b;
+}
+
+/// Reads the single-file form from memory (copying the frames) and checks every frame against the
+/// manifest (verify_bundle_frames). `source` names the file in errors.
+inline delta_bundle read_bundle_bytes(std::span<const std::byte> all, std::string_view source = {}) {
+  bundle_view v = parse_bundle_file(all, source);
+  delta_bundle b;
+  b.manifest = std::move(v.manifest);
+  for (auto f : v.frames) b.frames.emplace_back(f.begin(), f.end());
+  verify_bundle_frames(b, source);
   return b;
 }
 

@@ -431,6 +431,8 @@ class safetensors_file {
   tensor_view tensor(std::string_view name) const { return view_.tensor(name); }
   std::vector<tensor_view> tensors() const { return view_.tensors(); }
   std::uint64_t file_size() const noexcept { return map_.size(); }
+  /// The whole mapped file (a tensor's bytes().data() minus this data() is its offset in the file).
+  std::span<const std::byte> file_bytes() const noexcept { return map_.bytes(); }
 
  private:
   mapped_file map_;

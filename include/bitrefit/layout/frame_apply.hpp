@@ -13,6 +13,7 @@
 #pragma once
 
 #include <algorithm>
+#include <optional>
 #include <cstdint>
 #include <vector>
 #include <span>
@@ -38,6 +39,36 @@ struct frame_apply_result {
   std::uint64_t not_held = 0;  // elements of the frame this loader does not hold
 };
 
+/// The base bits a base-conditioned item decodes against (codec::base_reader), read from a Loader:
+/// nullopt when the loader holds none of the item's range (a tensor-parallel rank skips the item);
+/// the range's canonical bits when it holds all of it — in place when one bit-preserving segment
+/// holds the range, else read back into `scratch` (O(one item range), i.e. O(frame input bound));
+/// errc::mismatch when it holds only part of it (the sender cuts items at every receiver's
+/// held-range boundaries, refit::item_cuts, so this means the declarations disagree).
+template <Loader L>
+std::optional<std::span<const std::byte>> base_bits(const L& l, const codec::frame_item& it, std::vector<std::byte>& scratch,
+                                                    std::string_view source = {}) {
+  const tensor_info* t = l.canonical().find(it.tensor);
+  error_context where{.file = std::string(source), .tensor = it.tensor, .field = "range"};
+  if (!t) throw error(errc::mismatch, "frame names a tensor this engine does not serve", where);
+  const std::size_t es = element_size(t->type);
+  std::uint64_t held = 0;
+  for (const index_range& r : l.held(it.tensor)) {
+    const std::uint64_t b = std::max(r.begin, it.begin), e = std::min(r.end, it.end);
+    if (b < e) held += e - b;
+  }
+  if (held == 0) return std::nullopt;
+  if (held != it.end - it.begin)
+    throw error(errc::mismatch, "base-conditioned item over a range this engine holds only in part (items must be cut at held-range boundaries)", where);
+  if (l.bit_preserving(it.tensor))
+    for (const placement_segment& s : l.segments(it.tensor))
+      if (s.begin <= it.begin && it.end <= s.end)
+        return std::span<const std::byte>(s.data + (it.begin - s.begin) * es, (it.end - it.begin) * es);
+  scratch.resize((it.end - it.begin) * es);
+  read_canonical(l, it.tensor, index_range{it.begin, it.end}, scratch);
+  return std::span<const std::byte>(scratch);
+}
+
 /// Verifies and applies frames to a Loader. Holds the decoder's scratch (bounded by one frame's
 /// canonical input), so keep one per receiver thread.
 class loader_frame_applier {
@@ -47,7 +78,7 @@ class loader_frame_applier {
   codec::frame_view verify(const L& l, std::span<const std::byte> bytes, std::string_view source = {}) {
     codec::frame_view f = codec::frame_view::parse(bytes, source);
     check_items(l, f, source);  // before decoding: a frame for tensors not served costs no scratch
-    check_decoded(decoder_.decode(f, source), source);
+    check_decoded(decode(l, f, source), source);
     return f;
   }
 
@@ -56,11 +87,15 @@ class loader_frame_applier {
   frame_apply_result apply(L& l, std::span<const std::byte> bytes, std::string_view source = {}) {
     codec::frame_view f = codec::frame_view::parse(bytes, source);
     check_items(l, f, source);
-    const auto decoded = decoder_.decode(f, source);
+    const auto decoded = decode(l, f, source);
     check_decoded(decoded, source);
     frame_apply_result r{f.header(), 0, 0, 0};
     for (const codec::decoded_item& d : decoded) {
-      const apply_stats st = apply_positions(l, d.item->tensor, static_cast<write_mode>(d.item->mode), d.positions, d.values, d.item->begin);
+      if (d.skipped) {  // base-conditioned item of a range this loader does not hold
+        r.not_held += d.item->changed;
+        continue;
+      }
+      const apply_stats st = apply_positions(l, d.item->tensor, static_cast<write_mode>(d.apply), d.positions, d.values, d.item->begin);
       r.items += 1;
       r.applied += st.applied;
       r.not_held += st.not_held;
@@ -68,9 +103,14 @@ class loader_frame_applier {
     return r;
   }
 
-  std::size_t scratch_bytes() const noexcept { return decoder_.scratch_bytes(); }
+  std::size_t scratch_bytes() const noexcept { return decoder_.scratch_bytes() + base_.capacity(); }
 
  private:
+  template <Loader L>
+  std::span<const codec::decoded_item> decode(const L& l, const codec::frame_view& f, std::string_view source) {
+    return decoder_.decode(f, source, [&](const codec::frame_item& it) { return base_bits(l, it, base_, source); });
+  }
+
   template <Loader L>
   static void check_items(const L& l, const codec::frame_view& f, std::string_view source) {
     for (const codec::frame_item& it : f.items()) {
@@ -85,7 +125,7 @@ class loader_frame_applier {
         where.field = "tensor_elements";
         throw error(errc::mismatch, "frame item's range does not fit the engine's tensor of " + std::to_string(t->elements()) + " elements", where);
       }
-      if (it.mode == codec::value_mode::xor_mask && !l.bit_preserving(it.tensor)) {
+      if (it.mode == codec::value_mode::xor_mask && !l.bit_preserving(it.tensor)) {  // base-conditioned items decode to absolute values
         where.field = "mode";
         throw error(errc::mismatch, "XOR item for a tensor this engine does not place bit-preservingly (the attempt must send it as overwrite)", where);
       }
@@ -110,6 +150,7 @@ class loader_frame_applier {
   }
 
   codec::frame_decoder decoder_;
+  std::vector<std::byte> base_;  // base bits of one item range when not readable in place
 };
 
 /// The attestation digest (codec/attestation.hpp, version 1) over every range the loader holds:

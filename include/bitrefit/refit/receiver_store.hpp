@@ -21,6 +21,7 @@
 #include "bitrefit/codec/attestation.hpp"
 #include "bitrefit/codec/frame.hpp"
 #include "bitrefit/layout/apply.hpp"
+#include "bitrefit/layout/frame_apply.hpp"
 #include "bitrefit/layout/concepts.hpp"
 #include "bitrefit/protocol/messages.hpp"
 
@@ -44,19 +45,20 @@ class receiver_store {
   verified_frame verify(std::span<const std::byte> bytes, std::string_view source = {}) {
     auto f = codec::frame_view::parse(bytes, source);
     verified_frame v = check(f, source);  // before decoding: a frame for tensors not served costs no scratch
-    decoder_.decode(f, source);
+    decode(f, source);
     return v;
   }
 
   /// Verifies everything, then writes. @throws like verify; nothing written when it throws.
+  /// Base-conditioned items decode against the loader's current bits (the frame's base version).
   verified_frame apply(std::span<const std::byte> bytes, std::string_view source = {}) {
     auto f = codec::frame_view::parse(bytes, source);
     verified_frame v = check(f, source);
-    auto decoded = decoder_.decode(f, source);
+    auto decoded = decode(f, source);
     for (const auto& d : decoded) {
       const codec::frame_item& it = *d.item;
-      if (loader_->held(it.tensor).empty()) continue;  // a partial holder: nothing of this tensor here
-      const auto mode = it.mode == codec::value_mode::xor_mask ? layout::write_mode::xor_mask : layout::write_mode::overwrite;
+      if (d.skipped || loader_->held(it.tensor).empty()) continue;  // a partial holder: nothing of this here
+      const auto mode = d.apply == codec::value_mode::xor_mask ? layout::write_mode::xor_mask : layout::write_mode::overwrite;
       if (it.locations == codec::location_coding::all) {
         const layout::index_range run[1] = {{it.begin, it.end}};
         layout::apply_runs(*loader_, it.tensor, mode, std::span<const layout::index_range>(run), d.values);
@@ -91,9 +93,15 @@ class receiver_store {
     return codec::attestation_digest(std::span<const codec::attested_range>(rs));
   }
 
-  std::size_t scratch_bytes() const noexcept { return decoder_.scratch_bytes() + abs_.capacity() * sizeof(std::uint64_t); }
+  std::size_t scratch_bytes() const noexcept {
+    return decoder_.scratch_bytes() + abs_.capacity() * sizeof(std::uint64_t) + base_.capacity();
+  }
 
  private:
+  std::span<const codec::decoded_item> decode(const codec::frame_view& f, std::string_view source) {
+    return decoder_.decode(f, source, [&](const codec::frame_item& it) { return layout::base_bits(*loader_, it, base_, source); });
+  }
+
   verified_frame check(const codec::frame_view& f, std::string_view source) {
     verified_frame v{f.header(), f.digest(), protocol::mode::overwrite, 0};
     for (const codec::frame_item& it : f.items()) {
@@ -107,8 +115,9 @@ class receiver_store {
         // it holds nothing of is not written at all.
         if (!loader_->bit_preserving(it.tensor) && !loader_->held(it.tensor).empty())
           throw error(errc::mismatch, "XOR item for a tensor the engine does not place bit-preservingly", where);
-        v.mode = protocol::mode::xor_delta;
       }
+      // XOR and base-conditioned items are only correct on the exact base: the protocol's xor_delta
+      if (codec::needs_exact_base(it.mode)) v.mode = protocol::mode::xor_delta;
       v.changed += it.changed;
     }
     return v;
@@ -117,6 +126,7 @@ class receiver_store {
   L* loader_;
   codec::frame_decoder decoder_;
   std::vector<std::uint64_t> abs_;
+  std::vector<std::byte> base_;  // base bits of one item range when not readable in place
 };
 
 }  // namespace bitrefit::refit

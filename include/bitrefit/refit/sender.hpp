@@ -110,8 +110,10 @@ class sender {
                   {.file = {}, .tensor = {}, .field = "placements"});
     overwrite_only_ = overwrite_only_tensors(manifest_, opt_.placements);
     const auto xor_ok = [this](const tensor_info& t) { return !overwrite_only_.count(t.name); };
+    // base-conditioned items must lie inside or outside each receiver's held ranges
+    const auto cuts = [this](const tensor_info& t) { return item_cuts(t, opt_.placements); };
     for (std::uint32_t i = 0; i < opt_.owners; ++i)
-      owners_.push_back(std::make_unique<owner_slot>(owner_shard(manifest_, i, opt_.owners, opt_.max_frame_input_bytes, xor_ok),
+      owners_.push_back(std::make_unique<owner_slot>(owner_shard(manifest_, i, opt_.owners, opt_.max_frame_input_bytes, xor_ok, cuts),
                                                     std::move(baselines[i])));
     const unsigned threads = opt_.threads ? opt_.threads : 1;
     for (unsigned w = 0; w < threads; ++w) {
