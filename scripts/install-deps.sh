@@ -7,6 +7,7 @@ packages=(
   libzstd-dev zstd libxxhash-dev nlohmann-json3-dev librange-v3-dev libboost-dev
   libgtest-dev libgmock-dev librapidcheck-dev
   libcurl4-openssl-dev spin iproute2
+  python3-matplotlib python3-numpy
 )
 missing=()
 for p in "${packages[@]}"; do
