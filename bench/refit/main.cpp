@@ -116,8 +116,8 @@ net_setup make_net(const options& o) {
 
 /// One method over one link: service, receivers, trainer. Returns the trainer's JSON lines.
 std::vector<std::string> run_session(const options& o, const net_setup& net, const std::string& self, const fs::path& work,
-                                     const std::string& link, const std::string& method) {
-  const fs::path dir = work / (o.transport + "-" + link + "-" + method);
+                                     const std::string& link, const std::string& method, int rep) {
+  const fs::path dir = work / (o.transport + "-" + link + "-" + method + "-" + std::to_string(rep));
   fs::remove_all(dir);
   fs::create_directories(dir);
   const fs::path log = dir / "session.log";
@@ -282,15 +282,19 @@ int run_orchestrator(const options& o, int argc, char** argv) {
   std::ofstream jsonl(out / "runs.jsonl");
   int status = 0;
   try {
-    for (const auto& link : o.links)
-      for (const auto& method : o.methods) {
-        std::fprintf(stderr, "== session: %s over %s (%s)\n", method.c_str(), link.c_str(), o.transport.c_str());
-        for (const auto& line : run_session(o, net, self, work, link, method)) {
-          jsonl << line << "\n";
-          jsonl.flush();
-          runs.push_back(json::parse(line));
+    for (int rep = 0; rep < o.repeat; ++rep)
+      for (const auto& link : o.links)
+        for (const auto& method : o.methods) {
+          std::fprintf(stderr, "== session: %s over %s (%s), repeat %d/%d\n", method.c_str(), link.c_str(), o.transport.c_str(), rep + 1,
+                       o.repeat);
+          for (const auto& line : run_session(o, net, self, work, link, method, rep)) {
+            json j = json::parse(line);
+            j["repeat"] = rep;
+            jsonl << j.dump() << "\n";
+            jsonl.flush();
+            runs.push_back(std::move(j));
+          }
         }
-      }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bitrefit-bench-refit: %s\n", e.what());
     status = 1;
@@ -298,8 +302,13 @@ int run_orchestrator(const options& o, int argc, char** argv) {
   write_csv(out / "results.csv", runs);
   if (o.workdir.empty() && !o.keep) fs::remove_all(work);
   // the side-by-side ratios, per link and change step
-  std::map<std::tuple<std::string, std::string, std::string>, double> t;
-  for (const auto& r : runs) t[{r["inputs"]["link"], r["change"]["step"], r["inputs"]["method"]}] = r["total_s"].get<double>();
+  std::map<std::tuple<std::string, std::string, std::string>, std::vector<double>> times;
+  for (const auto& r : runs) times[{r["inputs"]["link"], r["change"]["step"], r["inputs"]["method"]}].push_back(r["total_s"].get<double>());
+  std::map<std::tuple<std::string, std::string, std::string>, double> t;  // median over repeats
+  for (auto& [k, v] : times) {
+    std::sort(v.begin(), v.end());
+    t[k] = v[v.size() / 2];
+  }
   std::fprintf(stderr, "%-10s %-16s %10s %10s %10s %12s %14s\n", "link", "change", "dense s", "overwrite s", "bitrefit s", "dense/bitref",
                "bitref/overwr");
   for (const auto& link : o.links)

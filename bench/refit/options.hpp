@@ -25,9 +25,11 @@ struct options {
   unsigned threads = 2;
   std::uint64_t frame_kib = 8192;
   int zstd_level = 3;
-  int poll_ms = 5;
+  int poll_ms = 2;  // the engine's default poll (sender_options/receiver_options)
   int deadline_ms = 60000;
   std::uint64_t seed = 42;
+  bool attest = true;  // receivers attest every refit (DESIGN: every refit, every k-th, or off)
+  int repeat = 1;      // the whole grid this many times (plots and table take the median run)
   // --- where results go ---
   std::string out = "bench-refit-out";
   std::string workdir;  // scratch (object store, commit log, baselines); default under /tmp
@@ -52,8 +54,9 @@ struct options {
                "usage: bitrefit-bench-refit [--methods dense,overwrite,bitrefit] [--link 200mbit,1gbit]\n"
                "         [--changes adamw:3,0,0.01,0.03,0.05] [--transport dir] [--model-mib 1024]\n"
                "         [--receivers 3] [--mode sync|async] [--net auto|netns|loopback] [--owners 2]\n"
-               "         [--threads 2] [--frame-kib 8192] [--zstd-level 3] [--poll-ms 5] [--deadline-ms 60000]\n"
-               "         [--seed 42] [--out DIR] [--workdir DIR] [--keep] [--session-timeout-s 3600]\n"
+               "         [--threads 2] [--frame-kib 8192] [--zstd-level 3] [--poll-ms 2] [--deadline-ms 60000]\n"
+               "         [--seed 42] [--attest on|off] [--repeat 1] [--out DIR] [--workdir DIR] [--keep]\n"
+               "         [--session-timeout-s 3600]\n"
                "Writes DIR/runs.jsonl (one JSON object per refit) and DIR/results.csv; plot with\n"
                "  /usr/bin/python3 bench/refit/plot.py DIR\n",
                why.c_str());
@@ -105,6 +108,11 @@ inline options parse_options(int argc, char** argv) {
     else if (a == "--poll-ms") o.poll_ms = static_cast<int>(num());
     else if (a == "--deadline-ms") o.deadline_ms = static_cast<int>(num());
     else if (a == "--seed") o.seed = num();
+    else if (a == "--attest") {
+      const std::string v = next();
+      if (v != "on" && v != "off") usage("--attest must be on or off");
+      o.attest = v == "on";
+    } else if (a == "--repeat") o.repeat = static_cast<int>(num());
     else if (a == "--out") o.out = next();
     else if (a == "--workdir") o.workdir = next();
     else if (a == "--keep") o.keep = true;
@@ -128,6 +136,7 @@ inline options parse_options(int argc, char** argv) {
   if (o.receivers < 1) usage("--receivers must be at least 1");
   if (o.owners < 1 || o.threads < 1 || o.frame_kib < 64) usage("--owners and --threads must be >= 1, --frame-kib >= 64");
   if (o.model_mib < 1) usage("--model-mib must be at least 1");
+  if (o.repeat < 1) usage("--repeat must be at least 1");
   if (o.mode != "sync" && o.mode != "async") usage("--mode must be sync or async");
   if (o.net != "auto" && o.net != "netns" && o.net != "loopback") usage("--net must be auto, netns or loopback");
   return o;
@@ -140,7 +149,8 @@ inline std::vector<std::string> common_args(const options& o) {
           "--mode",      o.mode,        "--owners",     std::to_string(o.owners),
           "--threads",   std::to_string(o.threads),   "--frame-kib", std::to_string(o.frame_kib),
           "--zstd-level", std::to_string(o.zstd_level), "--poll-ms", std::to_string(o.poll_ms),
-          "--deadline-ms", std::to_string(o.deadline_ms), "--seed", std::to_string(o.seed)};
+          "--deadline-ms", std::to_string(o.deadline_ms), "--seed", std::to_string(o.seed),
+          "--attest", o.attest ? "on" : "off"};
 }
 
 }  // namespace bench

@@ -57,7 +57,11 @@ def step_order(runs):
 
 
 def by_key(runs):
-    return {(r["inputs"]["link"], r["change"]["step"], r["inputs"]["method"]): r for r in runs}
+    """(link, step, method) -> the run with the median refit time over repeats (--repeat)."""
+    groups = {}
+    for r in runs:
+        groups.setdefault((r["inputs"]["link"], r["change"]["step"], r["inputs"]["method"]), []).append(r)
+    return {k: sorted(v, key=lambda r: r["total_s"])[len(v) // 2] for k, v in groups.items()}
 
 
 def rate_of(idx, link, step):

@@ -149,7 +149,7 @@ int engine_rollout(const options& o, const model_manifest& m, Net net) {
   ro.index = static_cast<std::uint32_t>(o.index);
   ro.incarnation = 1;
   ro.gate = o.mode == "async" ? protocol::gate_policy::asynchronous : protocol::gate_policy::synchronous;
-  ro.attest = true;
+  ro.attest = o.attest;
   ro.poll = std::chrono::milliseconds(o.poll_ms);
   ro.deadline = std::chrono::milliseconds(o.deadline_ms);
   ro.on_commit = [&](const protocol::commit_record& k) {
@@ -233,6 +233,7 @@ inline json inputs_json(const options& o, const workload& w, const link_rate& li
           {"frame_bytes", o.frame_kib << 10},
           {"zstd_level", o.zstd_level},
           {"poll_ms", o.poll_ms},
+          {"attest", o.attest},
           {"seed", o.seed},
           {"changes", o.changes},
           {"model",
@@ -340,7 +341,7 @@ int engine_trainer(const options& o, workload& w, link_control& lc, Net raw_net,
   so.threads = o.threads;
   so.max_frame_input_bytes = o.frame_kib << 10;
   so.zstd_level = o.zstd_level;
-  so.attest = true;
+  so.attest = o.attest;
   so.deadline = std::chrono::milliseconds(o.deadline_ms);
   so.poll = std::chrono::milliseconds(o.poll_ms);
   if (o.method == "overwrite") so.placements.assign(o.receivers, overwrite_placement(w.manifest()));
@@ -354,6 +355,9 @@ int engine_trainer(const options& o, workload& w, link_control& lc, Net raw_net,
     throw error(errc::protocol, "receivers did not join within 20 minutes", {.file = {}, .tensor = {}, .field = "receivers"});
   std::fprintf(stderr, "bench trainer [%s]: %d receivers restored version 0 in %.1f s (link not yet shaped)\n", o.method.c_str(),
                o.receivers, since(t_setup));
+  w.warm_up();  // one unrecorded refit (no change) before the link is shaped
+  const auto warm = tx.refit(w.source());
+  std::fprintf(stderr, "bench trainer [%s]: warm-up refit %.3f s (not recorded)\n", o.method.c_str(), warm.total_s);
   lc.apply();
   const json inputs = inputs_json(o, w, parse_link_rate(o.link));
   for (std::size_t k = 0; k < w.steps().size(); ++k) {
@@ -398,12 +402,14 @@ int dense_trainer(const options& o, workload& w, link_control& lc, Net raw_net, 
     if (static_cast<int>(ready.size()) < o.receivers)
       throw error(errc::protocol, "dense receivers did not report ready", {.file = {}, .tensor = {}, .field = "receivers"});
   }
-  lc.apply();
   const auto plan = dense_plan(w.manifest(), o.frame_kib << 10);
   const json inputs = inputs_json(o, w, parse_link_rate(o.link));
-  for (std::size_t k = 0; k < w.steps().size(); ++k) {
+  // one unrecorded dense transfer of an unchanged version before the link is shaped (warm-up)
+  w.warm_up();
+  for (std::size_t k = 0; k <= w.steps().size(); ++k) {
+    const bool warm = k == 0;
     const auto t_train = steady::now();
-    w.advance(k);
+    if (!warm) w.advance(k - 1);
     const double train_s = since(t_train);
     const version_t v = w.version();
     const transport::stream_key stream{"d" + std::to_string(v)};
@@ -440,9 +446,15 @@ int dense_trainer(const options& o, workload& w, link_control& lc, Net raw_net, 
     net.discard(stream);
     double apply_max = 0;
     for (auto& [r, s] : apply_s) apply_max = std::max(apply_max, s);
+    if (warm) {
+      std::fprintf(stderr, "bench trainer [dense]: warm-up transfer %.3f s (not recorded)\n", total_s);
+      if (!exact) return 3;
+      lc.apply();
+      continue;
+    }
     json j{{"schema", "bitrefit-bench-refit/1"},
            {"inputs", inputs},
-           {"change", {{"step", w.steps()[k].label()}, {"requested_rate", w.steps()[k].rate}}},
+           {"change", {{"step", w.steps()[k - 1].label()}, {"requested_rate", w.steps()[k - 1].rate}}},
            {"version", v},
            {"attempts", 1},
            {"elements", w.manifest().total_elements()},
@@ -465,7 +477,7 @@ int dense_trainer(const options& o, workload& w, link_control& lc, Net raw_net, 
            {"train_s", train_s}};
     emit(out, j);
     std::fprintf(stderr, "bench trainer [dense %s] %-14s v=%llu %.2f MiB total=%.3fs wire=%.3fs apply=%.3fs bit-exact=%s\n",
-                 o.link.c_str(), w.steps()[k].label().c_str(), static_cast<unsigned long long>(v),
+                 o.link.c_str(), w.steps()[k - 1].label().c_str(), static_cast<unsigned long long>(v),
                  double(w.manifest().total_bytes()) / 1048576.0, total_s, wire_s, apply_max, exact ? "yes" : "NO");
     if (!exact) return 3;
   }

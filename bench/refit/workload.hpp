@@ -129,6 +129,13 @@ class workload {
     };
   }
 
+  /// Makes version()+1 with the same bits: the unrecorded warm-up refit every session starts with
+  /// (first-touch page faults, connection setup and allocator growth are not part of any record).
+  void warm_up() {
+    ++version_;
+    last_changed_ = 0;
+  }
+
   /// Makes version()+1 with step `k` of the sequence ("training"; not part of any refit's time).
   void advance(std::size_t k) {
     const change_step& s = steps_.at(k);
