@@ -11,10 +11,11 @@
 //            refit to <session>/runs.jsonl.
 // Methods, on the same engine API:
 //   bitrefit   the default hybrid coding (XOR or overwrite per item, whichever is smaller);
-//   overwrite  every changed element as absolute values (the best overwrite-only coding): the
-//              receivers' Loader declares its placement non-bit-preserving, so the sender's
-//              placements (refit::declare) make every tensor overwrite-only — the engine's own
-//              mechanism, no special path;
+//   overwrite  every changed element as absolute values (the best overwrite-only coding: the
+//              same encoder's location coding, byte planes and zstd): sender_options::xor_deltas
+//              = false prepares every attempt in overwrite mode. (Declaring the receivers'
+//              placement non-bit-preserving would also force overwrite, but then receivers apply
+//              and attest through a converting Loader's slow path — not the baseline we want.)
 //   dense      the full model, raw, over the same transport: no compare, no coding, no commit
 //              protocol, no attestation (what a transport-only dense transfer does).
 // Bench messages ride the transport's control plane in "bench/..." mailboxes (outside the
@@ -70,38 +71,6 @@ inline json digest_json(const digest128& d) {
   return b;
 }
 
-/// The receivers' Loader: canonical tensors in host memory (layout::canonical_store), declaring
-/// its placement bit-preserving or not. `false` is how the overwrite method is selected: the bits
-/// are stored exactly either way (overwrite needs no bit-preserving placement), but the sender then
-/// never sends XOR.
-class bench_loader {
- public:
-  bench_loader(model_manifest m, bool bit_preserving) : store_(std::move(m)), bp_(bit_preserving) {}
-  const model_manifest& canonical() const noexcept { return store_.canonical(); }
-  std::span<const layout::index_range> held(std::string_view t) const { return store_.held(t); }
-  bool bit_preserving(std::string_view t) const { return store_.bit_preserving(t) && bp_; }
-  std::span<const layout::placement_segment> segments(std::string_view t) const { return store_.segments(t); }
-  void write(std::string_view t, layout::index_range r, std::span<const std::byte> in) { store_.write(t, r, in); }
-  void read(std::string_view t, layout::index_range r, std::span<std::byte> out) const { store_.read(t, r, out); }
-  layout::canonical_store& store() noexcept { return store_; }
-
- private:
-  layout::canonical_store store_;
-  bool bp_;
-};
-static_assert(layout::Loader<bench_loader>);
-
-/// What refit::declare(bench_loader(m, false)) says, without allocating the model.
-inline refit::placement overwrite_placement(const model_manifest& m) {
-  refit::placement p;
-  for (const tensor_info& t : m.tensors()) {
-    std::vector<layout::index_range> held;
-    if (t.elements() > 0) held.push_back({0, t.elements()});
-    p.tensors[t.name] = {std::move(held), false};
-  }
-  return p;
-}
-
 inline digest128 attestation_of(const model_manifest& m, const layout::canonical_store& s) {
   return refit::expected_attestation(m, refit::placement{}, [&](const tensor_info& t) { return s.bytes(t.name); });
 }
@@ -142,8 +111,8 @@ inline int run_store(const options& o) {
 
 template <class Net>
 int engine_rollout(const options& o, const model_manifest& m, Net net) {
-  bench_loader loader(m, o.method != "overwrite");
-  using receiver_t = refit::receiver<bench_loader, Net, durability::filesystem_commit_log>;
+  layout::canonical_store loader(m);  // the identity Loader: bit-preserving, holds everything
+  using receiver_t = refit::receiver<layout::canonical_store, Net, durability::filesystem_commit_log>;
   receiver_t* self = nullptr;
   refit::receiver_options ro;
   ro.index = static_cast<std::uint32_t>(o.index);
@@ -344,7 +313,7 @@ int engine_trainer(const options& o, workload& w, link_control& lc, Net raw_net,
   so.attest = o.attest;
   so.deadline = std::chrono::milliseconds(o.deadline_ms);
   so.poll = std::chrono::milliseconds(o.poll_ms);
-  if (o.method == "overwrite") so.placements.assign(o.receivers, overwrite_placement(w.manifest()));
+  so.xor_deltas = o.method != "overwrite";  // overwrite: every changed element as its absolute value
   std::vector<durability::filesystem_baseline_store> baselines;
   for (std::uint32_t i = 0; i < o.owners; ++i) baselines.emplace_back(fs::path(o.session) / "baseline" / ("owner-" + std::to_string(i)));
   sender_t tx(w.manifest(), T(std::move(raw_net), probe), durability::filesystem_commit_log(fs::path(o.session) / "log"),
