@@ -23,8 +23,17 @@
 #include "bitrefit/core/manifest.hpp"
 #include "bitrefit/layout/canonical_store.hpp"
 #include "bitrefit/refit/projection.hpp"
-#include "bitrefit/sim/adamw.hpp"
 #include "options.hpp"
+
+// The AdamW simulator lives in sim/ (namespace bitrefit::sim) on main and moves to testing/
+// (bitrefit::testing) with the driver branch; the bench builds against either.
+#if __has_include("bitrefit/testing/adamw.hpp")
+#include "bitrefit/testing/adamw.hpp"
+namespace bench { namespace sim = bitrefit::testing; }
+#else
+#include "bitrefit/sim/adamw.hpp"
+namespace bench { namespace sim = bitrefit::sim; }
+#endif
 
 namespace bench {
 
