@@ -233,7 +233,8 @@ void write_csv(const fs::path& path, const std::vector<json>& runs) {
       {"link_t2r_bytes", {"bytes_per_link", "trainer_to_rollout"}},
       {"link_r2t_bytes", {"bytes_per_link", "rollout_to_trainer"}},
       {"app_t2r_bytes", {"bytes_per_link", "app_trainer_to_rollout"}},
-      {"app_r2t_bytes", {"bytes_per_link", "app_rollout_to_trainer"}}};
+      {"app_r2t_bytes", {"bytes_per_link", "app_rollout_to_trainer"}},
+      {"trainer_cpu_s", {"trainer_cpu_s"}},     {"loadavg_1m", {"loadavg_1m"}},        {"repeat", {"repeat"}}};
   std::ofstream out(path);
   for (std::size_t i = 0; i < cols.size(); ++i) out << (i ? "," : "") << cols[i].first;
   out << "\n";

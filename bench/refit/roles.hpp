@@ -23,6 +23,8 @@
 // checks it against its own bits (bit_exact in every record).
 #pragma once
 
+#include <sys/resource.h>
+
 #include <csignal>
 #include <atomic>
 #include <chrono>
@@ -54,6 +56,21 @@ using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
 
 inline double since(steady::time_point t0) { return std::chrono::duration<double>(steady::now() - t0).count(); }
+
+/// CPU seconds (user + system) this process used so far.
+inline double process_cpu_s() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+/// The machine's 1-minute load average (context for the noise of a shared machine).
+inline double loadavg_1m() {
+  std::ifstream in("/proc/loadavg");
+  double l = -1;
+  in >> l;
+  return l;
+}
 
 inline std::atomic<bool> stop_requested{false};
 inline void install_stop_handler() {
@@ -336,7 +353,9 @@ int engine_trainer(const options& o, workload& w, link_control& lc, Net raw_net,
     link_meter meter;
     meter.start(lc, tx.transport().inner());
     probe->reset();
+    const double cpu0 = process_cpu_s(), load = loadavg_1m();
     const refit::transition_stats st = tx.refit(w.source());
+    const double trainer_cpu_s = process_cpu_s() - cpu0;
     json bytes_per_link = meter.finish(lc, tx.transport().inner());
     const double wire_s = probe->window_s();
     const digest128 expected = attestation_of(w.manifest(), w.bits());
@@ -351,6 +370,8 @@ int engine_trainer(const options& o, workload& w, link_control& lc, Net raw_net,
     j["bit_exact"] = exact && st.committed;
     j["attestations"] = per;
     j["train_s"] = train_s;
+    j["trainer_cpu_s"] = trainer_cpu_s;
+    j["loadavg_1m"] = load;
     emit(out, j);
     std::fprintf(stderr, "bench trainer [%s %s] %-14s %s wire=%.3fs bit-exact=%s\n", o.method.c_str(), o.link.c_str(),
                  w.steps()[k].label().c_str(), st.line().c_str(), wire_s, exact ? "yes" : "NO");
@@ -385,6 +406,7 @@ int dense_trainer(const options& o, workload& w, link_control& lc, Net raw_net, 
     link_meter meter;
     meter.start(lc, net);
     probe->reset();
+    const double cpu0 = process_cpu_s(), load = loadavg_1m();
     const auto t0 = steady::now();
     const std::string job = json{{"version", v}, {"stream", stream.name}, {"chunks", plan.size()}}.dump();
     for (int r = 0; r < o.receivers; ++r) net.post("bench/dense/" + std::to_string(r), as_span(job));
@@ -409,6 +431,7 @@ int dense_trainer(const options& o, workload& w, link_control& lc, Net raw_net, 
       if (since(t0) > 3600) throw error(errc::protocol, "dense transfer did not finish within an hour");
     }
     const double total_s = since(t0);
+    const double trainer_cpu_s = process_cpu_s() - cpu0;
     json bytes_per_link = meter.finish(lc, net);
     const double wire_s = probe->window_s();
     auto [exact, per] = check_reports(net, o, v, attestation_of(w.manifest(), w.bits()));
@@ -443,7 +466,9 @@ int dense_trainer(const options& o, workload& w, link_control& lc, Net raw_net, 
            {"published_bytes", probe->bytes},
            {"bit_exact", exact},
            {"attestations", per},
-           {"train_s", train_s}};
+           {"train_s", train_s},
+           {"trainer_cpu_s", trainer_cpu_s},
+           {"loadavg_1m", load}};
     emit(out, j);
     std::fprintf(stderr, "bench trainer [dense %s] %-14s v=%llu %.2f MiB total=%.3fs wire=%.3fs apply=%.3fs bit-exact=%s\n",
                  o.link.c_str(), w.steps()[k - 1].label().c_str(), static_cast<unsigned long long>(v),
