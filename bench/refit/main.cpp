@@ -8,8 +8,8 @@
 // One binary, four roles. The orchestrator (default role) builds the link (link.hpp: two network
 // namespaces and a veth pair with tbf on the trainer's egress; loopback + token bucket without
 // root), then runs one SESSION per (link, method): the transport's rollout-side service, R rollout
-// processes and one trainer process (roles.hpp), each session replaying the same version sequence
-// (workload.hpp) from the same version 0. The trainer writes one JSON object per refit; the
+// processes and one trainer process (trainer.hpp, rollout.hpp), each session replaying the same version sequence
+// (workload.hpp) from the same version 0 (trainer.hpp, rollout.hpp). The trainer writes one JSON object per refit; the
 // orchestrator gathers them into DIR/runs.jsonl and DIR/results.csv. Methods of one link run one
 // after the other, so their times are measured side by side on the same machine state.
 #include <fcntl.h>
@@ -26,7 +26,8 @@
 #include <thread>
 #include <vector>
 
-#include "roles.hpp"
+#include "rollout.hpp"
+#include "trainer.hpp"
 
 namespace bench {
 
@@ -212,7 +213,7 @@ std::string csv_field(const json& v) {
   if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
   if (v.is_number_float()) {
     char b[40];
-    std::snprintf(b, sizeof b, "%.6g", v.get<double>());
+    std::snprintf(b, sizeof b, "%.10g", v.get<double>());
     return b;
   }
   return v.dump();

@@ -1,10 +1,6 @@
-// bench/refit/roles.hpp — the processes of one session (one method over one link).
+// bench/refit/trainer.hpp — the trainer side of a session (one method over one link).
 //
-//   store    (rollout side) the `dir` transport's object server: a directory_store served on TCP.
-//   rollout  (rollout side) one receiver process. bitrefit/overwrite: a refit::receiver over the
-//            transport (restores version 0 densely at start, then applies every refit in place);
-//            dense: a plain buffer that takes every raw chunk of each version.
-//   trainer  (trainer side) walks the version sequence (workload.hpp). bitrefit/overwrite: one
+//   trainer  walks the version sequence (workload.hpp). bitrefit/overwrite: one
 //            refit::sender (coordinator + owners) refits every version; dense: publishes every
 //            byte of each version as raw chunks over the same transport and waits until every
 //            receiver holds them (the transport-only dense baseline). Writes one JSON object per
@@ -23,186 +19,19 @@
 // checks it against its own bits (bit_exact in every record).
 #pragma once
 
-#include <sys/resource.h>
-
-#include <csignal>
-#include <atomic>
-#include <chrono>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
-#include <string>
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "bitrefit/durability/filesystem.hpp"
-#include "bitrefit/refit/placement.hpp"
-#include "bitrefit/refit/receiver.hpp"
 #include "bitrefit/refit/sender.hpp"
 #include "link.hpp"
-#include "options.hpp"
-#include "transports.hpp"
+#include "session.hpp"
 #include "workload.hpp"
 
 namespace bench {
 
-namespace fs = std::filesystem;
-using json = nlohmann::json;
-using namespace std::chrono_literals;
-using steady = std::chrono::steady_clock;
-
-inline double since(steady::time_point t0) { return std::chrono::duration<double>(steady::now() - t0).count(); }
-
-/// CPU seconds (user + system) this process used so far.
-inline double process_cpu_s() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
-
-/// The machine's 1-minute load average (context for the noise of a shared machine).
-inline double loadavg_1m() {
-  std::ifstream in("/proc/loadavg");
-  double l = -1;
-  in >> l;
-  return l;
-}
-
-inline std::atomic<bool> stop_requested{false};
-inline void install_stop_handler() {
-  std::signal(SIGTERM, [](int) { stop_requested = true; });
-  std::signal(SIGINT, [](int) { stop_requested = true; });
-}
-
-inline std::span<const std::byte> as_span(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
-inline json parse_json(const transport::bytes& b) {
-  return json::parse(std::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
-}
-inline json digest_json(const digest128& d) {
-  char b[40];
-  std::snprintf(b, sizeof b, "%016llx%016llx", static_cast<unsigned long long>(d.high64), static_cast<unsigned long long>(d.low64));
-  return b;
-}
-
-inline digest128 attestation_of(const model_manifest& m, const layout::canonical_store& s) {
-  return refit::expected_attestation(m, refit::placement{}, [&](const tensor_info& t) { return s.bytes(t.name); });
-}
-
-/// Application bytes of the `dir` client (what it wrote / read on its sockets), when the transport
-/// has such counters.
-template <class T>
-std::optional<std::pair<std::uint64_t, std::uint64_t>> app_counters(T& net) {
-  if constexpr (requires { net.inner().store().counters(); }) {
-    const auto& c = net.inner().store().counters();
-    return std::pair{c.sent.load(), c.received.load()};
-  } else if constexpr (requires { net.store().counters(); }) {
-    const auto& c = net.store().counters();
-    return std::pair{c.sent.load(), c.received.load()};
-  } else {
-    return std::nullopt;
-  }
-}
-
-// =========================================== store ===========================================
-
-inline int run_store(const options& o) {
-  transport::directory_store store(fs::path(o.session) / "store");
-  asio::io_context io;
-  tcp::acceptor acceptor(io);
-  const tcp::endpoint ep(asio::ip::address_v4::any(), static_cast<std::uint16_t>(o.port));
-  acceptor.open(ep.protocol());
-  acceptor.set_option(tcp::acceptor::reuse_address(true));
-  acceptor.bind(ep);
-  acceptor.listen();
-  const std::string port = std::to_string(acceptor.local_endpoint().port());
-  transport::detail::atomic_write(o.port_file, as_span(port), false);
-  serve_objects(store, acceptor);
-  return 0;
-}
-
-// ========================================== rollout ==========================================
-
-template <class Net>
-int engine_rollout(const options& o, const model_manifest& m, Net net) {
-  layout::canonical_store loader(m);  // the identity Loader: bit-preserving, holds everything
-  using receiver_t = refit::receiver<layout::canonical_store, Net, durability::filesystem_commit_log>;
-  receiver_t* self = nullptr;
-  refit::receiver_options ro;
-  ro.index = static_cast<std::uint32_t>(o.index);
-  ro.incarnation = 1;
-  ro.gate = o.mode == "async" ? protocol::gate_policy::asynchronous : protocol::gate_policy::synchronous;
-  ro.attest = o.attest;
-  ro.poll = std::chrono::milliseconds(o.poll_ms);
-  ro.deadline = std::chrono::milliseconds(o.deadline_ms);
-  ro.on_commit = [&](const protocol::commit_record& k) {
-    json rep{{"receiver", o.index}, {"version", k.version}};
-    if (self->last_attestation()) rep["attestation"] = digest_json(*self->last_attestation());
-    const std::string s = rep.dump();
-    self->transport().post("bench/report", as_span(s));
-  };
-  receiver_t r(loader, std::move(net), durability::filesystem_commit_log(fs::path(o.session) / "log"), ro);
-  self = &r;
-  r.start();
-  while (!stop_requested) r.step(ro.poll);
-  return 0;
-}
-
-template <class Net>
-int dense_rollout(const options& o, const model_manifest& m, Net net) {
-  layout::canonical_store buf(m);
-  const auto plan = dense_plan(m, o.frame_kib << 10);
-  const std::string ready = json{{"receiver", o.index}}.dump();
-  net.post("bench/ready", as_span(ready));
-  const std::string mailbox = "bench/dense/" + std::to_string(o.index);
-  while (!stop_requested) {
-    for (const auto& msg : net.receive(mailbox, std::chrono::milliseconds(o.poll_ms))) {
-      const json job = parse_json(msg);
-      const std::uint64_t version = job.at("version");
-      const transport::stream_key stream{job.at("stream").get<std::string>()};
-      std::vector<bool> got(plan.size(), false);
-      std::size_t have = 0;
-      double apply_s = 0;
-      while (have < plan.size() && !stop_requested) {
-        bool progressed = false;
-        for (const auto& key : net.list(stream)) {
-          if (key.seq >= plan.size() || got[key.seq]) continue;
-          auto b = net.fetch(key);
-          const dense_chunk& c = plan[key.seq];
-          if (!b || b->size() != c.size) continue;
-          const auto t = steady::now();
-          std::memcpy(buf.bytes(m.tensors()[c.tensor].name).data() + c.offset, b->data(), c.size);
-          apply_s += since(t);
-          got[key.seq] = true;
-          ++have;
-          progressed = true;
-        }
-        if (!progressed) std::this_thread::sleep_for(1ms);
-      }
-      const std::string done = json{{"receiver", o.index}, {"version", version}, {"apply_s", apply_s}}.dump();
-      net.post("bench/dense-done", as_span(done));
-      // after the timed part: what it holds, for the trainer's bit-exactness check
-      const std::string rep =
-          json{{"receiver", o.index}, {"version", version}, {"attestation", digest_json(attestation_of(m, buf))}}.dump();
-      net.post("bench/report", as_span(rep));
-    }
-  }
-  return 0;
-}
-
-inline int run_rollout(const options& o) {
-  install_stop_handler();
-  const model_manifest m = manifest_of(sim::llama_like(dims_for_bytes(o.model_mib << 20)));
-  transport_endpoint ep{o.transport, o.host, o.port, nullptr, std::chrono::milliseconds(o.poll_ms)};
-  return with_transport(ep, [&](auto net) {
-    return o.method == "dense" ? dense_rollout(o, m, std::move(net)) : engine_rollout(o, m, std::move(net));
-  });
-}
-
-// ========================================== trainer ==========================================
 
 /// Everything a record says about its inputs (the same for every refit of a session).
 inline json inputs_json(const options& o, const workload& w, const link_rate& link) {
