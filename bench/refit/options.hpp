@@ -29,7 +29,7 @@ struct options {
   int deadline_ms = 60000;
   std::uint64_t seed = 42;
   bool attest = true;  // receivers attest every refit (DESIGN: every refit, every k-th, or off)
-  int repeat = 1;      // the whole grid this many times (plots and table take the median run)
+  int repeat = 1;      // the whole grid this many times (plots and table take the best run)
   // --- where results go ---
   std::string out = "bench-refit-out";
   std::string workdir;  // scratch (object store, commit log, baselines); default under /tmp
