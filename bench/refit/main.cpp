@@ -271,7 +271,7 @@ int run_orchestrator(const options& o, int argc, char** argv) {
   std::string command;
   for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
   {
-    std::ofstream(out / "command.txt") << command << "\n";
+    std::ofstream(out / "command.txt", o.append ? std::ios::app : std::ios::trunc) << command << "\n";
   }
   const net_setup net = make_net(o);
   const auto man = manifest_of(sim::llama_like(dims_for_bytes(o.model_mib << 20)));
@@ -281,7 +281,12 @@ int run_orchestrator(const options& o, int argc, char** argv) {
                double(man.total_bytes()) / 1048576.0, static_cast<unsigned long long>(man.total_elements()), o.receivers,
                o.transport.c_str(), net.label.c_str(), o.links.size(), o.methods.size(), steps.size());
   std::vector<json> runs;
-  std::ofstream jsonl(out / "runs.jsonl");
+  if (o.append) {  // earlier invocations' runs stay, and count in results.csv and the summary
+    std::ifstream in(out / "runs.jsonl");
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) runs.push_back(json::parse(line));
+  }
+  std::ofstream jsonl(out / "runs.jsonl", o.append ? std::ios::app : std::ios::trunc);
   int status = 0;
   try {
     for (int rep = 0; rep < o.repeat; ++rep)

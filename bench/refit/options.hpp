@@ -34,6 +34,7 @@ struct options {
   std::string out = "bench-refit-out";
   std::string workdir;  // scratch (object store, commit log, baselines); default under /tmp
   bool keep = false;
+  bool append = false;  // add to DIR/runs.jsonl instead of starting it afresh (e.g. dense once, engine methods repeated)
   int session_timeout_s = 3600;
   // --- internal: roles started by the orchestrator ---
   std::string role = "orchestrator";  // orchestrator | trainer | rollout | store
@@ -55,7 +56,7 @@ struct options {
                "         [--changes adamw:3,0,0.01,0.03,0.05] [--transport dir] [--model-mib 1024]\n"
                "         [--receivers 3] [--mode sync|async] [--net auto|netns|loopback] [--owners 2]\n"
                "         [--threads 2] [--frame-kib 8192] [--zstd-level 3] [--poll-ms 2] [--deadline-ms 60000]\n"
-               "         [--seed 42] [--attest on|off] [--repeat 1] [--out DIR] [--workdir DIR] [--keep]\n"
+               "         [--seed 42] [--attest on|off] [--repeat 1] [--out DIR] [--append] [--workdir DIR] [--keep]\n"
                "         [--session-timeout-s 3600]\n"
                "Writes DIR/runs.jsonl (one JSON object per refit) and DIR/results.csv; plot with\n"
                "  /usr/bin/python3 bench/refit/plot.py DIR\n",
@@ -116,6 +117,7 @@ inline options parse_options(int argc, char** argv) {
     else if (a == "--out") o.out = next();
     else if (a == "--workdir") o.workdir = next();
     else if (a == "--keep") o.keep = true;
+    else if (a == "--append") o.append = true;
     else if (a == "--session-timeout-s") o.session_timeout_s = static_cast<int>(num());
     else if (a == "--role") o.role = next();
     else if (a == "--method") o.method = next();
