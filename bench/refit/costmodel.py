@@ -165,7 +165,7 @@ def predict(c: Calibration, method: str, elements: float, rate: float, link_bits
         wire = mbytes / rate_Bps
         total = wire + c.dense_fixed
         return {"total": total, "wire": wire, "compare": 0.0, "persist": 0.0, "encode_wall": 0.0, "sync": 0.0,
-                "ack": c.dense_fixed, "commit": 0.0, "protocol": 0.0, "payload": mbytes, "transfer_share": wire / total}
+                "ack": c.dense_fixed, "commit": 0.0, "protocol": 0.0, "payload": mbytes, "transfer_share": wire / total if total > 0 else None}
     changed = rate * elements
     payload = payload_bytes if payload_bytes is not None else elements * payload_per_element(c, method, rate)
     compare = c.c_cmp * mbytes / owners_parallel
@@ -178,7 +178,7 @@ def predict(c: Calibration, method: str, elements: float, rate: float, link_bits
     total = compare + persist + transfer + c.commit + c.protocol
     return {"total": total, "wire": wire, "compare": compare, "persist": persist, "encode_wall": enc, "apply_wall": apply,
             "sync": sync, "ack": c.ack, "commit": c.commit, "protocol": c.protocol, "payload": payload,
-            "transfer_share": wire / total}
+            "transfer_share": wire / total if total > 0 else None}
 
 
 def best_runs(runs):
@@ -191,8 +191,15 @@ def best_runs(runs):
     return list(best.values())
 
 
+def _calibrated_for(c, m):
+    """Whether calibration `c` saw runs of method m (else it cannot predict them)."""
+    return c.dense_fixed > 0 or c.goodput < 1.0 if m == "dense" else bool(c.bpe.get(m))
+
+
 def _row(c, r, held, calibrated_on):
     m = r["inputs"]["method"]
+    if not _calibrated_for(c, m):
+        return None
     p = predict(c, m, r["elements"], r["change_rate"] or 0.0, r["inputs"]["link_bits_per_s"])
     return {"link": r["inputs"]["link"], "held_out": held, "calibrated_on": calibrated_on, "method": m, "step": r["change"]["step"],
             "measured_s": r["total_s"], "predicted_s": p["total"], "error": (p["total"] - r["total_s"]) / r["total_s"]}
@@ -225,6 +232,7 @@ def validate(runs):
         case = (r["inputs"]["link"], r["change"]["step"])
         c = calibrate([x for x in runs if (x["inputs"]["link"], x["change"]["step"]) != case])
         loo.append(_row(c, r, "case", "all other cases"))
+    cross, loo = [x for x in cross if x], [x for x in loo if x]
     return cross + loo, {"cross_link": _mape(cross), "leave_one_out": _mape(loo)}
 
 

@@ -328,7 +328,7 @@ def projection(runs):
         paper = (f"{p['paper_refit_s']:.0f} s vs {p['paper_dense_s'] / 60:.1f} min ({p['paper_speedup']:.0f}×)" if "paper_refit_s" in p
                  else f"{costmodel.PAPER['speedup_range'][0]}–{costmodel.PAPER['speedup_range'][1]}× (30B–1T, 3–5 %)")
         md.append(f"| {p['model']} | {100 * p['rate']:.0f} % | {fmt_s(p['dense_s'])} | {fmt_s(p['bitrefit_s'])} | {p['speedup']:.0f}× | "
-                  f"{100 * p['bitrefit_transfer_share']:.0f} % | {fmt_s(p['overwrite_s'])} | "
+                  f"{100 * (p['bitrefit_transfer_share'] or 0):.0f} % | {fmt_s(p['overwrite_s'])} | "
                   f"{p['xor_vs_overwrite_bytes']:.2f} | {paper} |")
     md += ["", f"Paper: transfer {100 * costmodel.PAPER['transfer_share_range'][0]:.0f}–{100 * costmodel.PAPER['transfer_share_range'][1]:.0f} % "
                "of refit latency; XOR 38–40 % fewer payload bytes than overwrite-only (bytes ratio 0.60–0.62).", "",
