@@ -85,6 +85,11 @@ struct sender_options {
   /// per-tensor XOR vs overwrite and each receiver's expected attestation follow from it. Empty:
   /// every receiver holds every tensor bit-preservingly.
   std::vector<placement> placements;
+  /// XOR deltas in first attempts, per tensor where every holder places it bit-preservingly
+  /// (DESIGN's default). false: every attempt is prepared in overwrite mode and sends each changed
+  /// element's absolute value, whatever the placements — the overwrite-only baseline that
+  /// bench/refit measures against, without making receivers declare a converting placement.
+  bool xor_deltas = true;
   std::chrono::milliseconds deadline{5000};
   std::chrono::milliseconds poll{2};
   std::chrono::milliseconds transition_timeout{10 * 60 * 1000};
@@ -192,7 +197,7 @@ class sender {
     }
     stats_.phases.compare_s = seconds(clock::now() - tc);
     check_placements();
-    const bool any_xor = overwrite_only_.size() < manifest_.size();
+    const bool any_xor = opt_.xor_deltas && overwrite_only_.size() < manifest_.size();
     step_coordinator(protocol::begin_transition_event{stats_.version, any_xor, expected_attestations()});
     const version_t target = stats_.version;
     run_until([&] { return committed_.version >= target && !coord_.busy() && local_.empty(); });
