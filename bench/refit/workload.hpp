@@ -25,15 +25,9 @@
 #include "bitrefit/refit/projection.hpp"
 #include "options.hpp"
 
-// The AdamW simulator lives in sim/ (namespace bitrefit::sim) on main and moves to testing/
-// (bitrefit::testing) with the driver branch; the bench builds against either.
-#if __has_include("bitrefit/testing/adamw.hpp")
+// The library's AdamW simulator (testing/adamw.hpp), called `sim` here.
 #include "bitrefit/testing/adamw.hpp"
 namespace bench { namespace sim = bitrefit::testing; }
-#else
-#include "bitrefit/sim/adamw.hpp"
-namespace bench { namespace sim = bitrefit::sim; }
-#endif
 
 namespace bench {
 

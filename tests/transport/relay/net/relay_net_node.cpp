@@ -37,7 +37,7 @@
 #include "bitrefit/layout/canonical_store.hpp"
 #include "bitrefit/refit/receiver.hpp"
 #include "bitrefit/refit/sender.hpp"
-#include "bitrefit/sim/adamw.hpp"
+#include "bitrefit/testing/adamw.hpp"
 #include "bitrefit/transport/directory_store.hpp"
 #include "bitrefit/transport/relay/pki.hpp"
 #include "bitrefit/transport/relay/tree_transport.hpp"
@@ -128,10 +128,10 @@ options parse(int argc, char** argv) {
   return o;
 }
 
-std::vector<sim::tensor_spec> specs_of(const options& o) {
-  return sim::llama_like({o.layers, o.hidden, o.hidden * 11 / 4, o.vocab, 4, 2, false});
+std::vector<testing::tensor_spec> specs_of(const options& o) {
+  return testing::llama_like({o.layers, o.hidden, o.hidden * 11 / 4, o.vocab, 4, 2, false});
 }
-model_manifest manifest_of(const std::vector<sim::tensor_spec>& specs) {
+model_manifest manifest_of(const std::vector<testing::tensor_spec>& specs) {
   std::vector<tensor_info> ts;
   for (const auto& s : specs) ts.push_back({s.name, dtype::BF16, s.shape});
   return model_manifest(std::move(ts));
@@ -367,7 +367,7 @@ int run_trainer(options o) {
   const model_manifest m = manifest_of(specs);
   std::map<std::string, std::size_t> sim_index;
   for (std::size_t i = 0; i < specs.size(); ++i) sim_index[specs[i].name] = i;
-  sim::adamw_sim sim(specs, 7, {});
+  testing::adamw_sim sim(specs, 7, {});
   std::map<std::string, std::vector<std::byte>> dense;
   auto export_all = [&] {
     for (const auto& t : m.tensors()) {
