@@ -42,7 +42,7 @@ struct store_flags {
 
   /// Why these flags cannot work, or "" (checked before anything starts).
   std::string problem() const {
-    if (transport != "dir" && transport != "s3") return "--transport must be dir, s3 or relay";
+    if (transport != "dir" && transport != "s3" && transport != "relay") return "--transport must be dir, s3 or relay";
     if (transport == "s3" && s3_bucket.empty()) return "--transport s3 needs --s3-bucket NAME (and --s3-endpoint URL for a server other than AWS)";
     if (commit_log != "file" && commit_log != "etcd") return "--commit-log must be file or etcd";
     if (commit_log == "etcd" && etcd_endpoints.empty()) return "--commit-log etcd needs --etcd-endpoints URL[,URL...]";

@@ -174,13 +174,14 @@ class Ops(unittest.TestCase):
             pass
 
         def stop(phase, done, total):
-            if phase == "write":
+            if phase == "copy":  # apply streams: copy BASE to a staged output, patch it, rename
                 raise Stop()
 
         out = self.dir / "out.safetensors"
         with self.assertRaises(Stop):
             bitrefit.apply(self.p0, self.dir / "d.brd", out, progress=stop)
         self.assertFalse(out.exists())
+        self.assertEqual([p.name for p in self.dir.iterdir() if p.name.startswith(".")], [])  # the staged copy is gone
 
     def test_sharded_and_single_file_digest_alike(self):
         sharded = self.dir / "sharded"

@@ -433,8 +433,21 @@ int run_trainer(options o) {
   std::uint64_t committed = 0, retries = 0;
   bool all_ok = true;
   std::vector<std::uint64_t> last_in(o.receivers, 0);
-  for (int i = 0; i < o.receivers; ++i)
-    if (auto h = held_of(i)) last_in[i] = h->head.value("frame_bytes_in", std::uint64_t(0));
+  // Bytes per link are counted from here: wait until every receiver reports the restored version
+  // (a join is admitted before the receiver has written its report), so that refit 1 does not
+  // count the dense restore.
+  for (int i = 0; i < o.receivers; ++i) {
+    const auto until = std::chrono::steady_clock::now() + 60s;
+    for (;;) {
+      auto h = held_of(i);
+      if (h && h->head.value("version", std::uint64_t(1)) == tx.committed().version) {
+        last_in[i] = h->head.value("frame_bytes_in", std::uint64_t(0));
+        break;
+      }
+      if (std::chrono::steady_clock::now() > until) break;
+      tx.pump(20ms);
+    }
+  }
   for (int k = 1; k <= o.refits; ++k) {
     sim.step();
     export_all();
