@@ -9,8 +9,11 @@
 #   2. configures with -DBITREFIT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 and builds only the two
 #      CUDA translation units: test_thrust_cuda and bitrefit-bench-thrust;
 #   3. runs the ctest label `gpu` (the Thrust backend's tests on the device: collect/apply/hash vs
-#      the host backend for every dtype and change pattern, whole frames byte-identical, verified
-#      apply, attestation digest equal) and insists test_thrust_cuda really ran (a skip = failure);
+#      the host backend for every dtype and change pattern, class ranks of base-conditioned coding
+#      vs the host for every float format, whole frames byte-identical under every mode policy
+#      including frame format 2's base-conditioned items (prepared on the device: positions stay
+#      there), verified apply, attestation digest equal) and insists test_thrust_cuda really ran
+#      (a skip = failure);
 #   4. runs bitrefit-bench-thrust on a 4 GiB BF16 model (64 MiB tensors, 3% of elements changed)
 #      with the host backend (one thread) beside thrust-cuda in one process, printing GB/s of model
 #      bytes for detection, detection+preparation, apply (scatter, and whole verified frames) and
@@ -71,7 +74,9 @@ OMP_WAIT_POLICY=PASSIVE "$BUILD/bench/thrust/bitrefit-bench-thrust" --backend ho
   die "bench failed (frames differ, apply not bit-exact or attestation digests differ)"
 "$BUILD/bench/thrust/bitrefit-bench-thrust" --backend thrust-cuda --size-mib 1024 --change adamw --json \
   >"$BUILD/gpu-bench-adamw.json" || die "adamw bench failed"
-grep -E '"(detect|detect_prep|apply_scatter|apply_frames|attest)_GBps"' "$BUILD/gpu-bench-adamw.json" |
+grep -E '"(detect|detect_prep|apply_scatter|apply_frames|attest)_GBps"|"conditioned_items"' "$BUILD/gpu-bench-adamw.json" |
   sed 's/^ */  thrust-cuda 1 GiB adamw: /'
+grep -Eq '"conditioned_items": [1-9]' "$BUILD/gpu-bench-adamw.json" ||
+  die "the adamw run produced no base-conditioned items (frame format 2 not exercised on the device)"
 
 step "done in $(($(date +%s) - t_start)) s; goal on an H200: detection+preparation, apply and attestation >= 1000 GB/s"

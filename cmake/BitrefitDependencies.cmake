@@ -8,6 +8,11 @@ find_package(Boost 1.74 QUIET)
 if(NOT Boost_FOUND)
   message(STATUS "bitrefit: Boost not found; bitrefit::asio is not defined")
 endif()
+# Distributed stores (bitrefit::s3, bitrefit::etcd): libcurl (HTTP, AWS SigV4), OpenSSL (SHA-256,
+# MD5, base64), pugixml (S3's XML answers); the relay tree (bitrefit::asio): OpenSSL's TLS.
+find_package(CURL 7.75 REQUIRED)             # CURL::libcurl (CURLOPT_AWS_SIGV4 since 7.75)
+find_package(OpenSSL 1.1.1 REQUIRED)         # OpenSSL::SSL (relay tree mutual TLS), OpenSSL::Crypto
+find_package(pugixml REQUIRED)               # pugixml::pugixml
 
 # xxhash: used header-only (XXH_INLINE_ALL), so only its include directory is needed.
 find_path(BITREFIT_XXHASH_INCLUDE_DIR xxhash.h REQUIRED)

@@ -14,4 +14,15 @@ function(bitrefit_add_test)
   target_compile_definitions(${T_NAME} PRIVATE BITREFIT_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   add_test(NAME ${T_NAME} COMMAND ${T_NAME})
   set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT})
+  bitrefit_label_targets(LABELS ${T_LABELS} TARGETS ${T_NAME})
+endfunction()
+
+# bitrefit_label_targets(LABELS l... TARGETS t...): the executables that tests labelled l need.
+# bitrefit_add_test records its own; tests made with add_test (a demo run, a fuzzer) call this.
+# The sanitizer builds use it to build exactly what the labels they run need (BitrefitSanitizers.cmake).
+function(bitrefit_label_targets)
+  cmake_parse_arguments(L "" "" "LABELS;TARGETS" ${ARGN})
+  foreach(label IN LISTS L_LABELS)
+    set_property(GLOBAL APPEND PROPERTY BITREFIT_LABEL_TARGETS_${label} ${L_TARGETS})
+  endforeach()
 endfunction()

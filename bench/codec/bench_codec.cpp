@@ -31,6 +31,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -56,6 +57,7 @@ struct bench_args {
   int adamw_steps = 3;
   std::uint64_t seed = 42;
   int repeat = 1;  // timing repetitions (best of)
+  unsigned threads = 2;  // thread-scaling measurement
 };
 
 struct model {
@@ -147,14 +149,16 @@ std::vector<chunk_piece> pieces_of(const model& m, const std::vector<canonical_r
   return ps;
 }
 
-// Encodes the whole model once under `policy`; returns (seconds, stats) and keeps frames if asked.
+// Encodes the whole model under `opt` (best of a.repeat when frames are kept); returns (seconds,
+// stats) and keeps frames if asked.
 template <class Backend>
-std::pair<elapsed, encode_stats> encode_model(const model& m, const model_manifest& man, const bench_args& a, mode_policy policy,
+std::pair<elapsed, encode_stats> encode_model(const model& m, const model_manifest& man, const bench_args& a, encode_options opt,
                                              std::vector<std::vector<std::byte>>* frames, entropy_accumulator* ent) {
-  chunk_encoder<Backend> enc(encode_options{.policy = policy, .zstd_level = a.zstd_level, .max_frame_input_bytes = a.frame_mib << 20});
+  opt.zstd_level = a.zstd_level;
+  opt.max_frame_input_bytes = a.frame_mib << 20;
+  chunk_encoder<Backend> enc(opt);
   const auto plan = plan_chunks(man, a.frame_mib << 20);
   encode_stats st;
-  st.entropy = ent;
   byte_buffer out;
   elapsed best;
   for (int rep = 0; rep < (frames ? a.repeat : 1); ++rep) {
@@ -171,6 +175,65 @@ std::pair<elapsed, encode_stats> encode_model(const model& m, const model_manife
     if (rep == 0) st = s;
   }
   return {best, st};
+}
+
+// Encodes the whole model with `threads` threads (chunk i on thread i mod threads, one encoder
+// each, as the sender's workers do); returns the wall time (best of a.repeat) and the largest
+// per-thread CPU time of that run.
+template <class Backend>
+std::pair<double, double> encode_parallel(const model& m, const model_manifest& man, const bench_args& a, encode_options opt,
+                                          unsigned threads) {
+  opt.zstd_level = a.zstd_level;
+  opt.max_frame_input_bytes = a.frame_mib << 20;
+  const auto plan = plan_chunks(man, a.frame_mib << 20);
+  double best_wall = 1e300, cpu_at_best = 0;
+  for (int rep = 0; rep < a.repeat; ++rep) {
+    std::vector<double> cpu(threads, 0.0);
+    const auto t0 = clock_t_::now();
+    std::vector<std::thread> ts;
+    for (unsigned w = 0; w < threads; ++w)
+      ts.emplace_back([&, w] {
+        chunk_encoder<Backend> enc(opt);
+        byte_buffer out;
+        const stamp s0 = now();
+        for (std::size_t i = w; i < plan.size(); i += threads) {
+          const auto ps = pieces_of(m, plan[i], man);
+          enc.encode({frame_kind::delta, payload_id{{1, 0}, 0, static_cast<std::uint32_t>(i)}, 0, 1}, ps, out);
+        }
+        cpu[w] = now().cpu - s0.cpu;
+      });
+    for (auto& t : ts) t.join();
+    const double wall = seconds_since(t0);
+    if (wall < best_wall) best_wall = wall, cpu_at_best = *std::max_element(cpu.begin(), cpu.end());
+  }
+  return {best_wall, cpu_at_best};
+}
+
+// What base-conditioned coding could reach at best, for reference: the entropy of the changed
+// positions given each base element's exponent (every exponent its own class) plus that of the
+// signed ULP distances given the exponent (escapes counted at 2 bytes). BF16 only.
+double conditional_entropy_bytes(const model& m) {
+  const auto f = *float_format_of(dtype::BF16);
+  std::vector<double> n(256, 0), c(256, 0);
+  std::vector<std::map<std::int64_t, double>> d(256);
+  const auto* o = reinterpret_cast<const std::uint16_t*>(m.old_b.get());
+  const auto* w = reinterpret_cast<const std::uint16_t*>(m.new_b.get());
+  double escape_bits = 0;
+  for (std::uint64_t i = 0; i < m.bytes / 2; ++i) {
+    const unsigned e = static_cast<unsigned>(f.exponent(o[i]));
+    n[e] += 1;
+    if (o[i] == w[i]) continue;
+    c[e] += 1;
+    const auto u = ulp_distance(f, o[i], w[i]);
+    d[e][u ? *u : INT64_MIN] += 1;
+    if (!u) escape_bits += 16;
+  }
+  double bits = escape_bits;
+  for (int e = 0; e < 256; ++e) {
+    if (c[e] > 0 && c[e] < n[e]) bits += -c[e] * std::log2(c[e] / n[e]) - (n[e] - c[e]) * std::log2((n[e] - c[e]) / n[e]);
+    for (auto& [k, v] : d[e]) bits -= v * std::log2(v / c[e]);
+  }
+  return bits / 8;
 }
 
 template <class Backend>
@@ -192,10 +255,13 @@ nlohmann::json measure(const bench_args& a, model& m) {
   if (cmp != 0) throw std::logic_error("memcpy copy differs");
 
   entropy_accumulator ent;
-  auto [ow_s, ow] = encode_model<Backend>(m, man, a, mode_policy::overwrite_only, nullptr, &ent);
-  auto [xo_s, xo] = encode_model<Backend>(m, man, a, mode_policy::xor_only, nullptr, nullptr);
-  std::vector<std::vector<std::byte>> frames;
-  auto [enc_t, ch] = encode_model<Backend>(m, man, a, mode_policy::xor_allowed, &frames, nullptr);
+  encode_options v1;  // the codec before base-conditioned coding: XOR or overwrite per item
+  v1.base_conditioned = false;
+  auto [ow_s, ow] = encode_model<Backend>(m, man, a, encode_options{.policy = mode_policy::overwrite_only}, nullptr, &ent);
+  auto [xo_s, xo] = encode_model<Backend>(m, man, a, encode_options{.policy = mode_policy::xor_only}, nullptr, nullptr);
+  std::vector<std::vector<std::byte>> frames, frames_v1;
+  auto [enc_v1_t, ch_v1] = encode_model<Backend>(m, man, a, v1, &frames_v1, nullptr);
+  auto [enc_t, ch] = encode_model<Backend>(m, man, a, encode_options{}, &frames, nullptr);
 
   // apply: verify + decode + apply every frame to the work copy (which holds the base)
   std::vector<mutable_tensor_view> views;
@@ -204,16 +270,38 @@ nlohmann::json measure(const bench_args& a, model& m) {
   target_map tm(views);
   frame_applier<Backend> ap;
   std::size_t max_frame = 0;
-  elapsed apply_t;
-  const auto t0 = now();
-  for (auto& f : frames) {
-    ap.apply(f, tm);
-    max_frame = std::max(max_frame, f.size());
+  elapsed apply_t, apply_v1_t;
+  bool exact = true;
+  for (auto* fs : {&frames_v1, &frames}) {
+    for (int rep = 0; rep < a.repeat; ++rep) {
+      std::memcpy(m.work.get(), m.old_b.get(), m.bytes);
+      const auto t0 = now();
+      for (auto& f : *fs) {
+        ap.apply(f, tm);
+        max_frame = std::max(max_frame, f.size());
+      }
+      (fs == &frames ? apply_t : apply_v1_t).keep_min(t0);
+      exact = exact && std::memcmp(m.work.get(), m.new_b.get(), m.bytes) == 0;
+    }
   }
-  apply_t.keep_min(t0);
-  const bool exact = std::memcmp(m.work.get(), m.new_b.get(), m.bytes) == 0;
+  // encoder scratch: a fresh encoder's high-water mark over the first chunks
+  std::size_t enc_scratch = 0;
+  {
+    chunk_encoder<Backend> enc(encode_options{.zstd_level = a.zstd_level, .max_frame_input_bytes = a.frame_mib << 20});
+    byte_buffer out;
+    const auto plan = plan_chunks(man, a.frame_mib << 20);
+    for (std::size_t i = 0; i < std::min<std::size_t>(plan.size(), 2); ++i) {
+      const auto ps = pieces_of(m, plan[i], man);
+      enc.encode({frame_kind::delta, payload_id{{1, 0}, 0, static_cast<std::uint32_t>(i)}, 0, 1}, ps, out);
+    }
+    enc_scratch = enc.scratch_bytes() + out.capacity();
+  }
+  // thread scaling of the chosen encoding
+  const auto [wall1, cpu1] = encode_parallel<Backend>(m, man, a, encode_options{}, 1);
+  const auto [wallN, cpuN] = encode_parallel<Backend>(m, man, a, encode_options{}, a.threads);
 
   const double n = static_cast<double>(ch.elements);
+  const double gb = static_cast<double>(m.bytes) / 1e9;
   j["backend"] = std::string(Backend::name());
   j["size_mib"] = a.size_mib;
   j["change"] = a.change;
@@ -221,50 +309,57 @@ nlohmann::json measure(const bench_args& a, model& m) {
   j["changed"] = ch.changed;
   j["change_rate"] = n > 0 ? static_cast<double>(ch.changed) / n : 0.0;
   j["zstd_level"] = a.zstd_level;
-  j["zstd_profiles"] = "per section: zstd literals profile (fast strategy, max acceleration, Huffman literals) or zstd at zstd_level, whichever is smaller when the first is >1.1x the order-0 estimate";
   j["frame_input_bytes"] = a.frame_mib << 20;
   j["frames"] = frames.size();
   j["dense_bytes"] = m.bytes;
   j["overwrite_only_bytes"] = ow.frame_bytes;
   j["xor_bytes"] = xo.frame_bytes;
+  j["chosen_v1_bytes"] = ch_v1.frame_bytes;
   j["chosen_bytes"] = ch.frame_bytes;
   j["entropy_bytes"] = static_cast<std::uint64_t>(std::ceil(ent.bytes()));
+  j["conditional_entropy_bytes"] = static_cast<std::uint64_t>(std::ceil(conditional_entropy_bytes(m)));
+  j["chosen_bytes_per_changed"] = static_cast<double>(ch.frame_bytes) / std::max<double>(1, static_cast<double>(ch.changed));
+  j["chosen_v1_bytes_per_changed"] = static_cast<double>(ch_v1.frame_bytes) / std::max<double>(1, static_cast<double>(ch.changed));
   j["chosen_location_bytes"] = ch.location_bytes;
   j["chosen_value_bytes"] = ch.value_bytes;
-  j["chosen_xor_items"] = ch.xor_items;
   j["chosen_items"] = ch.items;
+  j["chosen_xor_items"] = ch.xor_items;
+  j["chosen_conditioned_items"] = ch.conditioned_items;
   nlohmann::json lc;
   for (std::uint8_t c = 0; c < location_coding_count; ++c)
     if (ch.location_codings[c]) lc[std::string(to_string(static_cast<location_coding>(c)))] = ch.location_codings[c];
   j["chosen_location_codings"] = lc;
   j["timing"] = "thread_cpu";
   j["encode_s"] = enc_t.cpu;
+  j["encode_v1_s"] = enc_v1_t.cpu;
   j["memcmp_s"] = memcmp_t.cpu;
   j["apply_s"] = apply_t.cpu;
+  j["apply_v1_s"] = apply_v1_t.cpu;
   j["memcpy_s"] = memcpy_t.cpu;
+  j["apply_GBps"] = gb / apply_t.cpu;
+  j["apply_v1_GBps"] = gb / apply_v1_t.cpu;
+  j["encode_GBps"] = gb / enc_t.cpu;
   j["encode_wall_s"] = enc_t.wall;
   j["memcmp_wall_s"] = memcmp_t.wall;
   j["apply_wall_s"] = apply_t.wall;
   j["memcpy_wall_s"] = memcpy_t.wall;
+  j["threads"] = a.threads;
+  j["encode_1t_wall_s"] = wall1;
+  j["encode_nt_wall_s"] = wallN;
+  j["encode_nt_max_thread_cpu_s"] = cpuN;
+  j["ratio_encode_nt_vs_1t_throughput_wall"] = wall1 / wallN;
+  // speedup if the threads ran side by side (their CPU time includes memory-bandwidth contention)
+  j["ratio_encode_nt_vs_1t_throughput_cpu"] = cpu1 / std::max(1e-12, cpuN);
   j["peak_extra_bytes"] = ap.scratch_bytes() + max_frame;
-  j["encoder_scratch_bytes"] = 0;  // filled below by a fresh encoder's high-water mark
-  {
-    chunk_encoder<Backend> enc(encode_options{.policy = mode_policy::xor_allowed, .zstd_level = a.zstd_level, .max_frame_input_bytes = a.frame_mib << 20});
-    byte_buffer out;
-    const auto plan = plan_chunks(man, a.frame_mib << 20);
-    for (std::size_t i = 0; i < std::min<std::size_t>(plan.size(), 2); ++i) {
-      const auto ps = pieces_of(m, plan[i], man);
-      enc.encode({frame_kind::delta, payload_id{{1, 0}, 0, static_cast<std::uint32_t>(i)}, 0, 1}, ps, out);
-    }
-    j["encoder_scratch_bytes"] = enc.scratch_bytes() + out.capacity();
-  }
+  j["encoder_scratch_bytes"] = enc_scratch;
   j["ratio_chosen_vs_overwrite"] = static_cast<double>(ch.frame_bytes) / static_cast<double>(std::max<std::uint64_t>(1, ow.frame_bytes));
   j["ratio_chosen_vs_entropy"] = static_cast<double>(ch.frame_bytes) / std::max(1.0, ent.bytes());
+  j["ratio_chosen_v1_vs_entropy"] = static_cast<double>(ch_v1.frame_bytes) / std::max(1.0, ent.bytes());
   j["ratio_encode_vs_memcmp"] = enc_t.cpu / memcmp_t.cpu;
+  j["ratio_encode_v1_vs_memcmp"] = enc_v1_t.cpu / memcmp_t.cpu;
   j["ratio_apply_vs_memcpy"] = apply_t.cpu / memcpy_t.cpu;
   j["ratio_dense_vs_chosen"] = static_cast<double>(m.bytes) / static_cast<double>(std::max<std::uint64_t>(1, ch.frame_bytes));
   j["bit_exact"] = exact;
-  j["threads"] = 1;
   return j;
 }
 
@@ -290,6 +385,7 @@ std::map<std::string, runner> backend_registry() {
   std::fprintf(code ? stderr : stdout,
                "usage: bitrefit-bench-codec [--size-mib N] [--change adamw|RATE] [--json] [--backend NAME]\n"
                "                            [--zstd-level L] [--frame-mib M] [--adamw-steps K] [--seed S] [--repeat R]\n"
+               "                            [--threads T]\n"
                "backends:");
   for (auto& [k, v] : backend_registry()) std::fprintf(code ? stderr : stdout, " %s", k.c_str());
   std::fprintf(code ? stderr : stdout, "\n");
@@ -315,6 +411,7 @@ int main(int argc, char** argv) try {
     else if (s == "--adamw-steps") a.adamw_steps = std::stoi(next());
     else if (s == "--seed") a.seed = std::stoull(next());
     else if (s == "--repeat") a.repeat = std::max(1, std::stoi(next()));
+    else if (s == "--threads") a.threads = static_cast<unsigned>(std::max(1, std::stoi(next())));
     else if (s == "--help" || s == "-h") usage(0);
     else usage(2);
   }
@@ -335,15 +432,19 @@ int main(int argc, char** argv) try {
     std::printf("%s, %llu MiB BF16, change %s: %llu of %llu elements changed (%.3f%%)\n", j["backend"].get<std::string>().c_str(),
                 static_cast<unsigned long long>(a.size_mib), a.change.c_str(), j["changed"].get<unsigned long long>(),
                 j["elements"].get<unsigned long long>(), 100.0 * j["change_rate"].get<double>());
-    std::printf("bytes: dense %llu, overwrite-only %llu, xor %llu, chosen %llu, entropy %llu\n",
+    std::printf("bytes: dense %llu, overwrite-only %llu, xor %llu, chosen before base-conditioning %llu, chosen %llu, entropy %llu\n",
                 j["dense_bytes"].get<unsigned long long>(), j["overwrite_only_bytes"].get<unsigned long long>(),
-                j["xor_bytes"].get<unsigned long long>(), j["chosen_bytes"].get<unsigned long long>(),
-                j["entropy_bytes"].get<unsigned long long>());
-    std::printf("chosen/overwrite %.3f, chosen/entropy %.3f, encode/memcmp %.2f\n", j["ratio_chosen_vs_overwrite"].get<double>(),
-                j["ratio_chosen_vs_entropy"].get<double>(), j["ratio_encode_vs_memcmp"].get<double>());
-    std::printf("time: encode %.3fs, memcmp %.3fs, apply %.3fs, memcpy %.3fs; receiver scratch %llu bytes; bit-exact %s\n",
-                j["encode_s"].get<double>(), j["memcmp_s"].get<double>(), j["apply_s"].get<double>(), j["memcpy_s"].get<double>(),
-                j["peak_extra_bytes"].get<unsigned long long>(), j["bit_exact"].get<bool>() ? "yes" : "NO");
+                j["xor_bytes"].get<unsigned long long>(), j["chosen_v1_bytes"].get<unsigned long long>(),
+                j["chosen_bytes"].get<unsigned long long>(), j["entropy_bytes"].get<unsigned long long>());
+    std::printf("chosen/overwrite %.3f, chosen/entropy %.3f, encode/memcmp %.2f (without base-conditioning %.2f)\n",
+                j["ratio_chosen_vs_overwrite"].get<double>(), j["ratio_chosen_vs_entropy"].get<double>(),
+                j["ratio_encode_vs_memcmp"].get<double>(), j["ratio_encode_v1_vs_memcmp"].get<double>());
+    std::printf("time: encode %.3fs, memcmp %.3fs, apply %.3fs (%.2f GB/s), memcpy %.3fs; receiver scratch %llu bytes; encoder scratch %llu bytes; bit-exact %s\n",
+                j["encode_s"].get<double>(), j["memcmp_s"].get<double>(), j["apply_s"].get<double>(), j["apply_GBps"].get<double>(),
+                j["memcpy_s"].get<double>(), j["peak_extra_bytes"].get<unsigned long long>(),
+                j["encoder_scratch_bytes"].get<unsigned long long>(), j["bit_exact"].get<bool>() ? "yes" : "NO");
+    std::printf("threads: %u threads encode %.2fx the one-thread throughput (wall)\n", a.threads,
+                j["ratio_encode_nt_vs_1t_throughput_wall"].get<double>());
   }
   return j["bit_exact"].get<bool>() ? 0 : 1;
 } catch (const std::exception& e) {

@@ -105,6 +105,7 @@ struct result {
   nlohmann::json j;
   std::vector<std::vector<std::byte>> frames;
   digest128 attestation;
+  std::uint64_t conditioned_items = 0;  // base-conditioned items among the frames (frame format 2)
 };
 
 template <class Backend>
@@ -179,11 +180,17 @@ result measure(const args& a, const model& m, const model_manifest& man, std::sp
   std::vector<decoded_stream> streams;
   {
     frame_decoder dec;
+    // base-conditioned items decode against the base bits of their range (host copy of the model)
+    const base_reader base = [&](const frame_item& it) -> std::optional<std::span<const std::byte>> {
+      const auto ti = *man.index_of(it.tensor);
+      return std::span<const std::byte>(m.old_b).subspan(m.offsets[ti] + it.begin * 2, it.range_elements() * 2);
+    };
     for (auto& f : r.frames) {
       const frame_view v = frame_view::parse(f);
-      for (auto& d : dec.decode(v)) {
+      for (auto& d : dec.decode(v, {}, base)) {
         const auto ti = *man.index_of(d.item->tensor);
-        streams.push_back({work.subspan(m.offsets[ti] + d.item->begin * 2, d.item->range_elements() * 2), d.item->mode,
+        if (d.item->mode == value_mode::base_conditioned) ++r.conditioned_items;
+        streams.push_back({work.subspan(m.offsets[ti] + d.item->begin * 2, d.item->range_elements() * 2), d.apply,
                            {d.positions.begin(), d.positions.end()}, {d.values.begin(), d.values.end()}});
       }
     }
@@ -347,6 +354,7 @@ int main(int argc, char** argv) try {
     auto& r = rs.back();
     const bool same_frames = r.frames == rs.front().frames, same_digest = r.attestation == rs.front().attestation;
     r.j["frames_identical_to_first"] = same_frames;
+    r.j["conditioned_items"] = r.conditioned_items;
     r.j["attestation_equal_to_first"] = same_digest;
     ok = ok && same_frames && same_digest && r.j["bit_exact"].get<bool>();
     all["backends"].push_back(r.j);

@@ -28,7 +28,7 @@ inline option_spec opt_threads() {
   return {"threads", 'j', true, "N", "encoder threads (default: all cores); the output does not depend on it"};
 }
 inline option_spec opt_frame() {
-  return {"frame-mib", 0, true, "N", "canonical input MiB per frame, bounds receiver scratch (default 64)"};
+  return {"frame-mib", 0, true, "N", "canonical input MiB per frame, bounds receiver scratch (default and format limit 64)"};
 }
 
 inline const std::vector<command_info>& commands() {

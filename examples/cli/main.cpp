@@ -15,13 +15,16 @@
 #include "args.hpp"
 #include "exit_codes.hpp"
 #include "help.hpp"
-#include "ops.hpp"
+#include "bitrefit/ops/checkpoint_ops.hpp"
 #include "progress.hpp"
 
 namespace bitrefit::cli {
 namespace {
 
 using json = nlohmann::ordered_json;
+using namespace bitrefit::ops;
+
+const char* version_string() { return "0.1.0"; }
 
 struct common {
   bool json_out = false;
@@ -60,33 +63,9 @@ std::uint64_t parse_uint(const parsed_args& a, const std::string& name, std::uin
 codec_settings parse_codec(const parsed_args& a) {
   codec_settings s;
   s.zstd_level = static_cast<int>(parse_uint(a, "zstd-level", static_cast<std::uint64_t>(s.zstd_level), 1, 22));
-  s.frame_bytes = parse_uint(a, "frame-mib", s.frame_bytes >> 20, 1, 4096) << 20;
+  s.frame_bytes = parse_uint(a, "frame-mib", s.frame_bytes >> 20, 1, codec::frame_input_bytes_limit >> 20) << 20;
   s.threads = static_cast<unsigned>(parse_uint(a, "threads", 0, 1, 1024));
   return s;
-}
-
-json stat_row_json(const stat_row& r, bool with_identity) {
-  json j;
-  if (with_identity) {
-    j["name"] = r.name;
-    j["dtype"] = std::string(dtype_name(r.type));
-    j["shape"] = r.shape;
-  }
-  j["elements"] = r.elements;
-  j["changed"] = r.changed;
-  j["change_rate"] = r.change_rate();
-  j["dense_bytes"] = r.dense_bytes;
-  j["overwrite_only_bytes"] = r.overwrite_only_bytes;
-  j["xor_bytes"] = r.xor_bytes;
-  j["chosen_bytes"] = r.chosen_bytes;
-  j["entropy_bytes"] = r.entropy_bytes;
-  return j;
-}
-
-json timings_json(const std::vector<phase_time>& phases) {
-  json j = json::object();
-  for (auto& p : phases) j[p.name] = p.seconds;
-  return j;
 }
 
 void print_timings(const std::vector<phase_time>& phases) {
@@ -107,20 +86,14 @@ std::string ratio(double a, double b) {
 int run_stat(const parsed_args& a) {
   const common c = parse_common(a);
   const auto tensors_shown = parse_uint(a, "tensors", 20, 0, UINT64_MAX / 2);
-  const stat_result r = compute_stat(a.positional[0], a.positional[1], parse_codec(a), c.progress);
+  terminal_progress progress(c.progress);
+  const stat_result r = compute_stat(a.positional[0], a.positional[1], parse_codec(a), progress);
   if (c.json_out) {
     json j;
     j["command"] = "stat";
     j["old"] = a.positional[0];
     j["new"] = a.positional[1];
-    j["equal"] = r.equal;
-    j["zstd_level"] = r.settings.zstd_level;
-    j["frame_bytes"] = r.settings.frame_bytes;
-    j["tensors"] = json::array();
-    for (auto& t : r.tensors) j["tensors"].push_back(stat_row_json(t, true));
-    j["total"] = stat_row_json(r.total, false);
-    j["payload"] = {{"frames", r.frames}, {"frame_bytes", r.frame_bytes}, {"bundle_bytes", r.bundle_bytes}};
-    j["seconds"] = timings_json(r.phases);
+    j.update(to_json(r));
     std::cout << j.dump(2) << "\n";
     return ok;
   }
@@ -128,14 +101,15 @@ int run_stat(const parsed_args& a) {
   for (auto& t : r.tensors) rows.push_back(&t);
   std::stable_sort(rows.begin(), rows.end(), [](auto* x, auto* y) { return x->changed > y->changed; });
   if (tensors_shown != 0 && rows.size() > tensors_shown) rows.resize(tensors_shown);
-  std::printf("%-48s %12s %12s %8s %12s %12s %12s %12s %12s\n", "tensor", "elements", "changed", "rate%", "dense",
-              "overwrite", "xor", "chosen", "entropy");
+  std::printf("%-48s %12s %12s %8s %12s %12s %12s %12s %12s %12s\n", "tensor", "elements", "changed", "rate%", "dense",
+              "overwrite", "xor", "xor|ow", "chosen", "entropy");
   auto line = [](const std::string& name, const stat_row& t) {
-    std::printf("%-48s %12llu %12llu %8.3f %12llu %12llu %12llu %12llu %12.0f\n", name.c_str(),
+    std::printf("%-48s %12llu %12llu %8.3f %12llu %12llu %12llu %12llu %12llu %12.0f\n", name.c_str(),
                 static_cast<unsigned long long>(t.elements), static_cast<unsigned long long>(t.changed),
                 100.0 * t.change_rate(), static_cast<unsigned long long>(t.dense_bytes),
                 static_cast<unsigned long long>(t.overwrite_only_bytes), static_cast<unsigned long long>(t.xor_bytes),
-                static_cast<unsigned long long>(t.chosen_bytes), t.entropy_bytes);
+                static_cast<unsigned long long>(t.unconditioned_bytes), static_cast<unsigned long long>(t.chosen_bytes),
+                t.entropy_bytes);
   };
   for (auto* t : rows) line(t->name.size() > 48 ? "..." + t->name.substr(t->name.size() - 45) : t->name, *t);
   if (rows.size() < r.tensors.size())
@@ -148,6 +122,10 @@ int run_stat(const parsed_args& a) {
               ratio(static_cast<double>(r.total.chosen_bytes), static_cast<double>(r.total.dense_bytes)).c_str(),
               human_bytes(static_cast<double>(r.bundle_bytes)).c_str(), static_cast<unsigned long long>(r.frames),
               r.settings.zstd_level);
+  if (r.total.changed)
+    std::printf("bytes per changed element: chosen %.3f, XOR-or-overwrite only (no base-conditioned items) %.3f\n",
+                static_cast<double>(r.total.chosen_bytes) / static_cast<double>(r.total.changed),
+                static_cast<double>(r.total.unconditioned_bytes) / static_cast<double>(r.total.changed));
   if (!c.quiet) print_timings(r.phases);
   return ok;
 }
@@ -159,27 +137,17 @@ int run_diff(const parsed_args& a) {
   const std::string mode = a.get_or("mode", "xor");
   if (mode != "xor" && mode != "overwrite") throw usage_error("--mode takes xor or overwrite, not '" + mode + "'");
   const bool as_dir = a.has("dir") || (!out->empty() && out->back() == '/');
+  terminal_progress progress(c.progress);
   const diff_result r = write_diff(a.positional[0], a.positional[1], *out, as_dir, mode == "overwrite",
-                                   parse_codec(a), c.progress);
+                                   parse_codec(a), progress);
   if (c.json_out) {
     json j;
     j["command"] = "diff";
     j["old"] = a.positional[0];
     j["new"] = a.positional[1];
-    j["delta"] = r.delta_path;
     j["layout"] = as_dir ? "directory" : "file";
     j["mode"] = mode;
-    j["base_digest"] = r.base_digest.to_hex();
-    j["target_digest"] = r.target_digest.to_hex();
-    j["tensors"] = r.tensors;
-    j["elements"] = r.elements;
-    j["changed"] = r.changed;
-    j["change_rate"] = r.elements ? static_cast<double>(r.changed) / static_cast<double>(r.elements) : 0.0;
-    j["dense_bytes"] = r.dense_bytes;
-    j["frames"] = r.frames;
-    j["frame_bytes"] = r.frame_bytes;
-    j["bundle_bytes"] = r.bundle_bytes;
-    j["seconds"] = timings_json(r.phases);
+    j.update(to_json(r));
     std::cout << j.dump(2) << "\n";
     return ok;
   }
@@ -203,7 +171,8 @@ int run_apply(const parsed_args& a) {
   if (in_place && out) throw usage_error("apply takes either -o OUT or --in-place, not both");
   if (!in_place && (!out || out->empty())) throw usage_error("apply needs -o OUT or --in-place");
   const std::string target = in_place ? a.positional[0] : *out;
-  const apply_result r = apply_delta(a.positional[0], a.positional[1], target, c.progress);
+  terminal_progress progress(c.progress);
+  const apply_result r = apply_delta(a.positional[0], a.positional[1], target, progress);
   if (c.json_out) {
     json j;
     j["command"] = "apply";
@@ -211,11 +180,7 @@ int run_apply(const parsed_args& a) {
     j["delta"] = a.positional[1];
     j["output"] = target;
     j["in_place"] = in_place;
-    j["base_digest"] = r.base_digest.to_hex();
-    j["target_digest"] = r.target_digest.to_hex();
-    j["frames"] = r.frames;
-    j["changed"] = r.changed;
-    j["seconds"] = timings_json(r.phases);
+    j.update(to_json(r));
     std::cout << j.dump(2) << "\n";
     return ok;
   }
@@ -231,25 +196,14 @@ int run_apply(const parsed_args& a) {
 int run_verify(const parsed_args& a) {
   const common c = parse_common(a);
   const auto limit = parse_uint(a, "limit", 5, 1, 1u << 20);
-  const verify_result r = verify_checkpoints(a.positional[0], a.positional[1], limit, c.progress);
+  terminal_progress progress(c.progress);
+  const verify_result r = verify_checkpoints(a.positional[0], a.positional[1], limit, progress);
   if (c.json_out) {
     json j;
     j["command"] = "verify";
     j["a"] = a.positional[0];
     j["b"] = a.positional[1];
-    j["equal"] = r.equal;
-    j["a_digest"] = r.a_digest.to_hex();
-    j["b_digest"] = r.b_digest.to_hex();
-    j["differing_tensors"] = r.differing_tensors;
-    j["differences"] = json::array();
-    for (auto& d : r.differences) {
-      json x;
-      x["tensor"] = d.tensor;
-      x["reason"] = d.reason;
-      x["differing_elements"] = d.differing_elements;
-      x["first_indices"] = d.first_indices;
-      j["differences"].push_back(std::move(x));
-    }
+    j.update(to_json(r));
     std::cout << j.dump(2) << "\n";
     return r.equal ? ok : differ;
   }
@@ -276,15 +230,13 @@ int run_verify(const parsed_args& a) {
 
 int run_digest(const parsed_args& a) {
   const common c = parse_common(a);
-  const digest_result r = digest_checkpoint(a.positional[0], c.progress);
+  terminal_progress progress(c.progress);
+  const digest_result r = digest_checkpoint(a.positional[0], progress);
   if (c.json_out) {
     json j;
     j["command"] = "digest";
     j["path"] = a.positional[0];
-    j["digest"] = r.digest.to_hex();
-    j["tensors"] = r.tensors;
-    j["elements"] = r.elements;
-    j["bytes"] = r.bytes;
+    j.update(to_json(r));
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf("%s  %s\n", r.digest.to_hex().c_str(), a.positional[0].c_str());

@@ -11,7 +11,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <string>
+#include <string_view>
+
+#include "bitrefit/ops/progress.hpp"
 
 namespace bitrefit::cli {
 
@@ -125,6 +129,29 @@ class phase_notice {
   bool enabled_ = false;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   int exceptions_ = std::uncaught_exceptions();
+};
+
+/// The library operations' progress (ops::progress) drawn on a terminal: a bar for counted
+/// phases, a "PHASE ... done in S s" notice for the others.
+class terminal_progress final : public ops::progress {
+ public:
+  explicit terminal_progress(progress_mode mode) : mode_(mode) {}
+  void begin(std::string_view phase, std::uint64_t total_bytes, bool counted) override {
+    if (counted) bar_.emplace(std::string(phase), total_bytes, mode_);
+    else notice_.emplace(std::string(phase), total_bytes, mode_);
+  }
+  void update(std::uint64_t done) override {
+    if (bar_) bar_->update(done);
+  }
+  void end(bool) override {
+    bar_.reset();  // finishes the line
+    notice_.reset();  // prints "done" or, while unwinding, "failed"
+  }
+
+ private:
+  progress_mode mode_;
+  std::optional<progress_bar> bar_;
+  std::optional<phase_notice> notice_;
 };
 
 }  // namespace bitrefit::cli

@@ -4,7 +4,15 @@
 //
 //   bitrefit-demo [--refits N] [--receivers R] [--kill-every K] [--params P] [--mode sync|async]
 //                 [--json] [--dir D] [--threads T] [--owners O] [--frame-kib F] [--deadline-ms MS]
-//                 [--restart-trainer-every K] [--crash-owner-every K]
+//                 [--restart-trainer-every K] [--crash-owner-every K] [--fanout K]
+//                 [--transport dir|s3|relay] [--s3-endpoint URL] [--s3-bucket NAME]
+//                 [--commit-log file|etcd] [--etcd-endpoints URL[,URL]] [--etcd-prefix P]
+//
+// Where frames, commit log and baselines live is chosen by flags (stores.hpp): by default the
+// directory object store and the filesystem log under --dir; with --transport s3 frames, control
+// messages and the owners' baselines go to an S3 bucket, with --commit-log etcd the log is on etcd
+// (scripts/demo-dist.sh runs it on moto and etcd on loopback); with --transport relay through the
+// relay tree (net.hpp), the root relay in the trainer, --fanout children per relay.
 //
 // The trainer applies real AdamW steps (FP32 master weights, lr 1e-6, synthetic gradients,
 // round-to-nearest-even BF16 export; testing/adamw.hpp) to a Llama-shaped model of about P parameters
@@ -43,6 +51,8 @@
 #include "bitrefit/testing/crash_points.hpp"
 #include "bitrefit/transport/object_store.hpp"
 #include "mapped_store.hpp"
+#include "net.hpp"
+#include "stores.hpp"
 
 namespace fs = std::filesystem;
 using namespace bitrefit;
@@ -67,6 +77,7 @@ struct options {
   std::uint64_t seed = 42;
   bool keep = false;
   std::string trace;  // record every machine's steps here (wire/trace.hpp); check with bitrefit-check-trace
+  demo::net_config net;  // --transport dir|s3|relay and the stores (net.stores), --fanout K
   // receiver role
   std::string role = "trainer";
   int index = 0;
@@ -79,7 +90,9 @@ struct options {
                "usage: bitrefit-demo [--refits N] [--receivers R] [--kill-every K] [--params P[K|M|G]]\n"
                "                     [--mode sync|async] [--json] [--dir D] [--threads T] [--owners O]\n"
                "                     [--frame-kib F] [--deadline-ms MS] [--seed S] [--keep]\n"
-               "                     [--restart-trainer-every K] [--crash-owner-every K] [--trace DIR]\n",
+               "                     [--restart-trainer-every K] [--crash-owner-every K] [--trace DIR]\n"
+               "                     [--transport dir|s3|relay] [--fanout K] [--s3-endpoint URL] [--s3-bucket NAME]\n"
+               "                     [--commit-log file|etcd] [--etcd-endpoints URL[,URL]] [--etcd-prefix P]\n",
                why.c_str());
   std::exit(2);
 }
@@ -131,6 +144,15 @@ options parse(int argc, char** argv) {
     else if (a == "--crash-owner-every") o.crash_owner_every = static_cast<int>(parse_count(next()));
     else if (a == "--keep") o.keep = true;
     else if (a == "--trace") o.trace = next();
+    else if (a == "--transport") o.net.stores.transport = next();
+    else if (a == "--s3-endpoint") o.net.stores.s3_endpoint = next();
+    else if (a == "--s3-bucket") o.net.stores.s3_bucket = next();
+    else if (a == "--s3-prefix") o.net.stores.s3_prefix = next();  // set by the trainer for its rollout processes
+    else if (a == "--commit-log") o.net.stores.commit_log = next();
+    else if (a == "--etcd-endpoints") o.net.stores.etcd_endpoints = next();
+    else if (a == "--etcd-prefix") o.net.stores.etcd_prefix = next();
+    else if (a == "--fanout") o.net.fanout = static_cast<std::uint32_t>(parse_count(next()));
+    else if (a == "--relay-root") o.net.root = transport::relay::parse_endpoint(next());
     else if (a == "--role") o.role = next();
     else if (a == "--index") o.index = static_cast<int>(parse_count(next()));
     else if (a == "--shm") o.shm = next();
@@ -140,6 +162,8 @@ options parse(int argc, char** argv) {
   if (o.receivers < 1) usage("--receivers must be at least 1");
   if (o.owners < 1 || o.threads < 1 || o.frame_kib < 1) usage("--owners, --threads and --frame-kib must be at least 1");
   if (o.params < 10'000) usage("--params must be at least 10K");
+  if (const std::string why = o.net.stores.problem(); !why.empty()) usage(why);
+  if (o.net.fanout < 1) usage("--fanout must be at least 1");
   return o;
 }
 
@@ -189,11 +213,12 @@ int run_receiver(const options& o) {
 
   testing::crash_points faults;
   faults.set_on_fire([](const std::string&) { ::kill(::getpid(), SIGKILL); });  // die like a killed process
-  transport::directory_transport net{transport::directory_store(dir / "store"), {std::chrono::milliseconds(5)}};
-  durability::filesystem_commit_log log(dir / "log");
+  demo::net_config nc = o.net;
+  nc.dir = dir;
+  demo::any_transport net = demo::rollout_net(nc, o.index);
+  demo::any_commit_log log = demo::make_commit_log(o.net.stores, dir);
 
-  using receiver_t =
-      refit::receiver<demo::mapped_store, transport::directory_transport, durability::filesystem_commit_log, testing::crash_points>;
+  using receiver_t = refit::receiver<demo::mapped_store, demo::any_transport, demo::any_commit_log, testing::crash_points>;
   receiver_t* self = nullptr;
   refit::receiver_options ro;
   ro.index = static_cast<std::uint32_t>(o.index);
@@ -241,7 +266,9 @@ struct trainer {
         self_exe,        "--role",    "receiver",       "--index",       std::to_string(i),
         "--dir",         o.dir,       "--params",       std::to_string(o.params),
         "--mode",        mode_name(o.mode),              "--deadline-ms", std::to_string(o.deadline_ms),
-        "--shm",         children[i].shm};
+        "--shm",         children[i].shm,                "--fanout",      std::to_string(o.net.fanout),
+        "--relay-root",  o.net.root.port ? o.net.root.to_string() : "127.0.0.1:1"};
+    for (auto& a : o.net.stores.args()) args.push_back(a);
     if (!o.trace.empty()) args.insert(args.end(), {"--trace", o.trace});
     const pid_t pid = ::fork();
     if (pid < 0) throw error(errc::io, "fork failed");
@@ -283,6 +310,10 @@ int run_trainer(options o) {
                   {.file = o.trace, .tensor = {}, .field = "trace"});
     fs::create_directories(o.trace);
   }
+  // this run's own corner of the bucket and of etcd (version 0 starts from nothing)
+  const std::string run = std::to_string(::getpid()) + "-" + std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
+  o.net.stores.s3_prefix = "bitrefit-demo/" + run + "/";
+  o.net.stores.etcd_prefix += "/" + run;
 
   const auto dims = dims_for(o.params);
   const auto specs = testing::llama_like(dims);
@@ -293,9 +324,12 @@ int run_trainer(options o) {
   if (!o.json)
     std::printf("bitrefit-demo: %" PRIu64 " parameters (%" PRIu64 " layers, hidden %" PRIu64 ", vocab %" PRIu64
                 "), BF16 %.1f MiB; %d rollout processes, %d refits, mode %s, kill every %d, "
-                "trainer restart every %d, owner crash every %d\n",
+                "trainer restart every %d, owner crash every %d; transport %s, commit log %s\n",
                 m.total_elements(), dims.layers, dims.hidden, dims.vocab, double(m.total_bytes()) / 1048576.0,
-                o.receivers, o.refits, mode_name(o.mode).c_str(), o.kill_every, o.restart_trainer_every, o.crash_owner_every);
+                o.receivers, o.refits, mode_name(o.mode).c_str(), o.kill_every, o.restart_trainer_every, o.crash_owner_every,
+                o.net.relay() ? ("relay tree, fanout " + std::to_string(o.net.fanout)).c_str()
+                : o.net.stores.transport == "s3" ? ("s3://" + o.net.stores.s3_bucket + "/" + o.net.stores.s3_prefix).c_str() : "directory store",
+                o.net.stores.commit_log == "etcd" ? ("etcd " + o.net.stores.etcd_endpoints + " " + o.net.stores.etcd_prefix).c_str() : "file");
 
   testing::adamw_config cfg;
   cfg.lr = 1e-6f;
@@ -314,6 +348,8 @@ int run_trainer(options o) {
     std::memcpy(out.data(), dense.at(t.name).data(), out.size());
   };
 
+  o.net.dir = dir;
+  auto root_relay = demo::start_root(o.net, o.receivers);  // relay: the root, in this process, on loopback
   trainer tr;
   tr.o = o;
   tr.self_exe = fs::read_symlink("/proc/self/exe").string();
@@ -331,14 +367,15 @@ int run_trainer(options o) {
   so.idle = [&] { tr.reap(); };
   so.trace_dir = o.trace;
   testing::crash_points trainer_faults;  // owner crashes: thrown and caught inside the sender
-  using sender_t = refit::sender<transport::directory_transport, durability::filesystem_commit_log, durability::filesystem_baseline_store,
-                                 refit::identity_projection, codec::host_backend, testing::crash_points>;
-  // Everything the refit engine keeps across a restart is in these directories.
+  using sender_t = refit::sender<demo::any_transport, demo::any_commit_log, demo::any_baseline_store, refit::identity_projection,
+                                 codec::host_backend, testing::crash_points>;
+  // Everything the refit engine keeps across a restart is in these stores (directories, or the
+  // bucket and etcd).
   auto make_sender = [&] {
-    std::vector<durability::filesystem_baseline_store> baselines;
-    for (std::uint32_t i = 0; i < o.owners; ++i) baselines.emplace_back(dir / "baseline" / ("owner-" + std::to_string(i)));
-    return std::make_unique<sender_t>(m, transport::directory_transport{transport::directory_store(dir / "store"), {std::chrono::milliseconds(2)}},
-                                      durability::filesystem_commit_log(dir / "log"), std::move(baselines), so, trainer_faults);
+    std::vector<demo::any_baseline_store> baselines;
+    for (std::uint32_t i = 0; i < o.owners; ++i) baselines.push_back(demo::make_baseline_store(o.net.stores, dir, i));
+    return std::make_unique<sender_t>(m, demo::trainer_net(o.net), demo::make_commit_log(o.net.stores, dir), std::move(baselines), so,
+                                      trainer_faults);
   };
   auto tx = make_sender();
   tx->start(source);  // version 0: no durable baseline yet, so the owners take the trainer's copy
@@ -481,7 +518,8 @@ int run_trainer(options o) {
                          {"dense_to_payload_ratio", ratio},
                          {"receivers", o.receivers},
                          {"params", m.total_elements()},
-                         {"mode", mode_name(o.mode)}};
+                         {"mode", mode_name(o.mode)},
+                         {"transport", o.net.stores.transport}};
   if (o.json) {
     std::printf("%s\n", summary.dump().c_str());
   } else {
@@ -492,6 +530,7 @@ int run_trainer(options o) {
                 double(dense_total) / 1048576.0, ratio);
   }
   if (own_dir && !o.keep) fs::remove_all(dir);
+  if (!o.keep) demo::remove_run_state(o.net.stores);
   return committed == static_cast<std::uint64_t>(o.refits) && all_exact ? 0 : 1;
 }
 

@@ -28,7 +28,7 @@ std::vector<std::uint64_t> special_patterns(dtype t) {
   }
 }
 
-enum class pattern { none, one, all, runs, sparse, dense };
+enum class pattern { none, one, all, runs, sparse, dense, ulp_steps };
 
 struct tensor_case {
   std::string name;
@@ -57,7 +57,8 @@ rc::Gen<tensor_case> gen_tensor(std::string name) {
     t.old_b.resize(n * E);
     for (std::size_t i = 0; i < n; ++i) value(t.old_b.data() + i * E);
     t.new_b = t.old_b;
-    const auto pat = *rc::gen::element(pattern::none, pattern::one, pattern::all, pattern::runs, pattern::sparse, pattern::dense);
+    const auto pat = *rc::gen::element(pattern::none, pattern::one, pattern::all, pattern::runs, pattern::sparse, pattern::dense,
+                                       pattern::ulp_steps);
     auto change = [&](std::size_t i) {
       std::byte* p = t.new_b.data() + i * E;
       value(p);
@@ -89,6 +90,18 @@ rc::Gen<tensor_case> gen_tensor(std::string name) {
           for (std::size_t i = 0; i < n; ++i)
             if (*rc::gen::inRange(0, 2) == 0) change(i);
           break;
+        case pattern::ulp_steps:
+          // what a trainer's rounding does: the stored pattern moves by a few units (as an integer
+          // of the element's width; crossing into the sign bit or NaN/inf happens too)
+          for (std::size_t i = 0; i < n; ++i)
+            if (*rc::gen::inRange(0, 8) == 0) {
+              std::uint64_t v = 0;
+              std::memcpy(&v, t.new_b.data() + i * E, E);
+              const int d = *rc::gen::element(-3, -2, -1, 1, 1, 1, 2, 40000);
+              v += static_cast<std::uint64_t>(static_cast<std::int64_t>(d));
+              std::memcpy(t.new_b.data() + i * E, &v, E);
+            }
+          break;
       }
     return t;
   });
@@ -104,7 +117,8 @@ model_case gen_model() {
   model_case m;
   const int k = *rc::gen::inRange(1, 4);
   for (int i = 0; i < k; ++i) m.tensors.push_back(*gen_tensor("model.layers." + std::to_string(i) + ".w"));
-  m.policy = *rc::gen::element(mode_policy::xor_allowed, mode_policy::xor_only, mode_policy::overwrite_only);
+  m.policy = *rc::gen::element(mode_policy::xor_allowed, mode_policy::xor_only, mode_policy::overwrite_only,
+                               mode_policy::conditioned_only);
   m.max_bytes = *rc::gen::element<std::uint64_t>(8, 1000, 4096, default_max_frame_input_bytes);
   return m;
 }

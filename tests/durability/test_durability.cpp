@@ -14,11 +14,15 @@
 #include "bitrefit/durability/filesystem.hpp"
 #include "bitrefit/durability/memory.hpp"
 #include "bitrefit/testing/crash_points.hpp"
+#include "durability_laws.hpp"
+
+#include "../fuzz/reseal.hpp"
 
 #include <random>
 
 using namespace bitrefit;
 using namespace bitrefit::durability;
+using namespace bitrefit::durability::laws;
 namespace fs = std::filesystem;
 
 namespace {
@@ -30,55 +34,6 @@ fs::path fresh_dir(const std::string& name) {
 }
 
 using namespace bitrefit::protocol;
-
-prepare_record prep(std::uint64_t epoch, std::uint64_t counter, commit_record base) {
-  prepare_record p;
-  p.attempt = {epoch, counter};
-  p.base = base;
-  p.target = base.version + 1;
-  p.next = baseline_of(p.attempt);
-  p.mode = counter > 1 ? mode::overwrite : mode::xor_mask;
-  p.xor_allowed = true;
-  p.members = {{0, 1}, {1, 1}};
-  p.expected = {digest128{1, 2}, digest128{1, 2}};
-  return p;
-}
-
-log_snapshot snapshot_of(auto& log) {
-  auto r = log.apply(read_request{});
-  EXPECT_EQ(r.outcome, log_outcome::ok);
-  return r.snapshot;
-}
-
-/// Every request gives exactly what the pure protocol::commit_log gives, and a second handle (a
-/// restarted process) sees the same state.
-template <class L>
-void check_log_laws(L log, L other) {
-  protocol::commit_log pure;
-  auto both = [&](const log_request& q) {
-    const log_reply want = pure.apply(q);
-    const log_reply got = log.apply(q);
-    EXPECT_EQ(got.outcome, want.outcome);
-    EXPECT_EQ(got.snapshot, want.snapshot);
-    EXPECT_EQ(snapshot_of(other), pure.state);
-    return got.outcome;
-  };
-  EXPECT_EQ(both(claim_epoch_request{1}), log_outcome::ok);
-  EXPECT_EQ(both(claim_epoch_request{1}), log_outcome::fenced);  // not larger: refused
-  const commit_record k0{};
-  EXPECT_EQ(both(persist_prepare_request{1, prep(1, 1, k0)}), log_outcome::ok);
-  const commit_record k1{1, baseline_of({1, 1})};
-  EXPECT_EQ(both(compare_and_set_request{1, {1, 1}, k0, k1}), log_outcome::ok);
-  EXPECT_EQ(both(compare_and_set_request{1, {1, 2}, k0, {1, baseline_id{77}}}), log_outcome::conflict);
-  // A newer coordinator fences the old one, which then changes nothing.
-  EXPECT_EQ(both(claim_epoch_request{2}), log_outcome::ok);
-  const auto before = snapshot_of(log);
-  EXPECT_EQ(both(persist_prepare_request{1, prep(1, 3, k1)}), log_outcome::fenced);
-  EXPECT_EQ(both(compare_and_set_request{1, {1, 3}, k1, {2, baseline_id{5}}}), log_outcome::fenced);
-  EXPECT_EQ(snapshot_of(log), before);
-  EXPECT_EQ(both(persist_prepare_request{2, prep(2, 1, k1)}), log_outcome::ok);
-  EXPECT_EQ(both(compare_and_set_request{2, {2, 1}, k1, {2, baseline_of({2, 1})}}), log_outcome::ok);
-}
 
 }  // namespace
 
@@ -128,6 +83,47 @@ TEST(CommitLog, FilesystemCrashAfterRenameIsResolvedByReading) {
   ASSERT_EQ(successor.apply(claim_epoch_request{2}).outcome, log_outcome::ok);
   EXPECT_EQ(snapshot_of(successor).record, k1);
   EXPECT_EQ(log.apply(compare_and_set_request{1, {1, 2}, k1, {2, baseline_id{7}}}).outcome, log_outcome::fenced);
+  fs::remove_all(dir);
+}
+
+namespace {
+/// A directory fsync that fails while `failing` is set (a disk error), shared across copies.
+struct flaky_directory_sync {
+  std::shared_ptr<int> failing = std::make_shared<int>(0);
+  std::shared_ptr<int> calls = std::make_shared<int>(0);
+  void operator()(const fs::path& dir) const {
+    ++*calls;
+    if (*failing) throw error(errc::io, "injected: directory fsync failed", {.file = dir.string(), .tensor = {}, .field = {}});
+    posix_directory_sync{}(dir);
+  }
+};
+}  // namespace
+
+TEST(CommitLog, FilesystemReadOfAnUnknownWriteMakesItDurableFirst) {
+  // Finding B5: the rename of a compare-and-set is done, the directory fsync fails: the writer
+  // sees "unknown". A read must not report that record as committed while a power loss could
+  // still revert it: it fsyncs the directory first, and reports `failed` while it cannot.
+  auto dir = fresh_dir("unknown-durable");
+  flaky_directory_sync sync;
+  basic_filesystem_commit_log<no_crash_points, flaky_directory_sync> log(dir, {}, {}, sync);
+  ASSERT_EQ(log.apply(claim_epoch_request{1}).outcome, log_outcome::ok);
+  const commit_record k1{1, baseline_of({1, 1})};
+  *sync.failing = 1;
+  EXPECT_EQ(log.apply(compare_and_set_request{1, {1, 1}, commit_record{}, k1}).outcome, log_outcome::unknown);
+  // The read (the same handle, or a successor process) cannot make it durable: no answer yet.
+  EXPECT_EQ(log.apply(read_request{}).outcome, log_outcome::failed);
+  basic_filesystem_commit_log<no_crash_points, flaky_directory_sync> successor(dir, {}, {}, sync);
+  EXPECT_EQ(successor.apply(read_request{}).outcome, log_outcome::failed);
+  // Nor a request that is refused without writing (fenced, conflict): its snapshot would show k1.
+  EXPECT_EQ(successor.apply(compare_and_set_request{1, {1, 2}, commit_record{}, {1, baseline_id{9}}}).outcome,
+            log_outcome::failed);
+  // Once the directory syncs, the read first makes k1 durable, then reports it.
+  *sync.failing = 0;
+  const int before = *sync.calls;
+  const auto r = successor.apply(read_request{});
+  EXPECT_EQ(r.outcome, log_outcome::ok);
+  EXPECT_EQ(r.snapshot.record, k1);
+  EXPECT_EQ(*sync.calls, before + 1);
   fs::remove_all(dir);
 }
 
@@ -188,25 +184,34 @@ TEST(CommitLog, FilesystemRejectsCorruptRecordByName) {
   fs::remove_all(dir);
 }
 
-namespace {
-template <class S>
-void check_baseline_laws(S s, S restarted) {
-  baseline_image v0{{"a", {std::byte{1}, std::byte{2}}}, {"b", {}}};
-  baseline_image v1{{"a", {std::byte{1}, std::byte{3}}}, {"b", {}}};
-  s.save(10, v0);
-  EXPECT_EQ(*restarted.load(10), v0);
-  // Law 2: the next image is saved under g' before commit; both coexist until K names g'.
-  s.save(11, v1);
-  EXPECT_EQ(*restarted.load(10), v0);
-  EXPECT_EQ(*restarted.load(11), v1);
-  s.retain_only(11);
-  EXPECT_FALSE(restarted.load(10));
-  EXPECT_EQ(*restarted.load(11), v1);
-  s.retain_only(11);  // idempotent
-  EXPECT_EQ(*restarted.load(11), v1);
-  EXPECT_FALSE(restarted.load(12));
+TEST(CommitLog, FilesystemChecksEveryIntegerOfTheRecord) {
+  auto dir = fresh_dir("integers");
+  fs::create_directories(dir);
+  const std::string good = wire::to_json(log_snapshot{3, {4, baseline_id{9}}, prep(3, 1, {4, baseline_id{9}})}).dump();
+  { std::ofstream(dir / "commit.json") << good; }
+  EXPECT_EQ(filesystem_commit_log(dir).read_unlocked().epoch, 3u);
+  // Each replacement is a number nlohmann would convert through undefined behaviour or wrap.
+  const std::pair<std::string, std::string> cases[] = {
+      {"\"epoch\":3", "\"epoch\":-5"},           {"\"epoch\":3", "\"epoch\":1e300"},
+      {"\"epoch\":3", "\"epoch\":3.5"},          {"\"record\":[4,9]", "\"record\":[4,18446744073709551616]"},
+      {"\"members\":[[0,1]", "\"members\":[[-1,1]"}, {"\"members\":[[0,1]", "\"members\":[[4294967296,1]"},
+      {"\"target\":5", "\"target\":true"},        {"\"record\":[4,9]", "\"record\":[4,9,1]"}};
+  for (const auto& [from, to] : cases) {
+    std::string text = good;
+    ASSERT_NE(text.find(from), std::string::npos) << from;
+    text.replace(text.find(from), from.size(), to);
+    { std::ofstream(dir / "commit.json", std::ios::trunc) << text; }
+    try {
+      filesystem_commit_log(dir).read_unlocked();
+      FAIL() << to;
+    } catch (const error& e) {
+      EXPECT_EQ(e.code(), errc::format) << to;
+      EXPECT_EQ(e.where().file, (dir / "commit.json").string()) << to;
+      EXPECT_FALSE(e.where().field.empty()) << to;
+    }
+  }
+  fs::remove_all(dir);
 }
-}  // namespace
 
 TEST(BaselineStore, MemoryLaws) {
   memory_baseline_store s;
@@ -229,74 +234,11 @@ TEST(BaselineStore, FilesystemLawsAndCorruptionReadsAsLost) {
 
 namespace {
 
-/// A small owner image covering every element width a checkpoint carries: FP8 (1 byte), BF16/F16
-/// (2), F32 (4), integer buffers (8); an empty tensor too.
-struct image_model {
-  std::map<std::string, std::size_t> widths{{"fp8", 1}, {"bf16", 2}, {"f16", 2}, {"f32", 4}, {"i64", 8}, {"empty", 2}};
-  std::map<std::string, std::size_t> elements{{"fp8", 1500}, {"bf16", 2048}, {"f16", 777}, {"f32", 1000}, {"i64", 300}, {"empty", 0}};
-  std::mt19937_64 rng{1234};
-
-  std::size_t width(const std::string& n) const { return widths.at(n); }
-  baseline_image initial() {
-    baseline_image img;
-    for (auto& [n, e] : elements) {
-      auto& b = img[n];
-      b.resize(e * widths.at(n));
-      for (auto& x : b) x = static_cast<std::byte>(rng());
-    }
-    return img;
-  }
-  /// The next version: ~3% of elements take new bits, among them the special patterns of floats
-  /// (-0.0 vs +0.0 differ in one byte only, NaN payloads, infinities, subnormals).
-  baseline_image step(baseline_image img) {
-    static const std::uint64_t special[] = {0x8000, 0x0000, 0x7FC1, 0xFFFF, 0x7F80, 0xFF80, 0x0001, 0x7FA5, 0x80000000, 0x7FC00001};
-    for (auto& [n, b] : img) {
-      const std::size_t E = widths.at(n), count = b.size() / E;
-      for (std::size_t k = 0; k < count / 33 + 1 && count; ++k) {
-        const std::size_t i = rng() % count;
-        std::uint64_t x = rng() % 4 == 0 ? special[rng() % std::size(special)] : rng();
-        std::memcpy(b.data() + i * E, &x, E);
-      }
-    }
-    return img;
-  }
-};
-
-bool same_bits(const std::optional<baseline_image>& got, const baseline_image& want) {
-  if (!got || got->size() != want.size()) return false;
-  for (auto& [n, b] : want) {
-    auto it = got->find(n);
-    if (it == got->end() || it->second.size() != b.size() || std::memcmp(it->second.data(), b.data(), b.size()) != 0) return false;
-  }
-  return true;
-}
-
 std::vector<std::string> files_in(const fs::path& dir) {
   std::vector<std::string> out;
   for (auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
   std::sort(out.begin(), out.end());
   return out;
-}
-
-/// Law 4 across many versions: each transition saved as its change set, the baseline advanced by
-/// retain_only as the sender does; every version loads bit-identically, from this handle and from a
-/// fresh one (a restarted owner).
-template <class S>
-void check_change_set_chain(S s, S restarted, int versions) {
-  image_model m;
-  std::vector<baseline_image> ref{m.initial()};
-  s.save(0, ref[0]);
-  for (int v = 1; v <= versions; ++v) {
-    ref.push_back(m.step(ref.back()));
-    const change_set cs = diff_images(ref[v - 1], ref[v], [&](const std::string& n) { return m.width(n); });
-    ASSERT_GT(changed_elements(cs), 0u);
-    s.save_changes(version_t(v - 1), version_t(v), cs);
-    ASSERT_TRUE(same_bits(restarted.load(v), ref[v])) << "v" << v;
-    ASSERT_TRUE(same_bits(restarted.load(v - 1), ref[v - 1])) << "K.v stays loadable until K names v+1 (law 2), v" << v;
-    s.retain_only(version_t(v));
-    ASSERT_TRUE(same_bits(restarted.load(v), ref[v])) << "after retain_only, v" << v;
-    ASSERT_FALSE(restarted.load(v + 1));
-  }
 }
 
 }  // namespace
@@ -509,5 +451,58 @@ TEST(BaselineStore, FilesystemTornCorruptOrUnlinkedDeltaReadsAsNamedLoss) {
     EXPECT_THROW(t.save_changes(5, 6, {}), error);  // no base: law 4 refuses, nothing written
     EXPECT_FALSE(fs::exists(t.delta_path(6)));
   }
+  fs::remove_all(dir);
+}
+
+// The hardening findings (kept as fuzz regression inputs, tests/fuzz/corpus/fuzz_durability) and a
+// constructed record: a delta whose element count times element size wraps to the image's size
+// once passed the bounds check and wrote outside the image (heap-buffer-overflow under ASan).
+// Now every such record is errc::integrity naming the file, and the image is never touched.
+TEST(BaselineStore, FilesystemDeltaRecordsOutsideTheImageAreRefusedByName) {
+  const auto dir = fresh_dir("hostile-delta");
+  filesystem_baseline_store s(dir);
+  baseline_image img;
+  img["a"] = std::vector<std::byte>(64, std::byte{1});
+  img["b"] = std::vector<std::byte>(40, std::byte{2});
+  img["c"] = std::vector<std::byte>(16, std::byte{3});
+  s.save(1, img);
+  std::uint64_t link = 0;
+  {
+    std::ifstream in(s.full_path(1), std::ios::binary | std::ios::ate);
+    in.seekg(-8, std::ios::end);
+    unsigned char b[8];
+    in.read(reinterpret_cast<char*>(b), 8);
+    for (int i = 0; i < 8; ++i) link |= std::uint64_t(b[i]) << (8 * i);
+  }
+  auto expect_refused = [&](std::vector<std::byte> body, const std::string& what) {
+    const auto file = fuzz::seal_delta_v2(std::move(body), link);
+    { std::ofstream(s.delta_path(2), std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(file.data()), static_cast<std::streamsize>(file.size())); }
+    EXPECT_FALSE(s.load(2)) << what;
+    ASSERT_TRUE(s.last_error()) << what;
+    EXPECT_EQ(s.last_error()->code(), errc::integrity) << what << ": " << s.last_error()->what();
+    EXPECT_EQ(s.last_error()->where().file, s.delta_path(2).string()) << what;
+    EXPECT_EQ(*s.load(1), img) << what;
+  };
+  for (const char* name : {"crash-baseline_delta_oob", "crash-baseline_delta_use_after_free"}) {
+    std::ifstream in(fs::path(BITREFIT_SOURCE_DIR) / "tests/fuzz/corpus/fuzz_durability" / name, std::ios::binary);
+    std::vector<char> c((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_GT(c.size(), 1u) << name;
+    std::vector<std::byte> body(c.size() - 1);
+    std::memcpy(body.data(), c.data() + 1, body.size());  // the first byte selects the fuzz target's format
+    expect_refused(std::move(body), name);
+  }
+  // constructed: tensor "a" (64 bytes), E = 8, elements = 2^61 + 8 (x 8 wraps to 64), one change at
+  // position 2^40 (inside the claimed element count, 8 TiB past the image)
+  fuzz::byte_writer w;
+  w.bytes("BRDELT01", 8);
+  for (std::uint64_t v : {std::uint64_t{2}, std::uint64_t{1}, link, std::uint64_t{1}, std::uint64_t{1}}) w.u64(v);
+  w.bytes("a", 1);
+  for (std::uint64_t v : {std::uint64_t{8}, (std::uint64_t{1} << 61) + 8, std::uint64_t{1}}) w.u64(v);
+  fuzz::byte_writer pos;
+  pos.leb128(std::uint64_t{1} << 40);
+  w.u64(pos.out.size());
+  w.bytes(pos.out.data(), pos.out.size());
+  w.bytes("\xAA\xAA\xAA\xAA\xAA\xAA\xAA\xAA", 8);
+  expect_refused(w.out, "elements x element size wrapping to the image's size");
   fs::remove_all(dir);
 }

@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <iterator>
+#include <span>
 #include <set>
 #include <string>
 #include <utility>
@@ -22,6 +24,17 @@
 namespace bitrefit::io::test {
 
 namespace fs = std::filesystem;
+
+/// Bitwise equality of two byte ranges. Not memcmp: an empty vector's data() may be null, and
+/// memcmp(nullptr, ..., 0) is undefined behaviour (UBSan reports it).
+inline bool same_bytes(std::span<const std::byte> a, std::span<const std::byte> b) { return std::ranges::equal(a, b); }
+
+/// The bytes of any contiguous range of trivially copyable values, as an owned vector.
+template <class Range>
+std::vector<std::byte> bytes_of(const Range& r) {
+  const auto b = std::as_bytes(std::span(r));
+  return {b.begin(), b.end()};
+}
 
 /// A fresh directory removed at the end of the test.
 struct scratch_dir {

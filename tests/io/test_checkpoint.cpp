@@ -185,7 +185,7 @@ TEST(CheckpointWrite, ShardedRoundTripReadsInPythonAndCpp) {
     EXPECT_EQ(t.type(), v.type());
     EXPECT_EQ(t.shape(), v.shape());
     ASSERT_EQ(t.bytes().size(), v.bytes().size());
-    EXPECT_EQ(0, std::memcmp(t.bytes().data(), v.bytes().data(), v.bytes().size())) << v.name();
+    EXPECT_TRUE(same_bytes(t.bytes(), v.bytes())) << v.name();
   }
   const json dumped = json::parse(run_reference("dump '" + (dir / "ck").string() + "'"));
   EXPECT_EQ(dumped["total_size"], 808);
@@ -271,7 +271,7 @@ RC_GTEST_PROP(CheckpointProperty, ShardingNeverChangesBits, ()) {
     auto t = ck.tensor(v.name());
     RC_ASSERT(t.type() == v.type());
     RC_ASSERT(t.shape() == v.shape());
-    RC_ASSERT(std::memcmp(t.bytes().data(), v.bytes().data(), v.bytes().size()) == 0);
+    RC_ASSERT(same_bytes(t.bytes(), v.bytes()));
   }
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bitrefit/layout/apply.hpp"
+#include "bitrefit/layout/borrowed_store.hpp"
 #include "bitrefit/layout/canonical_store.hpp"
 
 using namespace bitrefit;
@@ -39,6 +40,53 @@ TEST(CanonicalStore, HoldsWholeTensorsAndIsBitPreserving) {
   EXPECT_EQ(held_bytes(s), 3 * 4 + 30 * 2 + 16 + 7 * 8u);
   for (auto& t : s.canonical().tensors()) EXPECT_TRUE(s.bit_preserving(t.name));
   EXPECT_THROW((void)s.held("nope"), error);
+}
+
+// The borrowed store writes into the caller's buffers (no copy of the model) and is a Loader with
+// the same laws as the canonical store: law 1 at every coordinate, law 2 (segments are the caller's
+// memory), whole tensors held.
+TEST(BorrowedStore, WritesInPlaceIntoTheCallersMemory) {
+  const model_manifest m = small_manifest();
+  std::vector<std::vector<std::byte>> memory;
+  std::vector<mutable_tensor_view> views;
+  for (auto& t : m.tensors()) memory.emplace_back(t.bytes(), std::byte{0});
+  for (std::size_t i = 0; i < m.size(); ++i)  // handed over in reverse order: the store sorts by name
+    views.emplace_back(m.tensors()[m.size() - 1 - i].name, m.tensors()[m.size() - 1 - i].type,
+                       m.tensors()[m.size() - 1 - i].shape, std::span<std::byte>(memory[m.size() - 1 - i]));
+  borrowed_store s(views);
+  EXPECT_EQ(s.canonical(), m);
+  for (std::size_t k = 0; k < m.size(); ++k) {
+    const tensor_info& t = m.tensors()[k];
+    ASSERT_EQ(s.segments(t.name).size(), 1u);
+    EXPECT_EQ(s.segments(t.name)[0].data, memory[k].data());
+    const std::size_t es = element_size(t.type);
+    for (std::uint64_t i = 0; i < t.elements(); ++i) {
+      auto v = random_bytes(es, i * 17 + k);
+      write_canonical(s, t.name, {i, i + 1}, v);
+      ASSERT_EQ(0, std::memcmp(memory[k].data() + i * es, v.data(), es)) << t.name << " " << i;
+      std::vector<std::byte> back(es);
+      read_canonical(s, t.name, {i, i + 1}, back);
+      ASSERT_EQ(back, v);
+    }
+  }
+  EXPECT_EQ(held_bytes(s), m.total_bytes());
+  EXPECT_THROW((void)s.held("nope"), error);
+}
+
+TEST(BorrowedStore, RefusesTensorsThatShareMemory) {
+  std::vector<std::byte> memory(64);
+  std::vector<mutable_tensor_view> tied = {
+      mutable_tensor_view("lm_head.weight", dtype::BF16, {16}, std::span<std::byte>(memory).subspan(0, 32)),
+      mutable_tensor_view("embed.weight", dtype::BF16, {16}, std::span<std::byte>(memory).subspan(30, 32))};
+  try {
+    borrowed_store s(tied);
+    FAIL() << "overlapping tensors accepted";
+  } catch (const error& e) {
+    EXPECT_EQ(e.code(), errc::invalid_argument);
+    EXPECT_NE(e.message().find("share memory"), std::string::npos);
+  }
+  tied[1] = mutable_tensor_view("embed.weight", dtype::BF16, {16}, std::span<std::byte>(memory).subspan(32, 32));
+  EXPECT_NO_THROW(borrowed_store{tied});  // adjacent is fine
 }
 
 // Law 1: read after write gives the written bits, every element, every dtype in the manifest.

@@ -19,7 +19,8 @@ set(common -G ${GENERATOR} -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_BUILD_TYPE=Releas
 if(MODE STREQUAL "find_package")
   set(prefix ${WORK_DIR}/prefix)
   run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/bitrefit-build ${common}
-      -DBITREFIT_BUILD_TESTS=OFF -DBITREFIT_BUILD_EXAMPLES=OFF -DBITREFIT_BUILD_PROOFS=OFF -DBITREFIT_BUILD_BENCH=OFF)
+      -DBITREFIT_BUILD_TESTS=OFF -DBITREFIT_BUILD_EXAMPLES=OFF -DBITREFIT_BUILD_PROOFS=OFF -DBITREFIT_BUILD_BENCH=OFF
+      -DBITREFIT_BUILD_PYTHON=OFF)
   run(${CMAKE_COMMAND} --install ${WORK_DIR}/bitrefit-build --prefix ${prefix})
   foreach(f share/cmake/bitrefit/bitrefit-config.cmake share/cmake/bitrefit/bitrefit-config-version.cmake
             share/cmake/bitrefit/bitrefit-targets.cmake include/bitrefit/bitrefit.hpp include/bitrefit/core/core.hpp

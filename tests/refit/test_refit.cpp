@@ -22,9 +22,12 @@
 #include "bitrefit/transport/faulty.hpp"
 #include "bitrefit/transport/inprocess.hpp"
 #include "bitrefit_proofs/trace_check.hpp"
+#include "truth_model.hpp"
 
 using namespace bitrefit;
 using namespace std::chrono_literals;
+using bitrefit::testing::test_model;
+using bitrefit::testing::truth_model;
 
 namespace {
 
@@ -45,61 +48,6 @@ struct trace_dir {
   bool keep = false;
   ~trace_dir() {
     if (!keep && !::testing::Test::HasFailure()) std::filesystem::remove_all(path);
-  }
-};
-
-model_manifest test_model() {
-  return model_manifest({{"model.embed.weight", dtype::BF16, {64, 96}},
-                         {"model.mlp.weight", dtype::BF16, {128, 40}},
-                         {"model.norm.bias", dtype::F32, {300}},
-                         {"model.steps", dtype::I64, {16}},
-                         {"model.fp8.weight", dtype::F8_E4M3, {200}},
-                         {"model.half", dtype::F16, {77}},
-                         {"model.empty", dtype::BF16, {0, 4}}});
-}
-
-/// The trainer's truth: version k of every tensor. Each step changes ~3% of elements to random bit
-/// patterns, with special values (-0.0, NaN payloads, infinities, subnormals) mixed in.
-struct truth_model {
-  model_manifest m = test_model();
-  std::map<std::string, std::vector<std::byte>> bits;
-  std::mt19937_64 rng{12345};
-
-  truth_model() {
-    for (auto& t : m.tensors()) {
-      auto& b = bits[t.name];
-      b.resize(t.bytes());
-      for (auto& x : b) x = static_cast<std::byte>(rng());
-    }
-  }
-  void step() {
-    for (auto& t : m.tensors()) {
-      auto& b = bits[t.name];
-      const std::size_t E = element_size(t.type);
-      for (std::uint64_t i = 0; i < t.elements(); ++i) {
-        if (rng() % 100 >= 3) continue;
-        std::byte* p = b.data() + i * E;
-        switch (rng() % 6) {
-          case 0: std::memset(p, 0, E); p[E - 1] = std::byte{0x80}; break;          // -0.0
-          case 1: std::memset(p, 0xFF, E); p[0] = std::byte(rng() | 1); break;     // NaN with payload
-          case 2: std::memset(p, 0, E); p[0] = std::byte{1}; break;                // smallest subnormal
-          default:
-            for (std::size_t k = 0; k < E; ++k) p[k] = static_cast<std::byte>(rng());
-        }
-      }
-    }
-  }
-  refit::tensor_source source() const {
-    return [this](const tensor_info& t, std::span<std::byte> out) {
-      const auto& b = bits.at(t.name);
-      ASSERT_EQ(out.size(), b.size());
-      if (!b.empty()) std::memcpy(out.data(), b.data(), b.size());
-    };
-  }
-  digest128 attestation() const {
-    std::vector<tensor_view> vs;
-    for (auto& t : m.tensors()) vs.emplace_back(t.name, t.type, t.shape, std::span<const std::byte>(bits.at(t.name)));
-    return codec::attestation_digest(std::span<const tensor_view>(vs));
   }
 };
 
@@ -230,19 +178,9 @@ struct cluster {
       }
     }
     ASSERT_TRUE(all_at()) << "not every receiver reached v" << v;
-    const digest128 expected = truth.attestation();
     for (std::uint32_t r = 0; r < rx.size(); ++r) {
       std::lock_guard lock(rx[r]->mu);
-      std::vector<tensor_view> vs;
-      for (auto& t : truth.m.tensors()) {
-        const auto got = rx[r]->store->bytes(t.name);
-        const auto& want = truth.bits.at(t.name);
-        ASSERT_EQ(got.size(), want.size());
-        EXPECT_TRUE(want.empty() || std::memcmp(got.data(), want.data(), want.size()) == 0)
-            << "receiver " << r << " tensor " << t.name << " differs from the dense reference at v" << v;
-        vs.push_back(rx[r]->store->view(t.name));
-      }
-      EXPECT_EQ(codec::attestation_digest(std::span<const tensor_view>(vs)), expected) << "receiver " << r;
+      truth.expect_held_by(*rx[r]->store, "receiver " + std::to_string(r) + " at v" + std::to_string(v));
     }
     EXPECT_EQ(durability::read_log(log).snapshot.record.version, v);
   }

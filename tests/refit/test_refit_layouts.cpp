@@ -460,3 +460,37 @@ TEST(RefitLayouts, AMisconfiguredPlacementIsRefusedByName) {
   }
   EXPECT_EQ(durability::read_log(g.log).snapshot.record.version, 0u);
 }
+
+TEST(RefitLayouts, XorDeltasOffSendsEveryChangedElementAsOverwrite) {
+  // sender_options::xor_deltas = false: bit-preserving receivers, yet every attempt is prepared
+  // in overwrite mode and every frame item carries absolute values (bench/refit's overwrite-only
+  // baseline); the receivers still end bit-exact, through their fast (bit-preserving) paths.
+  const auto spec = tiny_llama();
+  canonical_truth truth(layout::canonical_manifest(spec));
+  rig g;
+  auto so = g.options(2);
+  so.xor_deltas = false;
+  refit::sender<net_t, log_t, store_t> tx(truth.m, g.net, g.log, g.stores, so);
+  tx.start(truth.source());
+  for (int r = 0; r < 2; ++r) g.add_receiver([&] { return std::make_unique<layout::canonical_store>(truth.m); });
+  ASSERT_TRUE(tx.wait_for_members(60s));
+  g.expect_all_bit_exact(tx, truth, 0);
+  EXPECT_TRUE(tx.overwrite_only().empty()) << "no receiver placement forces overwrite here";
+  for (version_t v = 1; v <= 2; ++v) {
+    g.net.take();
+    truth.step();
+    const auto st = tx.refit(truth.source());
+    EXPECT_TRUE(st.committed);
+    EXPECT_EQ(st.attempts, 1u);
+    g.expect_all_bit_exact(tx, truth, v);
+    std::uint64_t items = 0;
+    for (const auto& bytes : g.net.take()) {
+      const auto f = codec::frame_view::parse(bytes);
+      for (const auto& it : f.items()) {
+        ++items;
+        EXPECT_EQ(it.mode, codec::value_mode::overwrite) << it.tensor << " went as XOR with xor_deltas = false";
+      }
+    }
+    EXPECT_GT(items, 0u);
+  }
+}

@@ -33,14 +33,22 @@ TEST(Wire, EveryMessageRoundTripsAndGarbageIsRefused) {
   p.xor_allowed = true;
   p.members = {{0, 1}, {2, 5}};
   p.expected = {digest128{1, 2}, digest128{3, 4}};
+  protocol::prepare_record retry = p;
+  retry.frozen = {digest128{9, 9}};
+  retry.retry = true;
+  retry.aborted = true;
   const std::vector<protocol::message> all{
       protocol::prepare_msg{p},
+      protocol::prepare_msg{retry},
+      protocol::frozen_lost_msg{{3, 4}, 1, 8},
       protocol::obsolete_msg{{3, 4}},
       protocol::open_msg{{3, 4}, {5, 6}},
       protocol::flush_msg{{3, 4}},
       protocol::announce_msg{{8, baseline_id{12}}},
+      protocol::announce_msg{{8, baseline_id{12}}, protocol::member{2, 6}, false},
+      protocol::announce_msg{{8, baseline_id{12}}, protocol::member{2, 5}, true},
       protocol::roll_call_msg{9},
-      protocol::abort_msg{{3, 4}},
+      protocol::abort_msg{2, {3, 4}},
       protocol::manifest_msg{{3, 4}, 1, 17},
       protocol::arrived_msg{{3, 4}, {2, 5}},
       protocol::ack_msg{{3, 4}, {2, 5}, digest128{5, 6}},

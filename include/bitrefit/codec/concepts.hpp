@@ -38,6 +38,31 @@
 //
 //  4. name() -> a short stable name ("host", "thrust-cpp", ...), used by benches and reports.
 //
+//  5. host_bytes(bytes, scratch) -> span
+//       @post the result holds exactly `bytes`' content in host memory: `bytes` itself when the
+//             backend's tensors live in host memory, else a copy in `scratch` (resized to fit).
+//       Used by the decoder of base-conditioned items, which reads the base bits of an item range.
+//
+//  6. rank_by_class(base, format, spec, positions, classes_out, ranks_out, totals)
+//       @pre base holds m elements of `format` (in the backend's memory space), positions strictly
+//            ascending and < m, outputs at least positions.size() long, totals.size() >= spec.count.
+//       @post exactly base_classes.hpp's rank_by_class: classes_out[k] = the class of base element
+//             p_k, ranks_out[k] = totals[class] + same-class elements before p_k; then totals[k] +=
+//             the range's elements of class k. Law: identical on every backend.
+//
+// Optional (preparing_backend): a backend whose tensors live elsewhere (device memory) prepares
+// whole items there, so positions never cross to host memory — only what goes into the frame:
+//
+//  7. prepare_plain(old, neu, E, mode, out, entropy) -> c
+//       For an XOR (mode xor_mask) or overwrite item of the range: c changed elements; out holds
+//       the location coding chosen by choose_location_coding(location sizes, c, m) and its raw
+//       section, and the values (XOR masks or new bits) as byte planes iff choose_byte_planes on
+//       their value_sample, else interleaved. If `entropy` is set, it gets every XOR mask.
+//       Law: byte-identical to what the encoder's host path computes from collect_changes.
+//  8. prepare_conditioned(old, neu, format, spec, out, entropy) -> c
+//       For a base-conditioned item: per change (ascending position) its class and class rank
+//       (as rank_by_class) and its old and new bits. Same law.
+//
 // Everything else — location coding (runs, gaps, bitmaps) from positions, byte-plane splitting
 // and merging of the compacted values, zstd, the frame layout and digest, verification before
 // any write, chunk planning — is shared host code in encoder.hpp / apply.hpp / frame.hpp.
@@ -49,7 +74,10 @@
 #include <span>
 #include <string_view>
 
+#include "bitrefit/codec/base_classes.hpp"
+#include "bitrefit/codec/buffer.hpp"
 #include "bitrefit/codec/types.hpp"
+#include "bitrefit/codec/ulp.hpp"
 #include "bitrefit/core/digest.hpp"
 
 namespace bitrefit::codec {
@@ -58,11 +86,41 @@ template <class B>
 concept execution_backend = requires(B& b, std::span<const std::byte> cbytes, std::span<std::byte> mbytes,
                                      std::size_t n, std::span<std::uint32_t> pos_out,
                                      std::span<const std::uint32_t> pos, value_mode mode,
-                                     std::span<digest128> digests) {
+                                     std::span<digest128> digests, byte_buffer& scratch, const float_format& fmt,
+                                     const class_spec& spec, std::span<std::uint8_t> classes,
+                                     std::span<std::uint32_t> ranks, std::span<std::uint64_t> totals) {
   { B::name() } -> std::convertible_to<std::string_view>;
   { b.collect_changes(cbytes, cbytes, n, pos_out, mbytes, mbytes) } -> std::same_as<std::size_t>;
   { b.apply_changes(mbytes, n, mode, pos, cbytes) } -> std::same_as<void>;
   { b.hash_slices(cbytes, n, digests) } -> std::same_as<void>;
+  { b.host_bytes(cbytes, scratch) } -> std::same_as<std::span<const std::byte>>;
+  { b.rank_by_class(cbytes, fmt, spec, pos, classes, ranks, totals) } -> std::same_as<void>;
+};
+
+/// What a preparing backend hands the encoder for an XOR or overwrite item (host memory).
+struct prepared_plain {
+  location_coding locations = location_coding::gaps8;
+  byte_buffer location_raw;
+  value_coding values = value_coding::interleaved;
+  byte_buffer value_raw;
+};
+
+/// What a preparing backend hands the encoder for a base-conditioned item (host memory).
+struct prepared_conditioned {
+  scratch_buffer<std::uint8_t> classes;
+  scratch_buffer<std::uint32_t> ranks;
+  byte_buffer old_values, new_values;
+};
+
+class entropy_accumulator;
+
+template <class B>
+concept preparing_backend = execution_backend<B> && requires(B& b, std::span<const std::byte> bytes, std::size_t n, value_mode mode,
+                                                             prepared_plain& plain, prepared_conditioned& cond,
+                                                             const float_format& fmt, const class_spec& spec,
+                                                             entropy_accumulator* ent) {
+  { b.prepare_plain(bytes, bytes, n, mode, plain, ent) } -> std::same_as<std::size_t>;
+  { b.prepare_conditioned(bytes, bytes, fmt, spec, cond, ent) } -> std::same_as<std::size_t>;
 };
 
 }  // namespace bitrefit::codec

@@ -28,12 +28,16 @@
 #include <vector>
 
 #include "bitrefit/codec/buffer.hpp"
+#include "bitrefit/codec/base_classes.hpp"
 #include "bitrefit/codec/concepts.hpp"
+#include "bitrefit/codec/conditioned.hpp"
+#include "bitrefit/codec/fixed_log2.hpp"
 #include "bitrefit/codec/entropy.hpp"
 #include "bitrefit/codec/frame.hpp"
 #include "bitrefit/codec/host_backend.hpp"
 #include "bitrefit/codec/location.hpp"
 #include "bitrefit/codec/types.hpp"
+#include "bitrefit/codec/value_planes.hpp"
 #include "bitrefit/codec/zstd.hpp"
 #include "bitrefit/core/canonical.hpp"
 #include "bitrefit/core/error.hpp"
@@ -54,13 +58,22 @@ struct chunk_piece {
   std::span<const std::byte> new_bytes;
 };
 
+/// A chunk bound outside [8, frame_input_bytes_limit] is errc::invalid_argument: every frame must
+/// stay decodable by any receiver (types.hpp).
+inline void check_max_frame_input_bytes(std::uint64_t max_bytes) {
+  if (max_bytes < 8 || max_bytes > frame_input_bytes_limit)
+    throw error(errc::invalid_argument,
+                "max_frame_input_bytes " + std::to_string(max_bytes) + " is outside [8, " + std::to_string(frame_input_bytes_limit) + "] (the frame format's limit)",
+                {.file = {}, .tensor = {}, .field = "max_frame_input_bytes"});
+}
+
 /// Splits `ranges` (of tensors in `manifest`) into chunks of at most `max_bytes` input bytes each,
 /// in canonical order (tensor name, begin). Ranges are normalized first; a range larger than the
 /// bound is cut at element boundaries. Deterministic: the plan depends only on its arguments.
 inline std::vector<std::vector<canonical_range>> plan_chunks(std::vector<canonical_range> ranges,
                                                              const model_manifest& manifest,
                                                              std::uint64_t max_bytes = default_max_frame_input_bytes) {
-  if (max_bytes < 8) throw error(errc::invalid_argument, "max_frame_input_bytes must be at least 8", {.file = {}, .tensor = {}, .field = "max_frame_input_bytes"});
+  check_max_frame_input_bytes(max_bytes);
   ranges = normalize(std::move(ranges));
   std::vector<std::vector<canonical_range>> chunks;
   std::vector<canonical_range> cur;
@@ -107,6 +120,7 @@ struct encode_stats {
   std::uint64_t changed = 0;
   std::uint64_t items = 0;
   std::uint64_t xor_items = 0;
+  std::uint64_t conditioned_items = 0;
   std::uint64_t frame_bytes = 0;      // total bytes of the frames written
   std::uint64_t location_bytes = 0;   // stored location sections
   std::uint64_t value_bytes = 0;      // stored value sections
@@ -122,6 +136,7 @@ struct encode_stats {
     changed += o.changed;
     items += o.items;
     xor_items += o.xor_items;
+    conditioned_items += o.conditioned_items;
     frame_bytes += o.frame_bytes;
     location_bytes += o.location_bytes;
     value_bytes += o.value_bytes;
@@ -129,70 +144,6 @@ struct encode_stats {
     return *this;
   }
 };
-
-namespace detail {
-
-/// Estimated compressed bytes of `c` values of E bytes: {interleaved, byte planes}, from byte
-/// histograms of a deterministic evenly spaced sample of at most 65536 values.
-inline std::array<double, 2> estimate_value_bytes(std::span<const std::byte> vals, std::size_t E) {
-  const std::size_t c = vals.size() / E;
-  if (c == 0) return {0.0, 0.0};
-  const std::size_t sample = std::min<std::size_t>(c, 65536);
-  const std::size_t stride = c / sample;
-  std::array<std::array<std::uint64_t, 256>, 8> h{};
-  for (std::size_t s = 0, k = 0; s < sample; ++s, k += stride)
-    for (std::size_t b = 0; b < E; ++b) ++h[b][static_cast<std::uint8_t>(vals[k * E + b])];
-  std::array<std::uint64_t, 256> all{};
-  double planes = 0.0;
-  for (std::size_t b = 0; b < E; ++b) {
-    planes += entropy_bytes(h[b]);
-    for (int i = 0; i < 256; ++i) all[i] += h[b][i];
-  }
-  const double scale = static_cast<double>(c) / static_cast<double>(sample);
-  return {entropy_bytes(all) * scale, planes * scale};
-}
-
-/// Order-0 entropy estimate (bytes) of a byte stream from a deterministic sample.
-inline double estimate_stream_bytes(std::span<const std::byte> s) {
-  if (s.empty()) return 0.0;
-  const std::size_t sample = std::min<std::size_t>(s.size(), 65536);
-  const std::size_t stride = s.size() / sample;
-  std::array<std::uint64_t, 256> h{};
-  for (std::size_t k = 0, i = 0; k < sample; ++k, i += stride) ++h[static_cast<std::uint8_t>(s[i])];
-  return entropy_bytes(h) * static_cast<double>(s.size()) / static_cast<double>(sample);
-}
-
-inline void split_planes(std::span<const std::byte> vals, std::size_t E, std::byte* out) {
-  const std::size_t c = vals.size() / E;
-  const std::byte* v = vals.data();
-  if (E == 2) {
-    std::byte* p0 = out;
-    std::byte* p1 = out + c;
-    for (std::size_t k = 0; k < c; ++k) {
-      p0[k] = v[2 * k];
-      p1[k] = v[2 * k + 1];
-    }
-    return;
-  }
-  for (std::size_t k = 0; k < c; ++k)
-    for (std::size_t b = 0; b < E; ++b) out[b * c + k] = v[k * E + b];
-}
-
-inline void merge_planes(std::span<const std::byte> planes, std::size_t E, std::byte* out) {
-  const std::size_t c = planes.size() / E;
-  const std::byte* p = planes.data();
-  if (E == 2) {
-    for (std::size_t k = 0; k < c; ++k) {
-      out[2 * k] = p[k];
-      out[2 * k + 1] = p[c + k];
-    }
-    return;
-  }
-  for (std::size_t k = 0; k < c; ++k)
-    for (std::size_t b = 0; b < E; ++b) out[k * E + b] = p[b * c + k];
-}
-
-}  // namespace detail
 
 /// Encodes chunks into frames. Holds reusable scratch (bounded by the chunk size) and zstd
 /// contexts; one encoder per thread. `Backend` performs the memory-touching primitives
@@ -202,7 +153,7 @@ class chunk_encoder {
  public:
   explicit chunk_encoder(encode_options options = {}, Backend backend = {})
       : options_(options), backend_(std::move(backend)) {
-    if (options_.max_frame_input_bytes < 8) throw error(errc::invalid_argument, "max_frame_input_bytes must be at least 8");
+    check_max_frame_input_bytes(options_.max_frame_input_bytes);
   }
 
   const encode_options& options() const noexcept { return options_; }
@@ -242,10 +193,13 @@ class chunk_encoder {
     finish_frame(header, out, local, stats);
   }
 
-  /// Bytes of scratch memory currently held (positions, values, planes, sections).
+  /// Bytes of scratch memory currently held (slices, gathered changes, planes, sections, coder).
   std::size_t scratch_bytes() const noexcept {
-    return positions_.capacity_bytes() + xor_vals_.capacity_bytes() + new_vals_.capacity_bytes() +
-           planes_.capacity_bytes() + loc_raw_.capacity_bytes() + sections_.capacity_bytes();
+    return positions_.capacity_bytes() + vals_.capacity_bytes() + old_vals_.capacity_bytes() + classes_.capacity_bytes() +
+           ranks_.capacity_bytes() + slice_pos_.capacity_bytes() + slice_xor_.capacity_bytes() + slice_new_.capacity_bytes() +
+           sample_pos_.capacity_bytes() + sample_xor_.capacity_bytes() + sample_new_.capacity_bytes() +
+           sample_old_.capacity_bytes() + sample_cls_.capacity_bytes() + sample_base_.capacity_bytes() +
+           planes_.capacity_bytes() + loc_raw_.capacity_bytes() + sections_.capacity_bytes() + conditioned_.scratch_bytes();
   }
 
  private:
@@ -266,6 +220,98 @@ class chunk_encoder {
     sections_.clear();
   }
 
+  // Changed elements are gathered slice by slice (slice_bytes of input per side, small enough to
+  // stay in cache between change detection and class ranking), appended to buffers that grow with
+  // the number of CHANGED elements only: the encoder's scratch is O(changes in the chunk), not
+  // O(chunk) (it was 4.3x the chunk's input with whole-chunk position/value buffers).
+  static constexpr std::size_t slice_bytes = std::size_t{128} << 10;
+
+  // The mode decision looks at a sample: `sample_blocks` evenly spaced runs of `sample_run`
+  // elements (the whole piece when it is smaller), so a piece whose statistics drift along its
+  // range is judged by all of it. Deterministic.
+  static constexpr std::size_t sample_blocks = 64, sample_run = 1024;
+
+  struct mode_choice {
+    value_mode mode = value_mode::xor_mask;
+    class_spec spec;
+  };
+
+  // Estimated sizes (1/256 bits) of the sample under each mode, extrapolated to the piece; the
+  // smallest allowed one wins. XOR and overwrite: n·H(c/n) for the gap-coded positions (zstd's
+  // Huffman coder spends about 1/32 more) + the value estimate of the existing byte-plane model;
+  // base-conditioned: conditioned_cost_q8 + its per-class tables.
+  mode_choice choose_mode(const chunk_piece& pc, std::size_t E, std::uint64_t m) {
+    mode_choice r;
+    r.mode = options_.policy == mode_policy::overwrite_only ? value_mode::overwrite : value_mode::xor_mask;
+    const auto fmt = float_format_of(pc.type);
+    const bool cond_ok = fmt && ((options_.policy == mode_policy::xor_allowed && options_.base_conditioned) ||
+                                 options_.policy == mode_policy::conditioned_only);
+    if (options_.policy == mode_policy::conditioned_only && !fmt) return r;  // non-float: XOR
+    if (options_.policy != mode_policy::xor_allowed && !cond_ok) return r;
+    // gather the sample: positions (relative to the run), XOR and new values
+    const std::size_t runs = m <= sample_blocks * sample_run ? 1 : sample_blocks;
+    const std::size_t run = runs == 1 ? static_cast<std::size_t>(m) : sample_run;
+    const std::uint64_t stride = runs == 1 ? 0 : (m - run) / (runs - 1);
+    sample_pos_.resize_uninit(runs * run);
+    sample_xor_.resize_uninit(runs * run * E);
+    sample_new_.resize_uninit(runs * run * E);
+    slice_pos_.resize_uninit(run);
+    std::size_t cs = 0;
+    std::uint64_t n_sample = 0;
+    std::vector<std::uint64_t> base_exp, changed_exp;
+    if (cond_ok) base_exp.assign(fmt->exponents(), 0), changed_exp.assign(fmt->exponents(), 0);
+    for (std::size_t k = 0; k < runs; ++k) {
+      const std::uint64_t at = k * stride;
+      const std::size_t c = backend_.collect_changes(pc.old_bytes.subspan(at * E, run * E), pc.new_bytes.subspan(at * E, run * E), E,
+                                                     slice_pos_.span(), {sample_xor_.data() + cs * E, run * E},
+                                                     {sample_new_.data() + cs * E, run * E});
+      n_sample += run;
+      if (cond_ok) {
+        const std::span<const std::byte> base = backend_.host_bytes(pc.old_bytes.subspan(at * E, run * E), sample_base_);
+        for (std::size_t i = 0; i < run; ++i) ++base_exp[fmt->exponent(conditioned_detail::load_bits(base.data() + i * E, static_cast<unsigned>(E)))];
+        for (std::size_t i = 0; i < c; ++i) {
+          const std::uint64_t o = conditioned_detail::load_bits(sample_xor_.data() + (cs + i) * E, static_cast<unsigned>(E)) ^
+                                  conditioned_detail::load_bits(sample_new_.data() + (cs + i) * E, static_cast<unsigned>(E));
+          ++changed_exp[fmt->exponent(o)];
+        }
+      }
+      cs += c;
+    }
+    const std::span<const std::byte> sx{sample_xor_.data(), cs * E}, sn{sample_new_.data(), cs * E};
+    // value estimates of the existing coder (bytes), positions as ideal gap coding
+    const auto ex = detail::estimate_value_bytes(sx, E), en = detail::estimate_value_bytes(sn, E);
+    const auto q8 = [](double bytes) { return static_cast<std::uint64_t>(bytes * 2048.0); };
+    const std::uint64_t pos_q8 = binary_entropy_q8(n_sample, cs) + binary_entropy_q8(n_sample, cs) / 32;
+    const std::uint64_t xor_q8 = pos_q8 + q8(std::min(ex[0], ex[1]));
+    const std::uint64_t ow_q8 = pos_q8 + q8(std::min(en[0], en[1]));
+    if (options_.policy == mode_policy::xor_allowed && ow_q8 < xor_q8) r.mode = value_mode::overwrite;
+    if (!cond_ok || (cs == 0 && options_.policy != mode_policy::conditioned_only)) return r;
+    // base-conditioned: classes from the sample, then its estimated cost (per class: two compact
+    // tables of about one byte per symbol, ~45 symbols, and a few header bytes)
+    const std::uint64_t table_q8 = 52 * 8 * 256;
+    r.spec = choose_class_spec(*fmt, base_exp, changed_exp, options_.max_base_classes, 1, 1, table_q8 * n_sample / m + 1);
+    if (options_.policy == mode_policy::conditioned_only) {
+      r.mode = value_mode::base_conditioned;
+      return r;
+    }
+    std::array<std::uint64_t, max_base_classes> n_k{};
+    for (std::size_t e = 0; e < base_exp.size(); ++e) n_k[r.spec.class_of_exponent(e)] += base_exp[e];
+    sample_cls_.resize_uninit(cs);
+    sample_old_.resize_uninit(cs * E);
+    for (std::size_t i = 0; i < cs; ++i) {
+      const std::uint64_t o = conditioned_detail::load_bits(sx.data() + i * E, static_cast<unsigned>(E)) ^
+                              conditioned_detail::load_bits(sn.data() + i * E, static_cast<unsigned>(E));
+      conditioned_detail::store_bits(sample_old_.data() + i * E, o, static_cast<unsigned>(E));
+      sample_cls_[i] = static_cast<std::uint8_t>(r.spec.class_of_exponent(fmt->exponent(o)));
+    }
+    const std::uint64_t cond_q8 = conditioned_cost_q8(*fmt, r.spec, n_k, sample_cls_.span(), {sample_old_.data(), cs * E}, sn);
+    // extrapolate the sample to the piece, add the conditioned item's fixed overhead
+    const auto scale = [&](std::uint64_t v) { return static_cast<std::uint64_t>(static_cast<unsigned __int128>(v) * m / n_sample); };
+    const std::uint64_t best_other = scale(std::min(xor_q8, ow_q8));
+    if (scale(cond_q8) + r.spec.count * table_q8 < best_other) r.mode = value_mode::base_conditioned;
+    return r;
+  }
+
   void encode_piece(const chunk_piece& pc, encode_stats& st, entropy_accumulator* entropy) {
     check_piece(pc, /*need_old=*/true);
     const std::size_t E = element_size(pc.type);
@@ -273,41 +319,129 @@ class chunk_encoder {
     st.elements += m;
     st.input_bytes += m * E;
     if (m == 0) return;
-    positions_.resize_uninit(m);
-    xor_vals_.resize_uninit(m * E);
-    new_vals_.resize_uninit(m * E);
-    auto collect = [&](std::uint64_t elems, bool want_xor, bool want_new) {
-      return backend_.collect_changes(pc.old_bytes.first(elems * E), pc.new_bytes.first(elems * E), E,
-                                      positions_.span().first(elems),
-                                      want_xor ? xor_vals_.span().first(elems * E) : std::span<std::byte>{},
-                                      want_new ? new_vals_.span().first(elems * E) : std::span<std::byte>{});
-    };
-    value_mode mode = options_.policy == mode_policy::overwrite_only ? value_mode::overwrite : value_mode::xor_mask;
-    if (options_.policy == mode_policy::xor_allowed) {
-      // Decide XOR vs overwrite on a deterministic prefix sample (both value kinds gathered for
-      // it only), then gather just the chosen kind for the whole piece.
-      const std::uint64_t sample = std::min<std::uint64_t>(m, std::max<std::uint64_t>(1u << 16, m / 32));
-      const std::size_t cs = collect(sample, true, true);
-      if (cs > 0) {
-        auto ex = detail::estimate_value_bytes({xor_vals_.data(), cs * E}, E);
-        auto en = detail::estimate_value_bytes({new_vals_.data(), cs * E}, E);
-        if (std::min(en[0], en[1]) < std::min(ex[0], ex[1])) mode = value_mode::overwrite;
+    const mode_choice choice = choose_mode(pc, E, m);
+    const value_mode mode = choice.mode;
+    const bool cond = mode == value_mode::base_conditioned;
+    const bool want_xor = mode == value_mode::xor_mask || cond || entropy != nullptr;
+    const bool want_new = mode == value_mode::overwrite || cond;
+    const auto fmt = float_format_of(pc.type);
+    if constexpr (preparing_backend<Backend>) {
+      // the backend prepares the whole item where its tensors live; positions never leave it
+      if (cond) {
+        const std::size_t c = backend_.prepare_conditioned(pc.old_bytes, pc.new_bytes, *fmt, choice.spec, prepared_cond_, entropy);
+        if (c) emit_conditioned(pc, *fmt, choice.spec, prepared_cond_.classes.span(), prepared_cond_.ranks.span(),
+                                prepared_cond_.old_values.span(), prepared_cond_.new_values.span(), c, st);
+      } else {
+        const std::size_t c = backend_.prepare_plain(pc.old_bytes, pc.new_bytes, E, mode, prepared_plain_, entropy);
+        if (c) emit_sections(pc, mode, prepared_plain_.locations, prepared_plain_.location_raw.span(), prepared_plain_.values,
+                             prepared_plain_.value_raw.span(), c, st);
+      }
+      return;
+    }
+    // gather the changes slice by slice
+    const std::size_t slice = std::max<std::size_t>(64, slice_bytes / E);
+    slice_pos_.resize_uninit(std::min<std::uint64_t>(slice, m));
+    slice_xor_.resize_uninit(want_xor ? std::min<std::uint64_t>(slice, m) * E : 0);
+    slice_new_.resize_uninit(want_new ? std::min<std::uint64_t>(slice, m) * E : 0);
+    positions_.clear();
+    vals_.clear();
+    old_vals_.clear();
+    classes_.clear();
+    ranks_.clear();
+    std::array<std::uint64_t, max_base_classes> totals{};
+    for (std::uint64_t off = 0; off < m; off += slice) {
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(slice, m - off));
+      const auto old_s = pc.old_bytes.subspan(off * E, n * E), new_s = pc.new_bytes.subspan(off * E, n * E);
+      const std::size_t c = backend_.collect_changes(old_s, new_s, E, slice_pos_.span().first(n),
+                                                     want_xor ? slice_xor_.span().first(n * E) : std::span<std::byte>{},
+                                                     want_new ? slice_new_.span().first(n * E) : std::span<std::byte>{});
+      if (entropy) entropy->add(E, n, {slice_xor_.data(), c * E});
+      if (c == 0) continue;
+      const std::size_t at = cond ? classes_.size() : positions_.size();
+      if (!cond) {  // base-conditioned items are coded from class ranks: no positions kept
+        positions_.resize_uninit(at + c);
+        for (std::size_t k = 0; k < c; ++k) positions_[at + k] = static_cast<std::uint32_t>(off + slice_pos_[k]);
+      }
+      if (cond) {
+        classes_.resize_uninit(at + c);
+        ranks_.resize_uninit(at + c);
+        backend_.rank_by_class(old_s, *fmt, choice.spec, slice_pos_.span().first(c), classes_.span().subspan(at, c),
+                               ranks_.span().subspan(at, c), totals);
+        vals_.append({slice_new_.data(), c * E});
+        old_vals_.resize_uninit((at + c) * E);
+        std::byte* o = old_vals_.data() + at * E;
+        for (std::size_t k = 0; k < c * E; ++k) o[k] = slice_xor_[k] ^ slice_new_[k];
+      } else {
+        vals_.append({(mode == value_mode::xor_mask ? slice_xor_ : slice_new_).data(), c * E});
       }
     }
-    const bool want_xor = mode == value_mode::xor_mask || entropy != nullptr;
-    const bool want_new = mode == value_mode::overwrite;
-    const std::size_t c = collect(m, want_xor, want_new);
-    if (entropy) entropy->add(E, m, {xor_vals_.data(), c * E});
+    const std::size_t c = cond ? classes_.size() : positions_.size();
     if (c == 0) return;
-    const std::span<const std::uint32_t> pos{positions_.data(), c};
-    const std::span<const std::byte> vals{(mode == value_mode::xor_mask ? xor_vals_ : new_vals_).data(), c * E};
-    emit_item(pc, mode, choose_location_coding(pos, m), pos, vals, c, st);
+    const std::span<const std::uint32_t> pos{positions_.data(), cond ? 0 : c};
+    if (cond) {
+      emit_conditioned(pc, *fmt, choice.spec, classes_.span(), ranks_.span(), old_vals_.span(), vals_.span(), c, st);
+      return;
+    }
+    emit_item(pc, mode, choose_location_coding(pos, m), pos, vals_.span(), c, st);
   }
 
+  void emit_conditioned(const chunk_piece& pc, const float_format& fmt, const class_spec& spec, std::span<const std::uint8_t> classes,
+                        std::span<const std::uint32_t> ranks, std::span<const std::byte> old_vals, std::span<const std::byte> new_vals,
+                        std::uint64_t c, encode_stats& st) {
+    frame_item it;
+    it.tensor = std::string(pc.tensor);
+    it.type = pc.type;
+    it.mode = value_mode::base_conditioned;
+    it.locations = location_coding::class_gaps;
+    it.values = value_coding::ulp_distance;
+    it.tensor_elements = pc.tensor_elements;
+    it.begin = pc.begin;
+    it.end = pc.end;
+    it.changed = c;
+    loc_raw_.clear();
+    planes_.clear();
+    conditioned_.encode(fmt, spec, classes, ranks, old_vals, new_vals, loc_raw_, planes_);
+    section_offsets_.push_back(sections_.size());
+    sections_.append(loc_raw_.span());
+    section_offsets_.push_back(sections_.size());
+    sections_.append(planes_.span());
+    it.location_raw_size = it.location_stored_size = loc_raw_.size();
+    it.value_raw_size = it.value_stored_size = planes_.size();
+    st.changed += c;
+    st.items += 1;
+    st.conditioned_items += 1;
+    st.location_bytes += it.location_stored_size;
+    st.value_bytes += it.value_stored_size;
+    st.location_codings[static_cast<std::size_t>(location_coding::class_gaps)] += 1;
+    items_.push_back(std::move(it));
+  }
+
+  // Host path: location section and value section (interleaved or byte planes) from the gathered
+  // positions and values, then emit_sections.
   void emit_item(const chunk_piece& pc, value_mode mode, location_coding lc, std::span<const std::uint32_t> pos,
                  std::span<const std::byte> vals, std::uint64_t c, encode_stats& st) {
     const std::size_t E = element_size(pc.type);
-    const std::uint64_t m = pc.end - pc.begin;
+    loc_raw_.clear();
+    encode_locations(lc, pos, pc.end - pc.begin, loc_raw_);
+    std::span<const std::byte> raw_vals = vals;
+    value_coding vc = value_coding::interleaved;
+    if (E > 1) {
+      auto est = detail::estimate_value_bytes(vals, E);  // same choice as choose_byte_planes on the value_sample
+      if (est[1] < est[0]) {
+        planes_.resize_uninit(vals.size());
+        detail::split_planes(vals, E, planes_.data());
+        raw_vals = planes_.span();
+        vc = value_coding::byte_planes;
+      }
+    }
+    emit_sections(pc, mode, lc, loc_raw_.span(), vc, raw_vals, c, st);
+  }
+
+  // One XOR or overwrite item from its raw sections (however they were prepared): compression,
+  // descriptor, stats.
+  void emit_sections(const chunk_piece& pc, value_mode mode, location_coding lc, std::span<const std::byte> loc_raw,
+                     value_coding vc, std::span<const std::byte> val_raw, std::uint64_t c, encode_stats& st) {
+    const std::size_t E = element_size(pc.type);
     frame_item it;
     it.tensor = std::string(pc.tensor);
     it.type = pc.type;
@@ -317,26 +451,11 @@ class chunk_encoder {
     it.begin = pc.begin;
     it.end = pc.end;
     it.changed = c;
-
-    loc_raw_.clear();
-    encode_locations(lc, pos, m, loc_raw_);
-    it.location_raw_size = loc_raw_.size();
-    it.location_stored_size = store_section(loc_raw_.span(), it.location_compression);
-
-    std::span<const std::byte> raw_vals = vals;
-    it.values = value_coding::interleaved;
-    if (E > 1) {
-      auto est = detail::estimate_value_bytes(vals, E);
-      if (est[1] < est[0]) {
-        planes_.resize_uninit(vals.size());
-        detail::split_planes(vals, E, planes_.data());
-        raw_vals = planes_.span();
-        it.values = value_coding::byte_planes;
-      }
-    }
-    it.value_raw_size = raw_vals.size();
-    it.value_stored_size = store_section(raw_vals, it.value_compression, it.values == value_coding::byte_planes ? E : 1);
-
+    it.location_raw_size = loc_raw.size();
+    it.location_stored_size = store_section(loc_raw, it.location_compression);
+    it.values = vc;
+    it.value_raw_size = val_raw.size();
+    it.value_stored_size = store_section(val_raw, it.value_compression, vc == value_coding::byte_planes ? E : 1);
     st.changed += c;
     st.items += 1;
     st.xor_items += mode == value_mode::xor_mask;
@@ -408,8 +527,13 @@ class chunk_encoder {
   encode_options options_;
   Backend backend_;
   zstd_compressor zstd_;
-  scratch_buffer<std::uint32_t> positions_;
-  byte_buffer xor_vals_, new_vals_, planes_, loc_raw_, sections_;
+  conditioned_encoder conditioned_;
+  scratch_buffer<std::uint32_t> positions_, slice_pos_, sample_pos_, ranks_;
+  scratch_buffer<std::uint8_t> classes_, sample_cls_;
+  byte_buffer vals_, old_vals_, slice_xor_, slice_new_, sample_xor_, sample_new_, sample_old_, sample_base_;
+  byte_buffer planes_, loc_raw_, sections_;
+  prepared_plain prepared_plain_;               // preparing backends only
+  prepared_conditioned prepared_cond_;
   std::vector<frame_item> items_;
   std::vector<std::size_t> section_offsets_;
 };

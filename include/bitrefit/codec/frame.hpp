@@ -1,9 +1,9 @@
 // bitrefit/codec/frame.hpp — the payload frame: layout, writer and verifying parser.
 //
-// Frame format version 1, every integer little-endian:
+// Frame format version 2, every integer little-endian:
 //
 //   header (64 bytes)
-//     0  magic "BRFP"            4  u16 format_version (= 1)    6  u8 frame_kind    7  u8 0
+//     0  magic "BRFP"            4  u16 format_version (= 2)    6  u8 frame_kind    7  u8 0
 //     8  u64 attempt.epoch      16  u64 attempt.counter       24  u32 owner        28  u32 seq
 //    32  u64 base_version       40  u64 target_version        48  u32 item_count   52  u32 0
 //    56  u64 frame_size (total bytes, digest included)
@@ -17,7 +17,17 @@
 //   digest (16 bytes): XXH3-128 (seed 0) of every byte before it, low64 then high64
 //
 // Positions of an item are relative to range_begin and lie in [0, range_end - range_begin);
-// value_raw_size = changed * element_size(dtype). Items of one tensor never overlap in a frame.
+// value_raw_size = changed * element_size(dtype), except for base-conditioned items (value_mode 2:
+// location_coding class_gaps, value_coding ulp_distance, float dtypes only, both sections raw, see
+// conditioned.hpp), whose sections are rANS streams with tables. Items of one tensor never overlap.
+// Resource bound: the items' ranges cover at most frame_input_bytes_limit (64 MiB) of canonical
+// input (sum of (range_end - range_begin) * element size); every raw size is bounded by its
+// item's range, so what a decoder allocates for one frame is bounded by that limit (apply.hpp).
+//
+// Versions: 1 had no base-conditioned items; 2 added them (value_mode, location_coding and
+// value_coding values at the end). A reader accepts only its own version and says which one it
+// reads, so an old receiver refuses a new frame (and a new one an old frame) by name instead of
+// misreading it: both ends of a refit must run builds with the same frame format.
 #pragma once
 
 #include <algorithm>
@@ -33,6 +43,7 @@
 #include "bitrefit/codec/hash.hpp"
 #include "bitrefit/codec/location.hpp"
 #include "bitrefit/codec/types.hpp"
+#include "bitrefit/codec/ulp.hpp"
 #include "bitrefit/core/digest.hpp"
 #include "bitrefit/core/dtype.hpp"
 #include "bitrefit/core/error.hpp"
@@ -41,7 +52,7 @@
 namespace bitrefit::codec {
 
 inline constexpr char frame_magic[4] = {'B', 'R', 'F', 'P'};
-inline constexpr std::uint16_t frame_format_version = 1;
+inline constexpr std::uint16_t frame_format_version = 2;
 inline constexpr std::size_t frame_header_size = 64;
 inline constexpr std::size_t frame_digest_size = 16;
 inline constexpr std::size_t item_descriptor_fixed_size = 2 + 8 + 8 * 8;
@@ -106,9 +117,13 @@ inline void write_frame(const frame_header& h, std::span<const frame_item> items
                         std::span<const std::span<const std::byte>> sections, byte_buffer& out) {
   if (sections.size() != 2 * items.size()) throw error(errc::invalid_argument, "write_frame: two sections per item");
   std::uint64_t total = frame_header_size + frame_digest_size;
+  std::uint64_t covered = 0;
   for (std::size_t i = 0; i < items.size(); ++i) {
     const auto& it = items[i];
     if (it.tensor.size() > 0xFFFF) throw error(errc::invalid_argument, "tensor name longer than 65535 bytes", {.file = {}, .tensor = it.tensor, .field = "name"});
+    covered += it.range_elements() * element_size(it.type);
+    if (covered > frame_input_bytes_limit)
+      throw error(errc::invalid_argument, "frame would cover more than the format's " + std::to_string(frame_input_bytes_limit) + " bytes of input (plan smaller chunks)", {.file = {}, .tensor = it.tensor, .field = "range"});
     if (sections[2 * i].size() != it.location_stored_size || sections[2 * i + 1].size() != it.value_stored_size)
       throw error(errc::invalid_argument, "write_frame: section sizes differ from the descriptor", {.file = {}, .tensor = it.tensor, .field = {}});
     total += detail::descriptor_size(it) + it.location_stored_size + it.value_stored_size;
@@ -155,10 +170,12 @@ inline void write_frame(const frame_header& h, std::span<const frame_item> items
 /// A parsed, structurally verified frame over borrowed bytes. parse() checks, in this order:
 /// size >= header + digest, magic, format version, declared frame size == actual size (catches
 /// truncation and trailing garbage), the XXH3-128 digest (catches any corrupted byte), then every
-/// descriptor field (dtype code, mode, codings, ranges inside the tensor, value sizes, raw-size
-/// bounds, sections exactly filling the frame, items of one tensor disjoint). Sections are not
-/// decompressed here (see apply.hpp). Errors are errc::integrity (size, digest) or errc::format /
-/// errc::unsupported, with `source` as the error's file field and the tensor named when known.
+/// descriptor field (dtype code, mode, codings, ranges inside the tensor, the frame's covered input
+/// within frame_input_bytes_limit, value sizes, raw-size bounds, sections exactly filling the
+/// frame, items of one tensor disjoint). Sections are not decompressed here (see apply.hpp).
+/// Memory: the item list only (bounded by the frame's size). Errors are errc::integrity (size,
+/// digest) or errc::format / errc::unsupported, with `source` as the error's file field and the
+/// tensor named when known.
 class frame_view {
  public:
   static frame_view parse(std::span<const std::byte> bytes, std::string_view source = {}) {
@@ -175,7 +192,10 @@ class frame_view {
     const std::byte* p = bytes.data();
     const auto ver = detail::get_le<std::uint16_t>(p + 4);
     if (ver != frame_format_version)
-      fail(errc::unsupported, "frame format version " + std::to_string(ver) + " (this build reads version " + std::to_string(frame_format_version) + ")", "format_version");
+      fail(errc::unsupported,
+           "frame format version " + std::to_string(ver) + ", but this build reads only version " + std::to_string(frame_format_version) +
+               (ver < frame_format_version ? " (the sender runs an older bitrefit: upgrade it)" : " (the sender runs a newer bitrefit: upgrade this receiver)"),
+           "format_version");
     const auto declared = detail::get_le<std::uint64_t>(p + 56);
     if (declared != bytes.size())
       fail(errc::integrity, "frame is " + std::to_string(bytes.size()) + " bytes but its header declares " + std::to_string(declared) + " (truncated or padded)", "frame_size");
@@ -200,6 +220,7 @@ class frame_view {
     // every item needs at least its fixed descriptor: bound the count before reserving
     if (n_items > (body_end - off) / item_descriptor_fixed_size) fail(errc::format, "item count " + std::to_string(n_items) + " cannot fit in the frame", "item_count");
     f.items_.reserve(n_items);
+    std::uint64_t covered = 0;  // canonical input bytes of the items so far
     for (std::uint32_t i = 0; i < n_items; ++i) {
       where.tensor.clear();
       if (body_end - off < 2) fail(errc::format, "item descriptor runs past the frame end", "item");
@@ -214,7 +235,7 @@ class frame_view {
                  lc = static_cast<std::uint8_t>(q[2]), vc = static_cast<std::uint8_t>(q[3]),
                  lz = static_cast<std::uint8_t>(q[4]), vz = static_cast<std::uint8_t>(q[5]);
       if (!is_valid_dtype_code(dt)) fail(errc::format, "unknown dtype code " + std::to_string(dt), "dtype");
-      if (md > 1) fail(errc::format, "unknown value mode " + std::to_string(md), "mode");
+      if (md >= value_mode_count) fail(errc::format, "unknown value mode " + std::to_string(md), "mode");
       if (lc >= location_coding_count) fail(errc::format, "unknown location coding " + std::to_string(lc), "location_coding");
       if (vc >= value_coding_count) fail(errc::format, "unknown value coding " + std::to_string(vc), "value_coding");
       if (lz >= section_compression_count || vz >= section_compression_count) fail(errc::format, "unknown section compression", "compression");
@@ -238,10 +259,26 @@ class frame_view {
         fail(errc::format, "range [" + std::to_string(it.begin) + ", " + std::to_string(it.end) + ") outside the tensor's " + std::to_string(it.tensor_elements) + " elements", "range");
       const std::uint64_t m = it.end - it.begin;
       if (m >= (1ull << 32)) fail(errc::format, "item range of 2^32 or more elements", "range");
+      // m < 2^32 and E <= 8: no overflow; checked per item, so the sum cannot overflow either
+      covered += m * E;
+      if (covered > frame_input_bytes_limit)
+        fail(errc::format, "items cover " + std::to_string(covered) + "+ bytes of input, more than the format's limit of " + std::to_string(frame_input_bytes_limit), "range");
       if (it.changed > m) fail(errc::format, "changed count exceeds the range", "changed");
-      if (it.value_raw_size != it.changed * E) fail(errc::format, "value section raw size is not changed * element size", "value_raw_size");
-      if (it.location_raw_size > max_location_raw_size(it.locations, m, it.changed))
-        fail(errc::format, "location section raw size exceeds what its coding can need", "location_raw_size");
+      const bool conditioned = it.mode == value_mode::base_conditioned;
+      if (conditioned != (it.locations == location_coding::class_gaps) || conditioned != (it.values == value_coding::ulp_distance))
+        fail(errc::format, "base-conditioned items, and only they, use class_gaps locations and ulp_distance values", "mode");
+      if (conditioned) {
+        if (!float_format_of(it.type)) fail(errc::format, "base-conditioned item of a non-float dtype", "dtype");
+        if (f.header_.kind != frame_kind::delta) fail(errc::format, "base-conditioned item in a dense frame", "mode");
+        if (it.changed == 0) fail(errc::format, "base-conditioned item without changes", "changed");
+        if (it.location_compression != section_compression::raw || it.value_compression != section_compression::raw ||
+            it.location_stored_size != it.location_raw_size || it.value_stored_size != it.value_raw_size)
+          fail(errc::format, "base-conditioned sections must be stored raw", "compression");
+      } else {
+        if (it.value_raw_size != it.changed * E) fail(errc::format, "value section raw size is not changed * element size", "value_raw_size");
+        if (it.location_raw_size > max_location_raw_size(it.locations, m, it.changed))
+          fail(errc::format, "location section raw size exceeds what its coding can need", "location_raw_size");
+      }
       if (f.header_.kind == frame_kind::dense && (it.mode != value_mode::overwrite || it.changed != m))
         fail(errc::format, "dense frame item is not a full overwrite of its range", "mode");
       for (auto [stored, raw, comp] : {std::tuple{it.location_stored_size, it.location_raw_size, it.location_compression},

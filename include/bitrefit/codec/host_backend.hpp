@@ -12,6 +12,13 @@
 #include <span>
 #include <string_view>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define BITREFIT_CODEC_X86_AVX2 1
+#endif
+
+#include "bitrefit/codec/base_classes.hpp"
+#include "bitrefit/codec/buffer.hpp"
 #include "bitrefit/codec/concepts.hpp"
 #include "bitrefit/codec/hash.hpp"
 #include "bitrefit/codec/types.hpp"
@@ -29,11 +36,11 @@ inline T load_lane(const std::byte* p) noexcept {
   return v;
 }
 
-// Scans [0, m) elements of width sizeof(T) with the one diff kernel (core/bit_diff.hpp) and emits
-// changed positions (and optionally XOR / new values). WantXor / WantNew are template parameters
-// so the per-change work has no branch.
+// Scans [0, m) elements of width sizeof(T) with the one diff kernel (core/bit_diff.hpp: portable
+// and AVX2 paths) and emits changed positions (and optionally XOR / new values). WantXor / WantNew
+// are template parameters so the per-change work has no branch.
 template <class T, bool WantXor, bool WantNew>
-std::size_t collect_dispatch(const std::byte* a, const std::byte* b, std::size_t m, std::uint32_t* pos, std::byte* xo,
+std::size_t collect_kernel(const std::byte* a, const std::byte* b, std::size_t m, std::uint32_t* pos, std::byte* xo,
                              std::byte* no) {
   constexpr std::size_t E = sizeof(T);
   std::size_t c = 0;
@@ -47,6 +54,78 @@ std::size_t collect_dispatch(const std::byte* a, const std::byte* b, std::size_t
     ++c;
   });
   return c;
+}
+
+#ifdef BITREFIT_CODEC_X86_AVX2
+// The one exception to "every change detector runs core/bit_diff.hpp", and why: this variant fuses
+// detection with writing the outputs (vpcompress of positions, XOR words and new values at once),
+// which an emit-per-element kernel cannot express; it is a codec-local fast path whose outputs
+// tests/codec (Kernels.ChangeDetectionOfEveryVariantIsTheSame) checks bit for bit against
+// collect_kernel on every element size and change rate.
+// AVX-512 variant for 2- and 4-byte elements, without a data-dependent branch: per 64-byte block,
+// the changed lanes' mask (vptestm of old ^ new), then positions, XOR words and new values are
+// compressed (vpcompress) into registers and stored whole at the output cursor, which advances by
+// the mask's popcount. The stores of a block reach at most the block's own slots of the outputs
+// (c <= elements before the block), so they never pass m. At AdamW-like rates half the 32-element
+// blocks change, at random: the branchy variants above mispredict on every second block.
+template <class T, bool WantXor, bool WantNew>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,bmi,popcnt"))) std::size_t collect_avx512(
+    const std::byte* a, const std::byte* b, std::size_t m, std::uint32_t* pos, std::byte* xo, std::byte* no) noexcept {
+  constexpr std::size_t E = sizeof(T);
+  static_assert(E == 2 || E == 4);
+  constexpr std::size_t L = 64 / E;  // lanes per block
+  const std::size_t nbytes = m * E;
+  std::size_t c = 0, i = 0;
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (; i + 64 <= nbytes; i += 64) {
+    const __m512i va = _mm512_loadu_si512(a + i), vb = _mm512_loadu_si512(b + i);
+    const __m512i x = _mm512_xor_si512(va, vb);
+    const __m512i idx = _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int>(i / E)));
+    if constexpr (E == 2) {
+      const __mmask32 mk = _mm512_test_epi16_mask(x, x);
+      const __mmask16 lo = static_cast<__mmask16>(mk), hi = static_cast<__mmask16>(mk >> 16);
+      const unsigned nlo = static_cast<unsigned>(__builtin_popcount(lo)), n = static_cast<unsigned>(__builtin_popcount(mk));
+      _mm512_storeu_si512(pos + c, _mm512_maskz_compress_epi32(lo, idx));
+      _mm512_storeu_si512(pos + c + nlo, _mm512_maskz_compress_epi32(hi, _mm512_add_epi32(idx, _mm512_set1_epi32(16))));
+      if constexpr (WantXor) _mm512_storeu_si512(xo + c * E, _mm512_maskz_compress_epi16(mk, x));
+      if constexpr (WantNew) _mm512_storeu_si512(no + c * E, _mm512_maskz_compress_epi16(mk, vb));
+      c += n;
+    } else {
+      const __mmask16 mk = _mm512_test_epi32_mask(x, x);
+      _mm512_storeu_si512(pos + c, _mm512_maskz_compress_epi32(mk, idx));
+      if constexpr (WantXor) _mm512_storeu_si512(xo + c * E, _mm512_maskz_compress_epi32(mk, x));
+      if constexpr (WantNew) _mm512_storeu_si512(no + c * E, _mm512_maskz_compress_epi32(mk, vb));
+      c += static_cast<unsigned>(__builtin_popcount(mk));
+    }
+    (void)L;
+  }
+  for (; i < nbytes; i += E) {  // tail: fewer than 64 bytes, element by element
+    const T x = static_cast<T>(load_lane<T>(a + i) ^ load_lane<T>(b + i));
+    if (x) {
+      pos[c] = static_cast<std::uint32_t>(i / E);
+      if constexpr (WantXor) std::memcpy(xo + c * E, &x, E);
+      if constexpr (WantNew) std::memcpy(no + c * E, b + i, E);
+      ++c;
+    }
+  }
+  return c;
+}
+
+inline bool cpu_has_avx512_compress() noexcept {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi2");
+  return has;
+}
+#endif
+
+template <class T, bool WantXor, bool WantNew>
+std::size_t collect_dispatch(const std::byte* a, const std::byte* b, std::size_t m, std::uint32_t* pos,
+                             std::byte* xo, std::byte* no) {
+#ifdef BITREFIT_CODEC_X86_AVX2
+  if constexpr (sizeof(T) == 2 || sizeof(T) == 4)
+    if (cpu_has_avx512_compress()) return collect_avx512<T, WantXor, WantNew>(a, b, m, pos, xo, no);
+#endif
+  return collect_kernel<T, WantXor, WantNew>(a, b, m, pos, xo, no);
 }
 
 template <class T>
@@ -111,6 +190,14 @@ struct host_backend {
       case 4: return detail::apply_typed<std::uint32_t>(target.data(), mode, positions.data(), positions.size(), values.data());
       default: return detail::apply_typed<std::uint64_t>(target.data(), mode, positions.data(), positions.size(), values.data());
     }
+  }
+
+  std::span<const std::byte> host_bytes(std::span<const std::byte> bytes, byte_buffer&) const noexcept { return bytes; }
+
+  void rank_by_class(std::span<const std::byte> base, const float_format& f, const class_spec& spec,
+                     std::span<const std::uint32_t> positions, std::span<std::uint8_t> classes_out,
+                     std::span<std::uint32_t> ranks_out, std::span<std::uint64_t> totals) {
+    codec::rank_by_class(base, f, spec, positions, classes_out, ranks_out, totals);
   }
 
   void hash_slices(std::span<const std::byte> bytes, std::size_t slice_bytes, std::span<digest128> out) {

@@ -161,18 +161,22 @@ inline void encode_locations(location_coding coding, std::span<const std::uint32
       for (std::uint32_t p : pos) b[p >> 3] |= static_cast<std::byte>(1u << (p & 7));
       return;
     }
+    case location_coding::class_gaps: throw error(errc::invalid_argument, "class_gaps locations are written by the conditioned encoder");
   }
 }
 
 /// Upper bound of a location section's raw size (rejects absurd declared sizes before allocating).
+/// Runs: at most `changed` runs of two LEB128 numbers; a number v takes at most 1 + v/128 bytes and
+/// the gaps and lengths of one item sum to at most m, so 2 * changed + m/128 bytes (+2 of slack).
 inline std::uint64_t max_location_raw_size(location_coding coding, std::uint64_t m, std::uint64_t changed) {
   switch (coding) {
     case location_coding::all: return 0;
     case location_coding::gaps8: return changed + m / 255 + 1;
     case location_coding::gaps16: return 2 * (changed + m / 65535 + 1);
     case location_coding::gaps32: return 4 * (changed + 2);
-    case location_coding::runs: return 20 * changed;
+    case location_coding::runs: return 2 * changed + m / 128 + 2;
     case location_coding::bitmap: return (m + 7) / 8;
+    case location_coding::class_gaps: return 0;  // never decoded here (conditioned.hpp)
   }
   return 0;
 }
@@ -238,53 +242,63 @@ inline void decode_locations(location_coding coding, std::span<const std::byte> 
       if (k != out.size()) throw error(errc::format, "bitmap holds " + std::to_string(k) + " positions, item declares " + std::to_string(out.size()), where);
       return;
     }
+    case location_coding::class_gaps: throw error(errc::format, "class_gaps locations need the base (conditioned decoder)", where);
   }
   throw error(errc::format, "unknown location coding", where);
 }
 
-/// Picks the location coding for `pos` in a range of m elements. Deterministic; estimates rather
-/// than trial-compresses (one pass over the positions):
+/// Raw (pre-zstd) byte size of each location coding for one item, and its number of runs: what
+/// the location coding is chosen by. A backend that keeps positions where its tensors live
+/// computes the same sizes there (thrust/locations.hpp), so the choice, and the bytes, are equal.
+struct location_sizes {
+  std::uint64_t gaps8 = 0, gaps16 = 0, gaps32 = 0, runs = 0, bitmap = 0, run_count = 0;
+  friend bool operator==(const location_sizes&, const location_sizes&) = default;
+};
+
+/// location_sizes of `pos` (strictly ascending, < m).
+inline location_sizes location_sizes_of(std::span<const std::uint32_t> pos, std::uint64_t m) {
+  location_sizes s;
+  s.bitmap = (m + 7) / 8;
+  std::uint64_t next = 0;  // previous position + 1
+  for (std::uint32_t p : pos) {
+    const std::uint64_t gap = p - next;
+    s.gaps8 += gap / 0xFF + 1;
+    s.gaps16 += 2 * (gap / 0xFFFF + 1);
+    s.gaps32 += 4 * (gap / 0xFFFFFFFFull + 1);
+    next = std::uint64_t{p} + 1;
+  }
+  // runs: LEB128(gap from the previous run's end) + LEB128(length - 1) each
+  std::uint64_t end_prev = 0;
+  for (std::size_t k = 0; k < pos.size();) {
+    std::size_t j = k + 1;
+    while (j < pos.size() && pos[j] == pos[j - 1] + 1) ++j;
+    s.runs += detail::varint_size(pos[k] - end_prev) + detail::varint_size(j - k - 1);
+    ++s.run_count;
+    end_prev = std::uint64_t{pos[j - 1]} + 1;
+    k = j;
+  }
+  return s;
+}
+
+/// Picks the location coding of an item of c changes in m elements from its sizes. Deterministic:
 ///  - every element changed -> all;
 ///  - clustered changes (runs coded in less than half the raw size of the alternative) -> runs;
 ///  - density > 1/4 -> bitmap (gap symbols then have a mode > 1/2 that zstd's Huffman codes at
 ///    >= 1 bit, while bitmap bytes stay near 8·H(p) bits);
 ///  - else gaps in u8 unless escapes make it > 2x the raw size of a wider width.
-inline location_coding choose_location_coding(std::span<const std::uint32_t> pos, std::uint64_t m) {
-  const std::uint64_t c = pos.size();
+inline location_coding choose_location_coding(const location_sizes& s, std::uint64_t c, std::uint64_t m) {
   if (m > 0 && c == m) return location_coding::all;
-  // one cheap pass: escapes per width and the number of runs (a run starts at every gap != 0)
-  std::uint64_t esc8 = 0, esc16 = 0, runs = 0;
-  std::uint64_t next = 0;  // prev + 1
-  for (std::size_t k = 0; k < pos.size(); ++k) {
-    const std::uint64_t gap = pos[k] - next;
-    esc8 += gap / 255;
-    esc16 += gap / 65535;
-    runs += (gap != 0) | (k == 0);
-    next = std::uint64_t{pos[k]} + 1;
-  }
-  const std::uint64_t raw8 = c + esc8, raw16 = 2 * (c + esc16), raw32 = 4 * c;
-  // runs cost at least two bytes each; compute their exact size only when they might win
-  auto runs_raw = [&] {
-    std::uint64_t n = 0, end_prev = 0;
-    std::size_t k = 0;
-    while (k < pos.size()) {
-      std::size_t j = k + 1;
-      while (j < pos.size() && pos[j] == pos[j - 1] + 1) ++j;
-      n += detail::varint_size(pos[k] - end_prev) + detail::varint_size(j - k - 1);
-      end_prev = std::uint64_t{pos[j - 1]} + 1;
-      k = j;
-    }
-    return n;
-  };
-  if (c * 4 > m) {
-    const std::uint64_t bitmap = (m + 7) / 8;
-    return 4 * runs < bitmap && runs_raw() * 2 < bitmap ? location_coding::runs : location_coding::bitmap;
-  }
-  const std::uint64_t best_gaps = std::min({raw8, raw16, raw32});
-  if (c > 0 && 4 * runs < best_gaps && runs_raw() * 2 < best_gaps) return location_coding::runs;
-  const std::uint64_t wide = std::min(raw16, raw32);
-  if (raw8 > 2 * wide) return raw16 <= raw32 ? location_coding::gaps16 : location_coding::gaps32;
+  if (c * 4 > m) return 4 * s.run_count < s.bitmap && s.runs * 2 < s.bitmap ? location_coding::runs : location_coding::bitmap;
+  const std::uint64_t best_gaps = std::min({s.gaps8, s.gaps16, s.gaps32});
+  if (c > 0 && 4 * s.run_count < best_gaps && s.runs * 2 < best_gaps) return location_coding::runs;
+  const std::uint64_t wide = std::min(s.gaps16, s.gaps32);
+  if (s.gaps8 > 2 * wide) return s.gaps16 <= s.gaps32 ? location_coding::gaps16 : location_coding::gaps32;
   return location_coding::gaps8;
+}
+
+/// Picks the location coding for `pos` in a range of m elements (see above).
+inline location_coding choose_location_coding(std::span<const std::uint32_t> pos, std::uint64_t m) {
+  return choose_location_coding(location_sizes_of(pos, m), pos.size(), m);
 }
 
 }  // namespace bitrefit::codec

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -76,6 +77,28 @@ class zstd_decompressor {
   zstd_decompressor() : ctx_(ZSTD_createDCtx()) {
     if (!ctx_) throw error(errc::io, "ZSTD_createDCtx failed");
   }
+  /// Checks, without decompressing or allocating, that `src` is a sequence of complete zstd frames
+  /// (the encoder writes one per part: one, or one per byte plane) each recording its content
+  /// size, and that those sizes add up to exactly `declared` bytes. A section claiming anything
+  /// else — an unknown size, another total, a truncated frame, bytes after the last frame — is
+  /// errc::format naming `where`; so no section decompresses past what its item declared.
+  static void check_frames(std::span<const std::byte> src, std::uint64_t declared, const error_context& where) {
+    std::uint64_t total = 0;
+    while (!src.empty()) {
+      const unsigned long long content = ZSTD_getFrameContentSize(src.data(), src.size());
+      if (content == ZSTD_CONTENTSIZE_ERROR) throw error(errc::format, "zstd section holds bytes that are not a zstd frame", where);
+      if (content == ZSTD_CONTENTSIZE_UNKNOWN) throw error(errc::format, "zstd section has a frame that does not record its content size", where);
+      if (content > declared - total)
+        throw error(errc::format, "zstd section's frames hold more than the " + std::to_string(declared) + " bytes the item declares", where);
+      const std::size_t frame = ZSTD_findFrameCompressedSize(src.data(), src.size());
+      if (ZSTD_isError(frame)) throw error(errc::format, std::string("zstd section has an incomplete frame: ") + ZSTD_getErrorName(frame), where);
+      total += content;
+      src = src.subspan(frame);
+    }
+    if (total != declared)
+      throw error(errc::format, "zstd section's frames hold " + std::to_string(total) + " bytes, the item declares " + std::to_string(declared), where);
+  }
+
   /// Decompresses `src` into exactly `dst.size()` bytes; anything else is errc::format naming `where`.
   void decompress_exact(std::span<const std::byte> src, std::span<std::byte> dst, const error_context& where) {
     const std::size_t n = ZSTD_decompressDCtx(ctx_.get(), dst.data(), dst.size(), src.data(), src.size());

@@ -40,6 +40,7 @@
 #pragma once
 
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -67,6 +68,19 @@ concept BaselineStore = requires(S& s, version_t v, const baseline_image& img) {
 template <class S>
 concept DeltaBaselineStore = BaselineStore<S> && requires(S& s, version_t v, const change_set& cs) {
   { s.save_changes(v, v, cs) } -> std::same_as<void>;
+};
+
+/// Where a store keeps the files of baseline_format.hpp (a directory, a bucket prefix), as the
+/// chain walk reads them. Laws: digest_of(n) is nullopt iff no file n exists, else the digest its
+/// last 8 bytes claim (0 when it is shorter: it then fails verification); read(n) returns the whole
+/// file (nullopt when absent); read_head(n, k) its first min(k, size) bytes; where(n) names n in
+/// errors (a path, an s3:// URL). A file is written atomically: readers see all of it or nothing.
+template <class F>
+concept BaselineFiles = requires(F& f, const std::string& name, std::size_t n) {
+  { f.digest_of(name) } -> std::same_as<std::optional<std::uint64_t>>;
+  { f.read(name) } -> std::same_as<std::optional<std::vector<std::byte>>>;
+  { f.read_head(name, n) } -> std::same_as<std::vector<std::byte>>;
+  { f.where(name) } -> std::convertible_to<std::string>;
 };
 
 /// Convenience for callers outside the protocol driver (tools, tests): the current contents.

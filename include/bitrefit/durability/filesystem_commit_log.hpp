@@ -37,13 +37,19 @@ struct commit_log_options {
   std::chrono::milliseconds lock_timeout{5000};  // the CAS deadline: past it, the outcome is `failed`
 };
 
-template <CrashPoints Crash = no_crash_points>
+/// How the commit log makes a rename durable: fsync of the directory (throws errc::io on failure).
+/// A policy so that tests can make it fail (tests/durability), as a disk can.
+struct posix_directory_sync {
+  void operator()(const std::filesystem::path& dir) const { io::detail::fsync_directory(dir); }
+};
+
+template <CrashPoints Crash = no_crash_points, class DirectorySync = posix_directory_sync>
 class basic_filesystem_commit_log {
  public:
   using options = commit_log_options;
 
-  explicit basic_filesystem_commit_log(std::filesystem::path dir, options o = {}, Crash crash = {})
-      : dir_(std::move(dir)), opt_(o), crash_(std::move(crash)) {
+  explicit basic_filesystem_commit_log(std::filesystem::path dir, options o = {}, Crash crash = {}, DirectorySync sync = {})
+      : dir_(std::move(dir)), opt_(o), crash_(std::move(crash)), sync_(std::move(sync)) {
     std::error_code ec;
     std::filesystem::create_directories(dir_, ec);
     if (!std::filesystem::is_directory(dir_))
@@ -52,6 +58,10 @@ class basic_filesystem_commit_log {
 
   /// Runs `req` through the pure protocol::commit_log on the state read under the lock, and
   /// writes the new state when the request changed it. Reads take the lock too (linearizable).
+  /// Nothing is reported that a power loss could still revert: the state read may be a rename
+  /// whose directory entry is not durable yet (its writer saw "unknown": the directory fsync
+  /// failed, or it died there), so a request that writes nothing makes it durable first and
+  /// reports `failed` if it cannot (finding B5); one that writes makes it durable with its own.
   protocol::log_reply apply(const protocol::log_request& req) {
     const protocol::log_reply failed{req, protocol::log_outcome::failed, {}};
     lock_guard g(*this);
@@ -64,7 +74,14 @@ class basic_filesystem_commit_log {
     }
     const protocol::log_snapshot before = log.state;
     protocol::log_reply r = log.apply(req);
-    if (log.state == before) return r;
+    if (log.state == before) {
+      try {
+        sync_(dir_);
+      } catch (const error&) {
+        return failed;  // the caller reads again
+      }
+      return r;
+    }
     const auto o = write(log.state);
     if (o != protocol::log_outcome::ok) return {req, o, {}};
     return r;
@@ -72,7 +89,7 @@ class basic_filesystem_commit_log {
 
   /// The durable state as a fresh process would see it (no lock: a single file read is atomic).
   protocol::log_snapshot read_unlocked() {
-    auto text = io::read_whole_file(file());
+    auto text = io::read_whole_file(file(), wire::control_json_limits.max_bytes);
     if (!text) return protocol::log_snapshot{};
     return wire::snapshot_from(std::string(reinterpret_cast<const char*>(text->data()), text->size()), file().string());
   }
@@ -109,7 +126,7 @@ class basic_filesystem_commit_log {
     try {
       f.emplace(file());
       f->write(text);
-      f->commit([&](std::string_view step) { crash_.pass("commit_log_" + std::string(step), dir_.string()); });
+      f->commit([&](std::string_view step) { crash_.pass("commit_log_" + std::string(step), dir_.string()); }, sync_);
     } catch (const typename Crash::crash&) {
       if (f) f->release();  // a killed process leaves its temp file; readers ignore it
       throw;
@@ -125,6 +142,7 @@ class basic_filesystem_commit_log {
   std::filesystem::path dir_;
   options opt_;
   Crash crash_;
+  DirectorySync sync_;
 };
 
 /// The shipped commit log: no crash points.

@@ -137,12 +137,18 @@ class atomic_file {
   /// removes an unrenamed temporary, as a restarted owner's sweep would).
   template <class Between>
   void commit(Between&& between) {
+    commit(between, [](const std::filesystem::path& dir) { detail::fsync_directory(dir); });
+  }
+  /// Same, making the rename durable with `sync_directory(dir)` (the commit log takes this as a
+  /// policy, so that a test can make the directory fsync fail as a disk can).
+  template <class Between, class SyncDirectory>
+  void commit(Between&& between, SyncDirectory&& sync_directory) {
     out_.finish(durable_);
     between(std::string_view("after_temp"));
     if (::rename(temp_.c_str(), target_.c_str()) != 0) throw detail::os_error("cannot rename into place", target_);
     committed_ = true;
     between(std::string_view("after_rename"));
-    if (durable_) detail::fsync_directory(target_.parent_path());
+    if (durable_) sync_directory(target_.parent_path().empty() ? std::filesystem::path(".") : target_.parent_path());
   }
   /// Whether the rename happened (after a commit() that threw: the new content may be visible).
   bool renamed() const noexcept { return committed_; }
@@ -170,7 +176,9 @@ inline void write_file_atomically(const std::filesystem::path& target, std::span
 }
 
 /// A whole file's bytes; nullopt when it does not exist. @throws errc::io naming the file otherwise.
-inline std::optional<std::vector<std::byte>> read_whole_file(const std::filesystem::path& p) {
+/// A file larger than `max_bytes` is refused unread (errc::integrity, field "size"): a hostile or
+/// damaged object never costs more than the limit.
+inline std::optional<std::vector<std::byte>> read_whole_file(const std::filesystem::path& p, std::uint64_t max_bytes = ~std::uint64_t{0}) {
   int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT || errno == ENOTDIR) return std::nullopt;
@@ -181,6 +189,11 @@ inline std::optional<std::vector<std::byte>> read_whole_file(const std::filesyst
     const int e = errno;
     ::close(fd);
     throw detail::os_error("cannot stat", p, e);
+  }
+  if (static_cast<std::uint64_t>(st.st_size) > max_bytes) {
+    ::close(fd);
+    throw error(errc::integrity, "object of " + std::to_string(st.st_size) + " bytes exceeds the limit of " + std::to_string(max_bytes),
+                {.file = p.string(), .tensor = {}, .field = "size"});
   }
   std::vector<std::byte> out(static_cast<std::size_t>(st.st_size));
   std::size_t got = 0;

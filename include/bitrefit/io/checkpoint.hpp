@@ -29,12 +29,56 @@
 #include "bitrefit/core/tensor.hpp"
 #include "bitrefit/io/atomic_file.hpp"
 #include "bitrefit/io/checkpoint_error.hpp"
+#include "bitrefit/io/json.hpp"
 #include "bitrefit/io/safetensors.hpp"
 
 namespace bitrefit::io {
 
 inline constexpr std::string_view index_file_name = "model.safetensors.index.json";
 inline constexpr std::string_view single_file_name = "model.safetensors";
+
+/// What an index file may cost (io/json.hpp). A trillion-parameter model's index (~100 K tensors)
+/// is about 10 MB of text and a 30 MB tree.
+inline constexpr json_limits index_json_limits{.max_bytes = 64u << 20, .max_depth = 16, .max_tree_bytes = 256u << 20};
+
+/// model.safetensors.index.json, validated on its own: the "metadata" object and the weight map.
+struct checkpoint_index {
+  nlohmann::json metadata = nlohmann::json::object();
+  /// tensor name -> shard file name (a plain file name beside the index)
+  std::map<std::string, std::string, std::less<>> weight_map;
+};
+
+/// Parses an index file's text. Every problem is checkpoint_errc::malformed_index naming `source`
+/// (and the tensor, where one is at fault): not JSON, above index_json_limits, a key twice, no
+/// weight_map object, a shard name that is not a string or not a plain file name.
+inline checkpoint_index parse_index(std::string_view text, const std::string& source) {
+  auto bad = [&](const std::string& msg, std::string tensor = {}, std::string field = {}) {
+    return checkpoint_error(checkpoint_errc::malformed_index, msg, {.file = source, .tensor = std::move(tensor), .field = std::move(field)});
+  };
+  nlohmann::json index;
+  try {
+    index = parse_json(text, index_json_limits, {.file = source, .tensor = {}, .field = {}});
+  } catch (const error& e) {
+    throw bad("index refused: " + e.message(), {}, e.where().field);
+  }
+  if (!index.is_object()) throw bad("index is not a JSON object");
+  checkpoint_index out;
+  if (auto m = index.find("metadata"); m != index.end()) {
+    if (!m->is_object()) throw bad("metadata is not an object", {}, "metadata");
+    out.metadata = std::move(*m);
+  }
+  auto wm = index.find("weight_map");
+  if (wm == index.end() || !wm->is_object()) throw bad("no weight_map object", {}, "weight_map");
+  for (auto& [tensor, shard] : wm->items()) {
+    if (!shard.is_string()) throw bad("shard name is not a string", tensor, "weight_map");
+    const std::string& s = shard.get_ref<const std::string&>();
+    // Shards are plain file names beside the index: no directories, no way out of the checkpoint.
+    if (s.empty() || s == "." || s == ".." || s.find('/') != std::string::npos || s.find('\0') != std::string::npos)
+      throw bad("shard name '" + s + "' is not a plain file name", tensor, "weight_map");
+    out.weight_map.emplace_hint(out.weight_map.end(), tensor, s);
+  }
+  return out;
+}
 
 class checkpoint {
  public:
@@ -118,33 +162,21 @@ class checkpoint {
                    std::string file = {}) -> checkpoint_error {
       return checkpoint_error(p, msg, {.file = file.empty() ? where : file, .tensor = std::move(tensor), .field = std::move(field)});
     };
+    // the size first: an index above the limit is refused unread
+    std::error_code size_ec;
+    const auto size = std::filesystem::file_size(index_path, size_ec);
+    if (!size_ec && size > index_json_limits.max_bytes)
+      throw bad(checkpoint_errc::malformed_index, "index file of " + std::to_string(size) + " bytes exceeds the limit of " + std::to_string(index_json_limits.max_bytes), {}, "json.size");
     std::ifstream in(index_path, std::ios::binary);
     if (!in) throw detail::os_error("cannot open for reading", index_path);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    nlohmann::json index;
-    try {
-      index = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-      throw bad(checkpoint_errc::malformed_index, std::string("index is not valid JSON: ") + e.what());
-    }
-    if (!index.is_object()) throw bad(checkpoint_errc::malformed_index, "index is not a JSON object");
-    if (auto m = index.find("metadata"); m != index.end()) {
-      if (!m->is_object()) throw bad(checkpoint_errc::malformed_index, "metadata is not an object", {}, "metadata");
-      index_metadata_ = *m;
-    }
-    auto wm = index.find("weight_map");
-    if (wm == index.end() || !wm->is_object()) throw bad(checkpoint_errc::malformed_index, "no weight_map object", {}, "weight_map");
+    checkpoint_index index = parse_index(text, where);
+    index_metadata_ = std::move(index.metadata);
+    const auto& wm = index.weight_map;
 
     // shard file name -> the tensors the index places there
     std::map<std::string, std::vector<std::string>> listed;
-    for (auto& [tensor, shard] : wm->items()) {
-      if (!shard.is_string()) throw bad(checkpoint_errc::malformed_index, "shard name is not a string", tensor, "weight_map");
-      const std::string& s = shard.get_ref<const std::string&>();
-      // Shards are plain file names beside the index: no directories, no way out of the checkpoint.
-      if (s.empty() || s == "." || s == ".." || s.find('/') != std::string::npos || s.find('\0') != std::string::npos)
-        throw bad(checkpoint_errc::malformed_index, "shard name '" + s + "' is not a plain file name", tensor, "weight_map");
-      listed[s].push_back(tensor);
-    }
+    for (const auto& [tensor, shard] : wm) listed[shard].push_back(tensor);
 
     const std::filesystem::path dir = index_path.parent_path();
     std::map<std::string, std::size_t> shard_index;
@@ -165,11 +197,11 @@ class checkpoint {
     for (std::size_t i = 0; i < shards_.size(); ++i) {
       const std::string file = shards_[i].path().string();
       for (const auto& t : shards_[i].manifest().tensors()) {
-        auto it = wm->find(t.name);
-        if (it == wm->end())
+        auto it = wm.find(t.name);
+        if (it == wm.end())
           throw bad(checkpoint_errc::index_unlisted_tensor, "shard holds a tensor the index does not list", t.name, {}, file);
-        if (shard_index.at(it->get<std::string>()) != i)
-          throw bad(checkpoint_errc::duplicate_tensor, "tensor is also in shard '" + it->get<std::string>() + "'", t.name, {}, file);
+        if (shard_index.at(it->second) != i)
+          throw bad(checkpoint_errc::duplicate_tensor, "tensor is also in shard '" + it->second + "'", t.name, {}, file);
         owner.emplace(t.name, i);
         all.push_back(t);
       }

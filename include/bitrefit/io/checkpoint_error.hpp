@@ -18,6 +18,7 @@ enum class checkpoint_errc {
   header_length_past_end,  // the header length points beyond the end of the file
   header_length_absurd,    // the header length exceeds the 100 MB limit safetensors itself enforces
   malformed_json,          // the header is not a JSON object
+  header_too_deep,         // the header nests arrays/objects deeper than max_header_depth
   malformed_entry,         // a tensor entry or __metadata__ has a missing or mistyped field
   unknown_dtype,           // a dtype spelling this library does not know
   shape_size_mismatch,     // data_offsets span != product(shape) * element size
@@ -26,7 +27,7 @@ enum class checkpoint_errc {
   offsets_gap,             // bytes of the data section that no tensor owns (before, between, after)
   offsets_past_end,        // a tensor ends beyond the end of the file
   duplicate_tensor,        // one name twice in a header, or in two shards
-  malformed_index,         // model.safetensors.index.json unparsable, no weight_map, bad shard name
+  malformed_index,         // model.safetensors.index.json unparsable, too large or deep, no weight_map, bad shard name
   index_missing_shard,     // the index names a shard file that does not exist
   index_missing_tensor,    // the index names a tensor that its shard does not hold
   index_unlisted_tensor,   // a shard holds a tensor that the index does not list
@@ -39,6 +40,7 @@ constexpr std::string_view checkpoint_errc_name(checkpoint_errc p) noexcept {
     case checkpoint_errc::header_length_past_end: return "header_length_past_end";
     case checkpoint_errc::header_length_absurd: return "header_length_absurd";
     case checkpoint_errc::malformed_json: return "malformed_json";
+    case checkpoint_errc::header_too_deep: return "header_too_deep";
     case checkpoint_errc::malformed_entry: return "malformed_entry";
     case checkpoint_errc::unknown_dtype: return "unknown_dtype";
     case checkpoint_errc::shape_size_mismatch: return "shape_size_mismatch";

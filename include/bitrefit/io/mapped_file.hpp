@@ -94,4 +94,51 @@ class mapped_file {
   std::size_t size_ = 0;
 };
 
+/// A read-write shared mapping of a whole existing file: stores through bytes() reach the file
+/// (page cache), sync() makes them durable. For a file bitrefit created itself and has not yet
+/// renamed into place (e.g. `bitrefit apply` patching its staged output), never for an input.
+class writable_mapping {
+ public:
+  explicit writable_mapping(std::filesystem::path file) : path_(std::move(file)) {
+    int fd = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) throw detail::os_error("cannot open for writing", path_);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      int e = errno;
+      ::close(fd);
+      throw detail::os_error("not a regular file", path_, e);
+    }
+    size_ = static_cast<std::size_t>(st.st_size);
+    if (size_ > 0) {
+      void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (p == MAP_FAILED) {
+        int e = errno;
+        ::close(fd);
+        throw detail::os_error("cannot mmap for writing", path_, e);
+      }
+      data_ = static_cast<std::byte*>(p);
+    }
+    ::close(fd);
+  }
+  writable_mapping(const writable_mapping&) = delete;
+  writable_mapping& operator=(const writable_mapping&) = delete;
+  writable_mapping(writable_mapping&& o) noexcept
+      : path_(std::move(o.path_)), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  ~writable_mapping() {
+    if (data_) ::munmap(data_, size_);
+  }
+
+  std::span<std::byte> bytes() const noexcept { return {data_, size_}; }
+  /// Writes dirty pages back to the file and waits (msync MS_SYNC). errc::io on failure.
+  void sync() const {
+    if (data_ && ::msync(data_, size_, MS_SYNC) != 0) throw detail::os_error("msync failed", path_);
+  }
+  const std::filesystem::path& path() const noexcept { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
 }  // namespace bitrefit::io

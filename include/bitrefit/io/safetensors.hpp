@@ -25,6 +25,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -45,6 +46,195 @@ using metadata_map = std::map<std::string, std::string, std::less<>>;
 
 /// Headers above this are refused as absurd (the limit the reference implementation uses).
 inline constexpr std::uint64_t max_header_bytes = 100'000'000;
+/// Arrays/objects nested deeper than this in a header are refused (checkpoint_errc::header_too_deep).
+/// A valid header needs 3 (header, entry, shape); the slack admits unknown nested fields.
+inline constexpr std::size_t max_header_depth = 64;
+
+namespace detail {
+
+/// One top-level header entry as the SAX pass saw it; its rules are checked once the whole header
+/// parsed (JSON errors and duplicate names come first, then entries in name order).
+struct header_entry {
+  enum class state : std::uint8_t { absent, bad, ok };
+  std::string name;
+  bool is_object = false;
+  state dtype = state::absent, shape = state::absent, offsets = state::absent;
+  std::string field_twice;  // a field of this entry given twice (nlohmann would keep the last)
+  std::string dtype_text;
+  shape_t shape_dims;
+  std::vector<std::uint64_t> offset_values;
+};
+
+/// The safetensors header grammar as a SAX handler (nlohmann's sax_parse): builds header_entry
+/// records and the metadata map directly, never a JSON tree. Unknown fields of an entry are
+/// skipped, whatever they hold, up to max_header_depth.
+class header_sax {
+ public:
+  using json = nlohmann::json;
+  explicit header_sax(metadata_map& metadata) : metadata_(metadata) {}
+
+  std::vector<header_entry> entries;
+  std::string duplicate;  // the first tensor name seen twice
+  bool not_object = false, too_deep = false, metadata_not_object = false, metadata_key_twice = false;
+  std::string metadata_bad_key;  // the first __metadata__ key whose value is not a string (or repeats)
+  std::string parse_message;  // nlohmann's description of a JSON syntax error
+
+  bool null() { return scalar(kind::other, 0, nullptr); }
+  bool boolean(bool) { return scalar(kind::other, 0, nullptr); }
+  bool number_integer(json::number_integer_t) { return scalar(kind::other, 0, nullptr); }
+  bool number_unsigned(json::number_unsigned_t v) { return scalar(kind::unsigned_int, v, nullptr); }
+  bool number_float(json::number_float_t, const json::string_t&) { return scalar(kind::other, 0, nullptr); }
+  bool string(json::string_t& v) { return scalar(kind::string, 0, &v); }
+  bool binary(json::binary_t&) { return scalar(kind::other, 0, nullptr); }
+  bool start_object(std::size_t) { return open(false); }
+  bool start_array(std::size_t) { return open(true); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool key(json::string_t& k) {
+    switch (ctx_.back()) {
+      case ctx::top:
+        if (!seen_.insert(k).second && duplicate.empty()) duplicate = k;
+        if (k == "__metadata__") {
+          in_metadata_ = true;
+        } else {
+          in_metadata_ = false;
+          entries.emplace_back().name = k;
+        }
+        break;
+      case ctx::entry: {
+        auto& e = entries.back();
+        field_ = k == "dtype" ? field::dtype : k == "shape" ? field::shape : k == "data_offsets" ? field::offsets : field::other;
+        const auto* s = field_ == field::dtype ? &e.dtype : field_ == field::shape ? &e.shape : field_ == field::offsets ? &e.offsets : nullptr;
+        if (s && *s != header_entry::state::absent && e.field_twice.empty()) e.field_twice = k;
+        break;
+      }
+      case ctx::metadata:
+        metadata_key_ = k;
+        break;
+      default: break;
+    }
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
+    parse_message = e.what();
+    return false;
+  }
+
+ private:
+  enum class ctx : std::uint8_t { top, entry, shape, offsets, metadata, skip };
+  enum class field : std::uint8_t { other, dtype, shape, offsets };
+  enum class kind : std::uint8_t { other, unsigned_int, string };
+  using state = header_entry::state;
+
+  void mark_bad(state& s) { s = state::bad; }
+
+  bool scalar(kind k, std::uint64_t u, json::string_t* str) {
+    if (ctx_.empty()) return not_a_header();
+    switch (ctx_.back()) {
+      case ctx::top:  // a value that should have been an object
+        if (in_metadata_) metadata_not_object = true;
+        break;  // entries start with is_object = false
+      case ctx::entry: {
+        auto& e = entries.back();
+        if (field_ == field::dtype) {
+          if (k == kind::string) {
+            e.dtype = state::ok;
+            e.dtype_text = *str;
+          } else mark_bad(e.dtype);
+        } else if (field_ == field::shape) mark_bad(e.shape);
+        else if (field_ == field::offsets) mark_bad(e.offsets);
+        break;
+      }
+      case ctx::shape:
+        if (k == kind::unsigned_int) entries.back().shape_dims.push_back(u);
+        else mark_bad(entries.back().shape);
+        break;
+      case ctx::offsets:
+        if (k == kind::unsigned_int) entries.back().offset_values.push_back(u);
+        else mark_bad(entries.back().offsets);
+        break;
+      case ctx::metadata:
+        if (k != kind::string) bad_metadata(false);
+        else if (!metadata_.emplace(metadata_key_, *str).second) bad_metadata(true);
+        break;
+      case ctx::skip: break;
+    }
+    return true;
+  }
+
+  void bad_metadata(bool twice) {
+    if (!metadata_bad_key.empty()) return;
+    metadata_bad_key = metadata_key_;
+    metadata_key_twice = twice;
+  }
+
+  bool open(bool array) {
+    if (ctx_.size() >= max_header_depth) {
+      too_deep = true;
+      return false;
+    }
+    if (ctx_.empty()) {
+      if (array) return not_a_header();
+      ctx_.push_back(ctx::top);
+      return true;
+    }
+    ctx next = ctx::skip;
+    switch (ctx_.back()) {
+      case ctx::top:
+        if (in_metadata_) {
+          if (array) metadata_not_object = true;
+          else next = ctx::metadata;
+        } else if (!array) {
+          entries.back().is_object = true;
+          next = ctx::entry;
+        }
+        break;
+      case ctx::entry: {
+        auto& e = entries.back();
+        if (field_ == field::dtype) mark_bad(e.dtype);
+        else if (field_ == field::shape) {
+          if (array) {
+            if (e.shape == state::absent) e.shape = state::ok;
+            e.shape_dims.clear();
+            next = ctx::shape;
+          } else mark_bad(e.shape);
+        } else if (field_ == field::offsets) {
+          if (array) {
+            if (e.offsets == state::absent) e.offsets = state::ok;
+            e.offset_values.clear();
+            next = ctx::offsets;
+          } else mark_bad(e.offsets);
+        }
+        break;
+      }
+      case ctx::shape: mark_bad(entries.back().shape); break;
+      case ctx::offsets: mark_bad(entries.back().offsets); break;
+      case ctx::metadata: bad_metadata(false); break;
+      case ctx::skip: break;
+    }
+    ctx_.push_back(next);
+    return true;
+  }
+
+  bool close() {
+    ctx_.pop_back();
+    return true;
+  }
+
+  bool not_a_header() {
+    not_object = true;
+    return false;
+  }
+
+  metadata_map& metadata_;
+  std::vector<ctx> ctx_;
+  std::unordered_set<std::string> seen_;
+  bool in_metadata_ = false;
+  field field_ = field::other;
+  std::string metadata_key_;
+};
+
+}  // namespace detail
 
 /// A tensor's [begin, end) byte range within the data section.
 struct data_offsets {
@@ -113,11 +303,6 @@ class safetensors_view {
     throw checkpoint_error(p, msg, {.file = source_, .tensor = std::move(tensor), .field = std::move(field)});
   }
 
-  static std::optional<std::uint64_t> as_u64(const nlohmann::json& j) {
-    if (!j.is_number_unsigned()) return std::nullopt;
-    return j.get<std::uint64_t>();
-  }
-
   void parse() {
     if (file_.size() < 8) fail(checkpoint_errc::file_too_short, "file holds " + std::to_string(file_.size()) + " bytes, fewer than the 8-byte header length");
     std::uint64_t n = 0;
@@ -128,67 +313,52 @@ class safetensors_view {
       fail(checkpoint_errc::header_length_past_end, "header length " + std::to_string(n) + " is larger than the " + std::to_string(file_.size() - 8) + " bytes after it", {}, "header length");
     data_start_ = 8 + n;
 
-    // Parse, noticing repeated top-level keys (nlohmann would silently keep the last one).
-    std::set<std::string, std::less<>> seen;
-    std::string duplicate;
-    nlohmann::json::parser_callback_t on_event = [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
-      if (depth == 1 && ev == nlohmann::json::parse_event_t::key && parsed.is_string()) {
-        const auto& k = parsed.get_ref<const std::string&>();
-        if (!seen.insert(k).second && duplicate.empty()) duplicate = k;
-      }
-      return true;
-    };
     const char* text = reinterpret_cast<const char*>(file_.data() + 8);
     // JSON never holds a raw NUL, and nlohmann would take one as the end of input: refuse it here.
     if (std::find(text, text + n, '\0') != text + n) fail(checkpoint_errc::malformed_json, "header contains a NUL byte", {}, "header");
-    nlohmann::json header;
-    try {
-      header = nlohmann::json::parse(text, text + n, on_event);
-    } catch (const nlohmann::json::exception& e) {
-      fail(checkpoint_errc::malformed_json, std::string("header is not valid JSON: ") + e.what(), {}, "header");
+    // One SAX pass: no JSON tree is built (a tree costs 20-50x the header), memory is the entries'
+    // own size, time is linear in the header (duplicates found by hashing, not by re-scanning).
+    detail::header_sax sax(metadata_);
+    if (!nlohmann::json::sax_parse(text, text + n, &sax)) {
+      if (sax.too_deep) fail(checkpoint_errc::header_too_deep, "header nests deeper than " + std::to_string(max_header_depth) + " levels", {}, "header");
+      if (sax.not_object) fail(checkpoint_errc::malformed_json, "header is not a JSON object", {}, "header");
+      fail(checkpoint_errc::malformed_json, "header is not valid JSON: " + sax.parse_message, {}, "header");
     }
-    if (!header.is_object()) fail(checkpoint_errc::malformed_json, "header is not a JSON object", {}, "header");
-    if (!duplicate.empty()) fail(checkpoint_errc::duplicate_tensor, "name appears twice in the header", duplicate);
+    if (!sax.duplicate.empty()) fail(checkpoint_errc::duplicate_tensor, "name appears twice in the header", sax.duplicate);
+    if (sax.metadata_not_object) fail(checkpoint_errc::malformed_entry, "__metadata__ is not an object", {}, "__metadata__");
+    if (!sax.metadata_bad_key.empty())
+      fail(checkpoint_errc::malformed_entry, "value of key '" + sax.metadata_bad_key + "' is " + (sax.metadata_key_twice ? "given twice" : "not a string"), {}, "__metadata__");
 
+    // Each entry's rules, in byte-wise name order (the order errors are reported in).
+    std::vector<detail::header_entry>& raw = sax.entries;
+    std::sort(raw.begin(), raw.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
     const std::uint64_t data_size = file_.size() - data_start_;
     std::vector<std::pair<tensor_info, data_offsets>> entries;
-    for (auto& [name, entry] : header.items()) {
-      if (name == "__metadata__") {
-        if (!entry.is_object()) fail(checkpoint_errc::malformed_entry, "__metadata__ is not an object", {}, "__metadata__");
-        for (auto& [k, v] : entry.items()) {
-          if (!v.is_string()) fail(checkpoint_errc::malformed_entry, "value of key '" + k + "' is not a string", {}, "__metadata__");
-          metadata_.emplace(k, v.get<std::string>());
-        }
-        continue;
-      }
+    entries.reserve(raw.size());
+    using st = detail::header_entry::state;
+    for (auto& e : raw) {
+      const std::string& name = e.name;
       if (name.empty()) fail(checkpoint_errc::malformed_entry, "tensor with an empty name", {}, "name");
-      if (!entry.is_object()) fail(checkpoint_errc::malformed_entry, "entry is not an object", name);
-      auto field = [&](const char* f) -> const nlohmann::json& {
-        auto it = entry.find(f);
-        if (it == entry.end()) fail(checkpoint_errc::malformed_entry, std::string("missing field '") + f + "'", name, f);
-        return *it;
+      if (!e.is_object) fail(checkpoint_errc::malformed_entry, "entry is not an object", name);
+      if (!e.field_twice.empty()) fail(checkpoint_errc::malformed_entry, "field '" + e.field_twice + "' appears twice", name, e.field_twice);
+      auto present = [&](st s, const char* f) {
+        if (s == st::absent) fail(checkpoint_errc::malformed_entry, std::string("missing field '") + f + "'", name, f);
       };
-      const auto& jd = field("dtype");
-      if (!jd.is_string()) fail(checkpoint_errc::malformed_entry, "dtype is not a string", name, "dtype");
-      auto type = parse_dtype(jd.get_ref<const std::string&>());
-      if (!type) fail(checkpoint_errc::unknown_dtype, "unknown dtype '" + jd.get<std::string>() + "'", name, "dtype");
-      const auto& js = field("shape");
-      if (!js.is_array()) fail(checkpoint_errc::malformed_entry, "shape is not an array", name, "shape");
-      shape_t shape;
-      for (auto& d : js) {
-        auto v = as_u64(d);
-        if (!v) fail(checkpoint_errc::malformed_entry, "shape holds something other than a non-negative integer", name, "shape");
-        shape.push_back(*v);
-      }
-      const auto& jo = field("data_offsets");
-      if (!jo.is_array() || jo.size() != 2 || !as_u64(jo[0]) || !as_u64(jo[1]))
+      present(e.dtype, "dtype");
+      if (e.dtype == st::bad) fail(checkpoint_errc::malformed_entry, "dtype is not a string", name, "dtype");
+      auto type = parse_dtype(e.dtype_text);
+      if (!type) fail(checkpoint_errc::unknown_dtype, "unknown dtype '" + e.dtype_text + "'", name, "dtype");
+      present(e.shape, "shape");
+      if (e.shape == st::bad) fail(checkpoint_errc::malformed_entry, "shape is not an array of non-negative integers", name, "shape");
+      present(e.offsets, "data_offsets");
+      if (e.offsets == st::bad || e.offset_values.size() != 2)
         fail(checkpoint_errc::malformed_entry, "data_offsets is not a pair of non-negative integers", name, "data_offsets");
-      data_offsets off{*as_u64(jo[0]), *as_u64(jo[1])};
+      data_offsets off{e.offset_values[0], e.offset_values[1]};
       if (off.end < off.begin)
         fail(checkpoint_errc::offsets_reversed, "data_offsets out of order: end " + std::to_string(off.end) + " < begin " + std::to_string(off.begin), name, "data_offsets");
       std::uint64_t expect = 0;
       try {
-        expect = byte_size(*type, shape, name);
+        expect = byte_size(*type, e.shape_dims, name);
       } catch (const error&) {
         fail(checkpoint_errc::shape_size_mismatch, "shape's byte size overflows 64 bits", name, "shape");
       }
@@ -200,7 +370,7 @@ class safetensors_view {
       if (off.end > data_size)
         fail(checkpoint_errc::offsets_past_end,
              "tensor ends at byte " + std::to_string(off.end) + " of a data section of " + std::to_string(data_size) + " bytes", name, "data_offsets");
-      entries.emplace_back(tensor_info{name, *type, std::move(shape)}, off);
+      entries.emplace_back(tensor_info{std::move(e.name), *type, std::move(e.shape_dims)}, off);
     }
 
     // The tensors must tile [0, data_size) exactly: walk them in offset order.
@@ -225,7 +395,7 @@ class safetensors_view {
     if (covered != data_size)
       fail(checkpoint_errc::offsets_gap, "bytes [" + std::to_string(covered) + ", " + std::to_string(data_size) + ") at the end of the data section belong to no tensor", {}, "data_offsets");
 
-    // header.items() iterates keys in byte-wise order (std::map), so entries are in name order.
+    // entries are in byte-wise name order (sorted above)
     std::vector<tensor_info> infos;
     infos.reserve(entries.size());
     offsets_.reserve(entries.size());
@@ -261,6 +431,8 @@ class safetensors_file {
   tensor_view tensor(std::string_view name) const { return view_.tensor(name); }
   std::vector<tensor_view> tensors() const { return view_.tensors(); }
   std::uint64_t file_size() const noexcept { return map_.size(); }
+  /// The whole mapped file (a tensor's bytes().data() minus this data() is its offset in the file).
+  std::span<const std::byte> file_bytes() const noexcept { return map_.bytes(); }
 
  private:
   mapped_file map_;

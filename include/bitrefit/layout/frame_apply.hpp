@@ -46,6 +46,36 @@ struct frame_apply_result {
   std::uint64_t not_held = 0;  // elements of the frame this loader does not hold
 };
 
+/// The base bits a base-conditioned item decodes against (codec::base_reader), read from a Loader:
+/// nullopt when the loader holds none of the item's range (a tensor-parallel rank skips the item);
+/// the range's canonical bits when it holds all of it — in place when one bit-preserving segment
+/// holds the range, else read back into `scratch` (O(one item range), i.e. O(frame input bound));
+/// errc::mismatch when it holds only part of it (the sender cuts items at every receiver's
+/// held-range boundaries, refit::item_cuts, so this means the declarations disagree).
+template <Loader L>
+std::optional<std::span<const std::byte>> base_bits(const L& l, const codec::frame_item& it, std::vector<std::byte>& scratch,
+                                                    std::string_view source = {}) {
+  const tensor_info* t = l.canonical().find(it.tensor);
+  error_context where{.file = std::string(source), .tensor = it.tensor, .field = "range"};
+  if (!t) throw error(errc::mismatch, "frame names a tensor this engine does not serve", where);
+  const std::size_t es = element_size(t->type);
+  std::uint64_t held = 0;
+  for (const index_range& r : l.held(it.tensor)) {
+    const std::uint64_t b = std::max(r.begin, it.begin), e = std::min(r.end, it.end);
+    if (b < e) held += e - b;
+  }
+  if (held == 0) return std::nullopt;
+  if (held != it.end - it.begin)
+    throw error(errc::mismatch, "base-conditioned item over a range this engine holds only in part (items must be cut at held-range boundaries)", where);
+  if (l.bit_preserving(it.tensor))
+    for (const placement_segment& s : l.segments(it.tensor))
+      if (s.begin <= it.begin && it.end <= s.end)
+        return std::span<const std::byte>(s.data + (it.begin - s.begin) * es, (it.end - it.begin) * es);
+  scratch.resize((it.end - it.begin) * es);
+  read_canonical(l, it.tensor, index_range{it.begin, it.end}, scratch);
+  return std::span<const std::byte>(scratch);
+}
+
 /// Verifies and applies frames to a Loader: the one place a payload frame reaches an engine's
 /// weights (the refit receiver's payloads and dense restores, the layout tests). Holds the
 /// decoder's scratch (bounded by one frame's canonical input), so keep one per receiver thread.
@@ -60,6 +90,11 @@ struct frame_apply_result {
 /// payload when it arrives. apply_parsed() later decodes that parsed frame once, checks the decoded
 /// positions and values, and only then writes. verify() and apply() do both steps on raw bytes.
 /// decodes() counts decodes, so tests can see that a payload was decoded once.
+///
+/// Base-conditioned items (codec/conditioned.hpp) decode against the loader's current bits of the
+/// item's range (base_bits above): a payload is applied on the base it names, which the protocol
+/// guarantees for every exact-base (xor_mask) payload; the decoded values are absolute.
+/// An item over a range this loader holds none of is skipped (`skipped`).
 class loader_frame_applier {
  public:
   /// Parses `bytes` and matches every item to the loader; nothing is decompressed or written.
@@ -76,7 +111,7 @@ class loader_frame_applier {
   template <Loader L>
   frame_check verify(const L& l, std::span<const std::byte> bytes, std::string_view source = {}) {
     auto [f, c] = inspect(l, bytes, source);
-    decode_checked(f, source);
+    decode_checked(l, f, source);
     return c;
   }
 
@@ -84,10 +119,14 @@ class loader_frame_applier {
   /// On any error the loader's tensors are untouched.
   template <Loader L>
   frame_apply_result apply_parsed(L& l, const codec::frame_view& f, std::string_view source = {}) {
-    const auto decoded = decode_checked(f, source);
+    const auto decoded = decode_checked(l, f, source);
     frame_apply_result r{f.header(), 0, 0, 0};
     for (const codec::decoded_item& d : decoded) {
       const codec::frame_item& it = *d.item;
+      if (d.skipped) {  // base-conditioned item of a range this loader does not hold
+        r.not_held += it.changed;
+        continue;
+      }
       r.items += 1;
       if (l.held(it.tensor).empty()) {  // a partial holder: nothing of this tensor here
         r.not_held += it.changed;
@@ -96,9 +135,9 @@ class loader_frame_applier {
       apply_stats st;
       if (it.locations == codec::location_coding::all) {  // every element of the range: one run
         const index_range run[1] = {{it.begin, it.end}};
-        st = apply_runs(l, it.tensor, it.mode, std::span<const index_range>(run), d.values);
+        st = apply_runs(l, it.tensor, d.apply, std::span<const index_range>(run), d.values);
       } else {
-        st = apply_positions(l, it.tensor, it.mode, d.positions, d.values, it.begin);
+        st = apply_positions(l, it.tensor, d.apply, d.positions, d.values, it.begin);
       }
       r.applied += st.applied;
       r.not_held += st.not_held;
@@ -113,7 +152,7 @@ class loader_frame_applier {
     return apply_parsed(l, f, source);
   }
 
-  std::size_t scratch_bytes() const noexcept { return decoder_.scratch_bytes(); }
+  std::size_t scratch_bytes() const noexcept { return decoder_.scratch_bytes() + base_.capacity(); }
   std::uint64_t decodes() const noexcept { return decodes_; }
 
  private:
@@ -132,8 +171,8 @@ class loader_frame_applier {
         where.field = "tensor_elements";
         throw error(errc::mismatch, "frame item's range does not fit the engine's tensor of " + std::to_string(t->elements()) + " elements", where);
       }
-      if (it.mode == value_mode::xor_mask) {
-        c.any_xor = true;
+      if (needs_exact_base(it.mode)) c.any_xor = true;  // XOR and base-conditioned: only on the exact base
+      if (it.mode == value_mode::xor_mask) {  // base-conditioned items decode to absolute values
         if (!l.bit_preserving(it.tensor) && !l.held(it.tensor).empty()) {
           where.field = "mode";
           throw error(errc::mismatch, "XOR item for a tensor this engine does not place bit-preservingly (the attempt must send it as overwrite)", where);
@@ -144,8 +183,9 @@ class loader_frame_applier {
     return c;
   }
 
-  std::span<const codec::decoded_item> decode_checked(const codec::frame_view& f, std::string_view source) {
-    const auto decoded = decoder_.decode(f, source);
+  template <Loader L>
+  std::span<const codec::decoded_item> decode_checked(const L& l, const codec::frame_view& f, std::string_view source) {
+    const auto decoded = decoder_.decode(f, source, [&](const codec::frame_item& it) { return base_bits(l, it, base_, source); });
     ++decodes_;
     for (const codec::decoded_item& d : decoded) {
       const codec::frame_item& it = *d.item;
@@ -163,6 +203,7 @@ class loader_frame_applier {
 
   codec::frame_decoder decoder_;
   std::uint64_t decodes_ = 0;
+  std::vector<std::byte> base_;  // base bits of one item range when not readable in place
 };
 
 /// The attestation digest (codec/attestation.hpp, version 1) over every range the loader holds:

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "bitrefit/layout/apply.hpp"
+#include "bitrefit/layout/borrowed_store.hpp"
 #include "bitrefit/layout/canonical_store.hpp"
 #include "bitrefit/layout/change_set.hpp"
 #include "bitrefit/layout/concepts.hpp"

@@ -2,7 +2,8 @@
 // its epoch in the commit log).
 //
 // Events (coordinator_event):
-//   start_event               boot: claim the epoch, then finish or retry whatever the log says
+//   start_event               boot: claim the epoch (an unknown outcome is resolved by reading the
+//                             log), then finish or retry whatever the log says
 //   begin_transition_event    the trainer has version K.v+1 ready (target, XOR allowed, expected digests)
 //   message_event             manifest / arrived / ack / stopped / failed / join from owners and receivers
 //   log_event                 the commit log's reply to the last log_action
@@ -18,7 +19,8 @@
 //   cleanup_action            stop_and_wait(τ) is complete: τ's payload objects may be deleted
 //   committed_action          the transition ended: K is durable and announcements were sent
 //   deposed_action            the log fenced this coordinator: stop acting, a newer one is active
-//   aborted_action            operator abort finished: receivers keep the gate closed
+//   aborted_action            the transition ended by abort (durable in the log, members told and
+//                             fenced: each rejoins after a dense restore); a new one may begin
 //   needs_operator_action     max_attempts reached or K conflicts: nothing more happens automatically
 #pragma once
 
@@ -40,10 +42,13 @@ struct start_event {
 };
 /// The trainer froze version `target` (= K.v + 1). `xor_allowed`: every receiver places every XOR
 /// tensor bit-preservingly. `expected[r]`: receiver r's attestation digest of `target` (empty: none).
+/// `frozen[o]`: the identity of owner o's frozen change set (empty: not recorded), persisted with
+/// every attempt so that whoever retries delivers exactly these bits.
 struct begin_transition_event {
   version_t target = 0;
   bool xor_allowed = true;
   std::vector<digest128> expected;
+  std::vector<digest128> frozen;
   friend auto operator<=>(const begin_transition_event&, const begin_transition_event&) = default;
 };
 struct log_event {
@@ -83,6 +88,7 @@ struct deposed_action {
 };
 struct aborted_action {
   attempt_id attempt{};
+  std::string why;
   friend auto operator<=>(const aborted_action&, const aborted_action&) = default;
 };
 struct needs_operator_action {
@@ -103,13 +109,13 @@ enum class coordinator_phase : std::uint8_t {
   resolving,   // read_commit in flight after an unknown or conflicting compare-and-set
   stopping,    // mark_obsolete sent; stop_and_wait for every member's stopped_msg
   recovering,  // after takeover: read_commit on the old attempt (after its stop_and_wait)
-  aborted,     // operator abort done
+  aborting,    // the abort decision is being persisted (prepare record `aborted`)
   deposed,     // fenced by a newer epoch
   stuck,       // needs an operator (max attempts, conflicting K)
 };
 constexpr std::string_view to_string(coordinator_phase p) noexcept {
   constexpr std::string_view n[] = {"booting",  "claiming", "idle",       "preparing", "collecting", "committing",
-                                    "resolving", "stopping", "recovering", "aborted",   "deposed",    "stuck"};
+                                    "resolving", "stopping", "recovering", "aborting",  "deposed",    "stuck"};
   return n[static_cast<int>(p)];
 }
 
@@ -138,6 +144,7 @@ struct basic_coordinator {
   std::optional<version_t> target;
   bool xor_allowed = false;
   std::vector<digest128> expected;
+  std::vector<digest128> frozen;       // identity of each owner's frozen change set
   std::uint32_t attempts = 0;          // attempts of this transition started by this coordinator
   bool dirty = false;                  // an attempt of this transition may have written somewhere
   // The attempt in progress (preparing .. recovering).
@@ -145,6 +152,7 @@ struct basic_coordinator {
   std::vector<std::optional<std::uint32_t>> manifests;  // per owner
   std::vector<std::uint8_t> arrived, acked, stopped;    // per member index
   after_stop then = after_stop::retry;
+  std::optional<std::uint32_t> lost_owner;  // the abort in progress: this owner lost the frozen set
   [[no_unique_address]] Mut mutation{};  // test policy (mutation.hpp); nothing in the shipped one
 
   basic_coordinator() = default;
@@ -161,8 +169,7 @@ struct basic_coordinator {
 
   /// Is a transition (attempt, stop, commit, recovery) in progress?
   bool busy() const noexcept {
-    return phase != coordinator_phase::idle && phase != coordinator_phase::aborted &&
-           phase != coordinator_phase::deposed && phase != coordinator_phase::stuck;
+    return phase != coordinator_phase::idle && phase != coordinator_phase::deposed && phase != coordinator_phase::stuck;
   }
 
   std::vector<coordinator_action> step(const coordinator_event& ev) {
@@ -233,6 +240,8 @@ struct basic_coordinator {
     target = e.target;
     xor_allowed = e.xor_allowed;
     expected = e.expected;
+    frozen = e.frozen;
+    lost_owner.reset();
     attempts = 0;
     dirty = false;
     prepare_attempt(out);
@@ -241,25 +250,42 @@ struct basic_coordinator {
   /// Operator abort: honoured while an attempt collects (a compare-and-set or a log write in
   /// flight must be resolved first; abort again afterwards).
   void on(const operator_abort_event&, out_t& out) {
-    if (phase == coordinator_phase::collecting) mark_obsolete(out, after_stop::abort);
+    if (phase != coordinator_phase::collecting) return;
+    lost_owner.reset();
+    mark_obsolete(out, after_stop::abort);
   }
 
-  /// Some owner or receiver may not know the commit record yet (a lost announcement or roll call).
+  /// Some owner or receiver may not know the commit record yet (a lost announcement or roll call),
+  /// or the roster does not hold a live incarnation of some receiver (unknown, or evicted and not
+  /// yet rejoined as a new incarnation): the roster must converge to the live incarnations.
   bool lagging() const {
     for (const auto& o : owner_at)
       if (o != committed) return true;
     for (const auto& r : roster)
-      if (!r.known || r.at != committed) return true;
+      if (!r.known || r.evicted || r.at != committed) return true;
     return false;
   }
 
-  /// Idle: repeat the announcement (or roll call) to whoever has not confirmed K. Idempotent.
+  /// K, addressed to receiver r with the roster's view of it (see announce_msg): names the
+  /// incarnation the roster admits (confirming its join) or marks it evicted (it must restore).
+  void announce_to(out_t& out, std::uint32_t r) const {
+    const roster_entry& e = roster[r];
+    announce_msg a{committed, std::nullopt, false};
+    if (e.known) {
+      a.roster = member{r, e.incarnation};
+      a.evicted = e.evicted;
+    }
+    send(out, endpoint::receiver_(r), a);
+  }
+
+  /// Idle: repeat the announcement (or roll call) to whoever has not confirmed K, or whose live
+  /// incarnation the roster does not hold. Idempotent.
   void reannounce(out_t& out) {
     for (std::uint32_t o = 0; o < owner_at.size(); ++o)
       if (owner_at[o] != committed) send(out, endpoint::owner_(o), announce_msg{committed});
     for (std::uint32_t r = 0; r < roster.size(); ++r) {
       if (!roster[r].known) send(out, endpoint::receiver_(r), roll_call_msg{epoch});
-      else if (roster[r].at != committed) send(out, endpoint::receiver_(r), announce_msg{committed});
+      else if (roster[r].evicted || roster[r].at != committed) announce_to(out, r);
     }
   }
 
@@ -298,12 +324,54 @@ struct basic_coordinator {
 
   void on_reply(const claim_epoch_request& q, const log_reply& rep, out_t& out) {
     if (phase != coordinator_phase::claiming || q.epoch != epoch) return;
-    if (rep.outcome != log_outcome::ok) {  // failed / unknown: claiming again is idempotent
+    if (rep.outcome == log_outcome::failed) {  // certainly not applied: claim again
       out.push_back(log_action{claim_epoch_request{epoch}});
       return;
     }
-    committed = rep.snapshot.record;
-    const auto& p = rep.snapshot.prepared;
+    if (rep.outcome == log_outcome::unknown) {
+      // Claiming again is NOT idempotent: if the first claim took effect, the log's epoch is now
+      // ours and a second claim of it is fenced, deposing the only coordinator (finding B4).
+      // Resolve it like read_commit resolves a compare-and-set: read the epoch back.
+      if (mutated(protocol_mutation::reclaim_unknown_epoch)) out.push_back(log_action{claim_epoch_request{epoch}});
+      else out.push_back(log_action{read_request{}});
+      return;
+    }
+    claimed(rep.snapshot, out);
+  }
+
+  /// The read after an unknown claim: ours (it took effect), older (it never will: claim again) or
+  /// newer (another coordinator claimed after us: deposed).
+  void resolve_claim(const log_snapshot& s, out_t& out) {
+    if (s.epoch == epoch) claimed(s, out);
+    else if (s.epoch < epoch) out.push_back(log_action{claim_epoch_request{epoch}});
+    else {
+      phase = coordinator_phase::deposed;
+      out.push_back(disarm_deadline_action{});
+      out.push_back(deposed_action{});
+    }
+  }
+
+  /// The log is ours from epoch `epoch` on: rebuild what the previous coordinator knew, then finish
+  /// or retry its attempt.
+  void claimed(const log_snapshot& snap, out_t& out) {
+    committed = snap.record;
+    const auto& p = snap.prepared;
+    if (p && p->aborted) {
+      // The previous coordinator aborted the transition (durably): it is over. Its members hold a
+      // mix and rejoin only as new incarnations after a dense restore; tell them again, in case
+      // they never heard (idempotent).
+      for (const auto& m : p->members) {
+        auto& r = roster[m.receiver];
+        if (!r.known || r.incarnation <= m.incarnation) r = roster_entry{true, true, m.incarnation, p->base};
+        send(out, endpoint::receiver_(m.receiver), abort_msg{epoch, p->attempt});
+      }
+      for (std::uint32_t r = 0; r < config.receivers; ++r)
+        if (!roster[r].known) send(out, endpoint::receiver_(r), roll_call_msg{epoch});
+      owner_at.assign(config.owners, commit_record{~version_t{0}, {}});  // unknown until they report
+      phase = coordinator_phase::idle;
+      if (lagging()) out.push_back(arm_deadline_action{});
+      return;
+    }
     if (p) {
       // Members of the last persisted attempt: at its target if it committed, else at its base.
       bool done = committed.baseline == p->next;
@@ -321,6 +389,8 @@ struct basic_coordinator {
       target = p->target;
       xor_allowed = p->xor_allowed;
       expected = p->expected;
+      frozen = p->frozen;
+      lost_owner.reset();
       attempts = 0;
       dirty = true;
       attempt = *p;
@@ -334,7 +404,7 @@ struct basic_coordinator {
       // It committed, but announcements may have been lost (failover between compare-and-set and
       // announcement): announce again, idempotently.
       send_owners(out, announce_msg{committed});
-      for (const auto& m : p->members) send(out, endpoint::receiver_(m.receiver), announce_msg{committed});
+      for (const auto& m : p->members) announce_to(out, m.receiver);
     }
     if (p) owner_at.assign(config.owners, commit_record{~version_t{0}, {}});  // unknown until they report
     phase = coordinator_phase::idle;
@@ -342,9 +412,14 @@ struct basic_coordinator {
   }
 
   void on_reply(const persist_prepare_request& q, const log_reply& rep, out_t& out) {
-    if (phase != coordinator_phase::preparing || !attempt || q.record.attempt != attempt->attempt) return;
+    if (!attempt || q.record.attempt != attempt->attempt) return;
+    if (phase != coordinator_phase::preparing && phase != coordinator_phase::aborting) return;
     if (rep.outcome != log_outcome::ok) {  // not (certainly) durable: persist again (idempotent)
       out.push_back(log_action{q});
+      return;
+    }
+    if (phase == coordinator_phase::aborting) {
+      finish_abort(out);
       return;
     }
     phase = coordinator_phase::collecting;
@@ -369,12 +444,15 @@ struct basic_coordinator {
 
   void on_reply(const read_request&, const log_reply& rep, out_t& out) {
     if (rep.outcome != log_outcome::ok) {
-      if (phase == coordinator_phase::resolving || phase == coordinator_phase::recovering)
+      if (phase == coordinator_phase::resolving || phase == coordinator_phase::recovering ||
+          phase == coordinator_phase::claiming)
         out.push_back(log_action{read_request{}});
       return;
     }
     const commit_record k = rep.snapshot.record;
-    if (phase == coordinator_phase::resolving) {
+    if (phase == coordinator_phase::claiming) {
+      resolve_claim(rep.snapshot, out);
+    } else if (phase == coordinator_phase::resolving) {
       if (k == commit_record{attempt->target, attempt->next}) commit_succeeded(out);
       else if (k == attempt->base) mark_obsolete(out, after_stop::retry);
       else needs_operator(out, "commit record " + to_string(k) + " is neither the base nor this attempt's");
@@ -440,6 +518,14 @@ struct basic_coordinator {
     mark_obsolete(out, after_stop::retry);
   }
 
+  /// An owner cannot deliver the transition's frozen change set any more: no attempt can commit
+  /// the admitted bits, so the transition ends by abort, never by a commit of other bits (B1).
+  void on_msg(const frozen_lost_msg& m, out_t& out) {
+    if (phase != coordinator_phase::collecting || m.attempt != attempt->attempt) return;
+    lost_owner = m.owner;
+    mark_obsolete(out, after_stop::abort);
+  }
+
   void on_msg(const stopped_msg& m, out_t& out) {
     if (phase != coordinator_phase::stopping || m.attempt != attempt->attempt) return;
     auto i = member_index(m.from);
@@ -450,8 +536,17 @@ struct basic_coordinator {
 
   void on_msg(const baseline_msg& m, out_t& out) {
     if (m.owner >= owner_at.size()) return;
-    owner_at[m.owner] = m.at;
-    if (phase == coordinator_phase::idle && !lagging()) out.push_back(disarm_deadline_action{});
+    // An owner's baseline only moves forward: a delayed earlier report must not set it back.
+    auto& at = owner_at[m.owner];
+    if (at.version == ~version_t{0} || m.at.version >= at.version) at = m.at;
+    idle_timer(out);
+  }
+
+  /// Idle: the timer runs exactly while someone lags (it repeats announcements and roll calls).
+  void idle_timer(out_t& out) const {
+    if (phase != coordinator_phase::idle) return;
+    if (lagging()) out.push_back(arm_deadline_action{});
+    else out.push_back(disarm_deadline_action{});
   }
 
   void on_msg(const join_msg& m, out_t& out) {
@@ -459,11 +554,17 @@ struct basic_coordinator {
     if (r >= roster.size()) return;
     auto& e = roster[r];
     if (e.known && m.from.incarnation < e.incarnation) return;  // an older incarnation: counts for nothing
-    if (e.known && e.evicted && m.from.incarnation == e.incarnation) return;
+    if (e.known && e.evicted && m.from.incarnation == e.incarnation) {
+      announce_to(out, r);  // fenced: tell it, so it restores and rejoins as a new incarnation
+      return;
+    }
     const bool newer = !e.known || m.from.incarnation > e.incarnation;
-    e = roster_entry{true, false, m.from.incarnation, m.at};
-    send(out, endpoint::receiver_(r), announce_msg{committed});  // confirms the join, or asks to restore
-    if (phase == coordinator_phase::idle && !lagging()) out.push_back(disarm_deadline_action{});
+    // One incarnation's K only moves forward: a delayed copy of its earlier join must not set the
+    // roster back (it would stay "lagging" forever while the receiver, named, never rejoins).
+    const commit_record at = !newer && e.at.version > m.at.version ? e.at : m.at;
+    e = roster_entry{true, false, m.from.incarnation, at};
+    announce_to(out, r);  // names this incarnation: confirms the join (and asks to restore if K moved)
+    idle_timer(out);
     if (!newer || !attempt) return;
     // A member restarted: its applied state is gone, the attempt cannot commit with it.
     bool was_member = false;
@@ -504,6 +605,8 @@ struct basic_coordinator {
     p.mode = use_xor ? mode::xor_mask : mode::overwrite;
     p.xor_allowed = xor_allowed;
     p.expected = expected;
+    p.frozen = frozen;
+    p.retry = dirty;  // an earlier attempt of this transition was admitted
     for (std::uint32_t r = 0; r < roster.size(); ++r) {
       const auto& e = roster[r];
       if (e.known && !e.evicted && e.at == committed) p.members.push_back(member{r, e.incarnation});
@@ -545,7 +648,7 @@ struct basic_coordinator {
   /// K is durable: tell everyone (owners advance their baseline, receivers reopen the gate).
   void finish_transition(out_t& out) {
     send_owners(out, announce_msg{committed});
-    for (std::uint32_t r = 0; r < config.receivers; ++r) send(out, endpoint::receiver_(r), announce_msg{committed});
+    for (std::uint32_t r = 0; r < config.receivers; ++r) announce_to(out, r);
     out.push_back(committed_action{committed});
     out.push_back(arm_deadline_action{});  // until every owner and receiver confirmed K (see reannounce)
     phase = coordinator_phase::idle;
@@ -581,18 +684,49 @@ struct basic_coordinator {
         out.push_back(log_action{read_request{}});
         return;
       case after_stop::abort:
-        send_members(out, abort_msg{attempt->attempt});
-        phase = coordinator_phase::aborted;
-        out.push_back(aborted_action{attempt->attempt});
+        attempt->aborted = true;
+        if (mutated(protocol_mutation::unfenced_abort)) {  // broken: tells members before the log knows
+          finish_abort(out);
+          return;
+        }
+        // Persisted BEFORE any member is told: a fenced coordinator cannot abort (finding B6), and
+        // a coordinator that takes over finds the transition over instead of retrying it.
+        phase = coordinator_phase::aborting;
+        out.push_back(log_action{persist_prepare_request{epoch, *attempt}});
         return;
     }
+  }
+
+  /// The abort is durable: members are told and fenced (their parameters are a mix; each rejoins
+  /// as a new incarnation after a dense restore), and the transition is over. The trainer may
+  /// begin the next one (a fresh change set, first attempt).
+  void finish_abort(out_t& out) {
+    for (const auto& m : attempt->members) {
+      auto& r = roster[m.receiver];
+      if (r.incarnation == m.incarnation) r.evicted = true;
+      out.push_back(fence_receiver_action{m});
+    }
+    send_members(out, abort_msg{epoch, attempt->attempt});
+    out.push_back(aborted_action{attempt->attempt, lost_owner ? "owner o" + std::to_string(*lost_owner) +
+                                                                     " lost the frozen change set of v" +
+                                                                     std::to_string(attempt->target) +
+                                                                     ": no attempt can deliver the admitted bits"
+                                                               : std::string("aborted by the operator")});
+    phase = coordinator_phase::idle;
+    target.reset();
+    attempt.reset();
+    manifests.clear();
+    arrived.clear();
+    acked.clear();
+    stopped.clear();
+    if (lagging()) out.push_back(arm_deadline_action{});
   }
 };
 
 using coordinator = basic_coordinator<>;
 
 BITREFIT_NO_FIELDS(start_event)
-BITREFIT_FIELDS(begin_transition_event, target, xor_allowed, expected)
+BITREFIT_FIELDS(begin_transition_event, target, xor_allowed, expected, frozen)
 BITREFIT_FIELDS(log_event, reply)
 BITREFIT_NO_FIELDS(operator_abort_event)
 BITREFIT_FIELDS(log_action, request)
@@ -600,11 +734,12 @@ BITREFIT_FIELDS(fence_receiver_action, fenced)
 BITREFIT_FIELDS(cleanup_action, attempt)
 BITREFIT_FIELDS(committed_action, record)
 BITREFIT_NO_FIELDS(deposed_action)
-BITREFIT_FIELDS(aborted_action, attempt)
+BITREFIT_FIELDS(aborted_action, attempt, why)
 BITREFIT_FIELDS(needs_operator_action, why)
 BITREFIT_FIELDS(roster_entry, known, evicted, incarnation, at)
 BITREFIT_FIELDS_T(template <class M>, basic_coordinator<M>, config, epoch, phase, counter, committed, roster, owner_at, target,
-                  xor_allowed, expected, attempts, dirty, attempt, manifests, arrived, acked, stopped, then, mutation)
+                  xor_allowed, expected, frozen, attempts, dirty, attempt, manifests, arrived, acked, stopped, then,
+                  lost_owner, mutation)
 
 }  // namespace bitrefit::protocol
 

@@ -61,6 +61,9 @@ inline std::string str(const prepare_record& p) {
   std::string s = str(p.attempt) + " base=" + str(p.base) + " target=v" + num(p.target) + " next=" + str(p.next) + " " +
                   std::string(to_string(p.mode)) + " members=" + list(p.members);
   if (!p.expected.empty()) s += " expected=" + list(p.expected);
+  if (!p.frozen.empty()) s += " frozen=" + list(p.frozen);
+  if (p.retry) s += " retry";
+  if (p.aborted) s += " aborted";
   return s;
 }
 
@@ -69,9 +72,11 @@ inline std::string str(const prepare_msg& m) { return "prepare " + str(m.record)
 inline std::string str(const obsolete_msg& m) { return "obsolete " + str(m.attempt); }
 inline std::string str(const open_msg& m) { return "open " + str(m.attempt) + " chunks=" + list(m.chunks); }
 inline std::string str(const flush_msg& m) { return "flush " + str(m.attempt); }
-inline std::string str(const announce_msg& m) { return "announce " + str(m.record); }
+inline std::string str(const announce_msg& m) {
+  return "announce " + str(m.record) + (m.roster ? " to=" + str(*m.roster) : std::string()) + (m.evicted ? " evicted" : "");
+}
 inline std::string str(const roll_call_msg& m) { return "roll_call e" + num(m.epoch); }
-inline std::string str(const abort_msg& m) { return "abort " + str(m.attempt); }
+inline std::string str(const abort_msg& m) { return "abort " + str(m.attempt) + " e" + num(m.epoch); }
 inline std::string str(const payload_msg& m) {
   return "payload " + str(m.id) + " " + std::string(to_string(m.mode)) + " v" + num(m.base) + "->v" + num(m.target) +
          " " + str(m.content);
@@ -89,6 +94,9 @@ inline std::string str(const failed_msg& m) {
 }
 inline std::string str(const baseline_msg& m) { return "baseline o" + num(m.owner) + " at=" + str(m.at); }
 inline std::string str(const join_msg& m) { return "join " + str(m.from) + " at=" + str(m.at); }
+inline std::string str(const frozen_lost_msg& m) {
+  return "frozen_lost " + str(m.attempt) + " o" + num(m.owner) + " v" + num(m.target);
+}
 inline std::string str(const message& m) {
   return std::visit([](const auto& x) { return str(x); }, m);
 }
@@ -101,7 +109,7 @@ inline std::string str(const log_request& q) {
         using Q = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<Q, claim_epoch_request>) return "claim_epoch e" + num(x.epoch);
         else if constexpr (std::is_same_v<Q, persist_prepare_request>)
-          return "persist_prepare e" + num(x.epoch) + " " + str(x.record.attempt);
+          return "persist_prepare e" + num(x.epoch) + " " + str(x.record.attempt) + (x.record.aborted ? " aborted" : "");
         else if constexpr (std::is_same_v<Q, compare_and_set_request>)
           return "compare_and_set e" + num(x.epoch) + " " + str(x.attempt) + " " + str(x.expected) + "->" +
                  str(x.desired);
@@ -110,7 +118,8 @@ inline std::string str(const log_request& q) {
       q);
 }
 inline std::string str(const log_snapshot& s) {
-  return "e" + num(s.epoch) + " K=" + str(s.record) + (s.prepared ? " prepared=" + str(s.prepared->attempt) : "");
+  return "e" + num(s.epoch) + " K=" + str(s.record) +
+         (s.prepared ? " prepared=" + str(s.prepared->attempt) + (s.prepared->aborted ? " aborted" : "") : "");
 }
 inline std::string str(const log_reply& r) {
   std::string s = str(r.request) + " -> " + std::string(to_string(r.outcome));
@@ -127,10 +136,11 @@ inline std::string str(const fence_receiver_action& a) { return "fence " + str(a
 inline std::string str(const cleanup_action& a) { return "cleanup " + str(a.attempt); }
 inline std::string str(const committed_action& a) { return "committed " + str(a.record); }
 inline std::string str(const deposed_action&) { return "deposed"; }
-inline std::string str(const aborted_action& a) { return "aborted " + str(a.attempt); }
+inline std::string str(const aborted_action& a) { return "aborted " + str(a.attempt) + ": " + a.why; }
 inline std::string str(const needs_operator_action& a) { return "needs_operator: " + a.why; }
 inline std::string str(const advance_baseline_action& a) { return "advance_baseline " + str(a.record); }
 inline std::string str(const freeze_change_set_action& a) {
+  if (a.identity != digest128{}) return "freeze_change_set v" + num(a.base) + "->v" + num(a.target) + " " + str(a.identity);
   return "freeze_change_set v" + num(a.base) + "->v" + num(a.target);
 }
 inline std::string str(const encode_action& a) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -59,8 +60,16 @@ struct flush_msg {
 };
 
 /// The commit record, after it is durable (announcement; also the reply to a join). Idempotent.
+/// It also tells the addressed receiver how the coordinator's roster holds it, because a join is
+/// confirmed only by a message that names the joiner's incarnation (a lost join must not be
+/// mistaken for an accepted one, finding B2): `roster` is the incarnation the roster admits for
+/// this receiver (nullopt: it knows none), `evicted` that this incarnation is fenced and only a
+/// new one, after a dense restore, can be admitted. A receiver that is not the incarnation named
+/// joins again; one named as evicted restores.
 struct announce_msg {
   commit_record record{};
+  std::optional<member> roster;
+  bool evicted = false;
   friend auto operator<=>(const announce_msg&, const announce_msg&) = default;
 };
 
@@ -71,8 +80,12 @@ struct roll_call_msg {
   friend auto operator<=>(const roll_call_msg&, const roll_call_msg&) = default;
 };
 
-/// Operator abort of the transition: receivers keep their gate closed until a dense refit.
+/// The transition ended by abort at attempt τ (an operator's, or the frozen target was lost):
+/// receivers keep their gate closed until a dense refit. Sent only after the abort is durable in
+/// the log (prepare record `aborted`), by the coordinator of `epoch`; a receiver ignores an abort
+/// of an older epoch than one it has heard from, or of an attempt older than one it has seen.
 struct abort_msg {
+  std::uint64_t epoch = 0;
   attempt_id attempt{};
   friend auto operator<=>(const abort_msg&, const abort_msg&) = default;
 };
@@ -155,6 +168,17 @@ struct failed_msg {
   friend auto operator<=>(const failed_msg&, const failed_msg&) = default;
 };
 
+/// Owner `owner` cannot encode attempt τ of the transition to `target`: it no longer holds the
+/// frozen change set that the transition's admitted attempts delivered (the durable image is gone
+/// or is not the one the prepare record names). No attempt of this transition can commit bits
+/// equal to it, so the coordinator ends the transition by abort (finding B1).
+struct frozen_lost_msg {
+  attempt_id attempt{};
+  std::uint32_t owner = 0;
+  version_t target = 0;
+  friend auto operator<=>(const frozen_lost_msg&, const frozen_lost_msg&) = default;
+};
+
 /// A (re)started or restored receiver holds exactly `at` and asks to be admitted at the next prepare.
 struct join_msg {
   member from{};
@@ -166,7 +190,7 @@ struct join_msg {
 /// (control before data), see sim/cluster.hpp.
 using message = std::variant<prepare_msg, obsolete_msg, open_msg, flush_msg, announce_msg, roll_call_msg, abort_msg,
                              manifest_msg, arrived_msg, ack_msg, stopped_msg, failed_msg, join_msg,
-                             baseline_msg, payload_msg>;
+                             baseline_msg, frozen_lost_msg, payload_msg>;
 
 struct envelope {
   endpoint from{};
@@ -211,9 +235,9 @@ BITREFIT_FIELDS(prepare_msg, record)
 BITREFIT_FIELDS(obsolete_msg, attempt)
 BITREFIT_FIELDS(open_msg, attempt, chunks)
 BITREFIT_FIELDS(flush_msg, attempt)
-BITREFIT_FIELDS(announce_msg, record)
+BITREFIT_FIELDS(announce_msg, record, roster, evicted)
 BITREFIT_FIELDS(roll_call_msg, epoch)
-BITREFIT_FIELDS(abort_msg, attempt)
+BITREFIT_FIELDS(abort_msg, epoch, attempt)
 BITREFIT_FIELDS(payload_msg, id, base, target, mode, content)
 BITREFIT_FIELDS(manifest_msg, attempt, owner, chunks)
 BITREFIT_FIELDS(arrived_msg, attempt, from)
@@ -222,6 +246,7 @@ BITREFIT_FIELDS(stopped_msg, attempt, from)
 BITREFIT_FIELDS(failed_msg, attempt, from, reason)
 BITREFIT_FIELDS(baseline_msg, owner, at)
 BITREFIT_FIELDS(join_msg, from, at)
+BITREFIT_FIELDS(frozen_lost_msg, attempt, owner, target)
 BITREFIT_FIELDS(envelope, from, to, msg)
 BITREFIT_FIELDS(send_action, env)
 BITREFIT_NO_FIELDS(arm_deadline_action)

@@ -30,6 +30,12 @@ enum class protocol_mutation : std::uint8_t {
   retry_without_stop_and_wait,     // coordinator skips stop_and_wait, receivers skip the device sync
   accept_old_incarnation_acks,     // coordinator: acks/joins matched by receiver id, incarnation ignored
   blind_write_commit,              // commit log: compare-and-set becomes an unconditional write
+  freeze_stale_prepare,            // owner: freezes and encodes a prepare whose target is not above its baseline
+  reclaim_unknown_epoch,           // coordinator: re-sends a claim whose outcome was unknown instead of reading the log
+  join_confirmed_by_any_announce,  // receiver: any announcement of its K confirms its join (and it never rejoins)
+  unfenced_abort,                  // coordinator sends abort without persisting it; receivers ignore its epoch
+  refreeze_at_restart,             // a sender restart deletes the frozen images (retain_only(K.v)) and owners
+                                   // re-freeze the trainer's current bits for a retry (finding B1's engine)
 };
 
 inline constexpr protocol_mutation all_mutations[] = {
@@ -40,6 +46,11 @@ inline constexpr protocol_mutation all_mutations[] = {
     protocol_mutation::retry_without_stop_and_wait,
     protocol_mutation::accept_old_incarnation_acks,
     protocol_mutation::blind_write_commit,
+    protocol_mutation::freeze_stale_prepare,
+    protocol_mutation::reclaim_unknown_epoch,
+    protocol_mutation::join_confirmed_by_any_announce,
+    protocol_mutation::unfenced_abort,
+    protocol_mutation::refreeze_at_restart,
 };
 
 constexpr std::string_view to_string(protocol_mutation m) noexcept {
@@ -52,6 +63,11 @@ constexpr std::string_view to_string(protocol_mutation m) noexcept {
     case protocol_mutation::retry_without_stop_and_wait: return "retry_without_stop_and_wait";
     case protocol_mutation::accept_old_incarnation_acks: return "accept_old_incarnation_acks";
     case protocol_mutation::blind_write_commit: return "blind_write_commit";
+    case protocol_mutation::freeze_stale_prepare: return "freeze_stale_prepare";
+    case protocol_mutation::reclaim_unknown_epoch: return "reclaim_unknown_epoch";
+    case protocol_mutation::join_confirmed_by_any_announce: return "join_confirmed_by_any_announce";
+    case protocol_mutation::unfenced_abort: return "unfenced_abort";
+    case protocol_mutation::refreeze_at_restart: return "refreeze_at_restart";
   }
   return "?";
 }

@@ -54,6 +54,7 @@ struct advance_baseline_action {
 struct freeze_change_set_action {
   version_t base = 0;
   version_t target = 0;
+  digest128 identity{};  // the bits to freeze, as the prepare record names them ({}: not recorded)
   friend auto operator<=>(const freeze_change_set_action&, const freeze_change_set_action&) = default;
 };
 struct encode_action {
@@ -75,7 +76,9 @@ struct basic_owner {
   std::uint32_t id = 0;
   [[no_unique_address]] Mut mutation{};  // test policy (mutation.hpp); nothing in the shipped one
   commit_record baseline{};                // B^v with its commit record
-  std::optional<version_t> frozen_target;  // the transition's frozen change set, if any
+  std::optional<version_t> frozen_target;  // the transition's frozen change set, if any (durable)
+  digest128 frozen_id{};                   // ... the identity of its bits (prepare_record::frozen)
+  attempt_id frozen_at{};                  // ... the attempt that froze it: older prepares are stale
   attempt_id highest_seen{};
   // The attempt being encoded/sent.
   std::optional<prepare_record> active;
@@ -94,6 +97,33 @@ struct basic_owner {
   static basic_owner recovered(const basic_owner& before_crash) {
     basic_owner o(before_crash.id, before_crash.baseline, before_crash.mutation);
     o.frozen_target = before_crash.frozen_target;
+    o.frozen_id = before_crash.frozen_id;
+    o.frozen_at = before_crash.frozen_at;
+    return o;
+  }
+
+  /// What an owner's durable baseline store holds of a frozen change set.
+  struct durable_frozen {
+    version_t target = 0;
+    digest128 identity{};
+    attempt_id frozen_at{};
+  };
+
+  /// The whole sender process (coordinator and owners) restarted: the owner comes back from its
+  /// baseline store alone — B^v with its commit record and, if the store still holds one, the
+  /// frozen change set with its identity (whatever the store has: present, lost or replaced; a
+  /// retry finds out whether it is the one the prepare record names). `newest_prepared` is the
+  /// log's prepare record at restart: every prepare sent so far was persisted first, so none at or
+  /// below it can be live any more (the new coordinator stops it and retries under a new id).
+  static basic_owner restarted(std::uint32_t id, commit_record baseline, std::optional<durable_frozen> frozen,
+                               attempt_id newest_prepared, Mut m = {}) {
+    basic_owner o(id, baseline, m);
+    if (frozen) {
+      o.frozen_target = frozen->target;
+      o.frozen_id = frozen->identity;
+      o.frozen_at = frozen->frozen_at;
+    }
+    o.highest_seen = newest_prepared;
     return o;
   }
 
@@ -111,6 +141,8 @@ struct basic_owner {
     if (frozen_target && k.version == *frozen_target) {
       baseline = k;
       frozen_target.reset();
+      frozen_id = {};
+      frozen_at = {};
       out.push_back(advance_baseline_action{k});
     } else if (k.version == baseline.version && k.baseline != baseline.baseline && !frozen_target) {
       baseline = k;  // same bits, the committed id (after the broken early advance)
@@ -133,10 +165,33 @@ struct basic_owner {
     if (p.attempt <= highest_seen) return;  // stale or duplicate
     highest_seen = p.attempt;
     advance_to(p.base, out);  // a prepare's base is a commit record too (missed announcement)
-    if (active) out.push_back(cancel_encoding_action{active->attempt});
-    if (!frozen_target) {
+    // A prepare whose target is not above B is stale, however new its attempt id looks: after a
+    // crash highest_seen is gone, so a late copy of an already committed attempt can get here.
+    // Freezing it would take "v+1" from the trainer's current bits and, at the next advance,
+    // overwrite K.v's durable image with them (finding B3).
+    if (p.target <= baseline.version && !broken(mutation, protocol_mutation::freeze_stale_prepare)) return;
+    if (frozen_target && p.attempt < frozen_at) return;  // older than the attempt that froze its set
+    const digest128 want = id < p.frozen.size() ? p.frozen[id] : digest128{};
+    const bool holds = frozen_target && *frozen_target == p.target && frozen_id == want;
+    if (active) {
+      out.push_back(cancel_encoding_action{active->attempt});
+      active.reset();
+    }
+    if (!holds) {
+      if (p.retry && !broken(mutation, protocol_mutation::refreeze_at_restart)) {
+        // Receivers may hold a mix of K.v and the admitted attempts' bits: only that very change
+        // set can finish the transition (overwrite makes every changed position exactly v+1), and
+        // this owner no longer has it. Freezing the trainer's current bits instead would commit
+        // bits equal to neither version where the two change sets differ (finding B1).
+        out.push_back(send_action{envelope{endpoint::owner_(id), endpoint::coord(), frozen_lost_msg{p.attempt, id, p.target}}});
+        return;
+      }
+      // The transition's first attempt (or a new transition after an abort): freeze the bits the
+      // prepare names, durably, before anything is encoded.
       frozen_target = p.target;
-      out.push_back(freeze_change_set_action{baseline.version, p.target});
+      frozen_id = want;
+      frozen_at = p.attempt;
+      out.push_back(freeze_change_set_action{baseline.version, p.target, want});
     }
     active = p;
     finished = false;
@@ -167,6 +222,8 @@ struct basic_owner {
       commit_record k{active->target, active->next};
       baseline = k;
       frozen_target.reset();
+      frozen_id = {};
+      frozen_at = {};
       out.push_back(advance_baseline_action{k});
     }
   }
@@ -188,10 +245,11 @@ inline bool serves_dense_restore(const commit_record& k, const std::vector<commi
 BITREFIT_FIELDS(chunk_encoded_event, attempt, seq, content, mode)
 BITREFIT_FIELDS(encode_finished_event, attempt, chunks)
 BITREFIT_FIELDS(advance_baseline_action, record)
-BITREFIT_FIELDS(freeze_change_set_action, base, target)
+BITREFIT_FIELDS(freeze_change_set_action, base, target, identity)
 BITREFIT_FIELDS(encode_action, attempt, mode, base, target)
 BITREFIT_FIELDS(cancel_encoding_action, attempt)
-BITREFIT_FIELDS_T(template <class M>, basic_owner<M>, id, mutation, baseline, frozen_target, highest_seen, active, finished)
+BITREFIT_FIELDS_T(template <class M>, basic_owner<M>, id, mutation, baseline, frozen_target, frozen_id, frozen_at, highest_seen,
+                  active, finished)
 
 }  // namespace bitrefit::protocol
 

@@ -182,6 +182,7 @@ struct basic_receiver {
   commit_record committed{};              // the K its parameters hold outside attempts
   bool gate_open = true;
   attempt_id highest_seen{};              // attempts at or below this that are not active are dead
+  std::uint64_t epoch_seen = 0;           // newest coordinator epoch heard from (prepare, roll call, abort)
   std::optional<receiver_attempt> attempt;
   std::optional<commit_record> completed; // parameters are exactly this (acked attempt's target, g')
   bool unsynced = false;                  // applies issued since the last device sync
@@ -240,12 +241,30 @@ struct basic_receiver {
     attempt.reset();
     unsynced = false;
     phase = receiver_phase::joining;
-    if (!gate_open) {
+    // Synchronous RL serves nothing while a transition may run without this receiver: the gate
+    // opens when the join is confirmed (or the attempt that admits it commits). Asynchronous RL
+    // may serve the restored K (durable) while joining.
+    if (!gate_open && gate == gate_policy::asynchronous) {
       gate_open = true;
       out.push_back(open_gate_action{});
     }
     to_coord(out, join_msg{self(), committed});
     out.push_back(arm_deadline_action{});
+  }
+
+  /// The coordinator's roster holds this incarnation: the join is confirmed.
+  void confirm_join(out_t& out) {
+    phase = receiver_phase::serving;  // the timer keeps watching K
+    if (!gate_open) {
+      gate_open = true;
+      out.push_back(open_gate_action{});
+    }
+  }
+
+  /// Join again, or (after an abort: the parameters are a mix) restore first.
+  void rejoin(out_t& out) {
+    if (phase == receiver_phase::aborted) restore(committed, out);
+    else to_coord(out, join_msg{self(), committed});
   }
 
   /// The timer, once armed (join, admission, ack), keeps running outside a restore: joining, it
@@ -300,7 +319,10 @@ struct basic_receiver {
   /// Returns false if this receiver went to restore.
   bool commit_news(const commit_record& k, out_t& out) {
     if (k == committed) {
-      if (phase == receiver_phase::joining) phase = receiver_phase::serving;  // the timer keeps watching K
+      // A join is confirmed only by a message naming this incarnation (announce_msg::roster or a
+      // prepare's members), never by K alone (finding B2; the mutation replays the old rule).
+      if (phase == receiver_phase::joining && mutated(protocol_mutation::join_confirmed_by_any_announce))
+        confirm_join(out);
       return true;
     }
     if (completed && *completed == k) {
@@ -347,14 +369,29 @@ struct basic_receiver {
     }
   }
 
-  void on_msg(const announce_msg& m, out_t& out) { commit_news(m.record, out); }
+  void on_msg(const announce_msg& m, out_t& out) {
+    if (!commit_news(m.record, out)) return;  // restoring
+    if (mutated(protocol_mutation::join_confirmed_by_any_announce)) return;
+    if (m.roster == self()) {
+      if (m.evicted) restore(committed, out);  // fenced: only a new incarnation is admitted
+      else if (phase == receiver_phase::joining) confirm_join(out);
+      return;
+    }
+    // The roster holds no incarnation of this receiver, or an older one (a lost join, a
+    // coordinator that took over): join again, so that it converges to this live incarnation.
+    if (!m.roster || m.roster->incarnation < incarnation) rejoin(out);
+  }
 
-  void on_msg(const roll_call_msg&, out_t& out) { to_coord(out, join_msg{self(), committed}); }
+  void on_msg(const roll_call_msg& m, out_t& out) {
+    epoch_seen = std::max(epoch_seen, m.epoch);
+    rejoin(out);
+  }
 
   void on_msg(const prepare_msg& m, out_t& out) {
     const prepare_record& p = m.record;
     if (attempt && attempt->attempt == p.attempt) return;  // duplicate
     if (p.attempt <= highest_seen) return;                 // stale
+    epoch_seen = std::max(epoch_seen, p.attempt.epoch);    // a prepare is sent by its attempt's coordinator
     if (phase == receiver_phase::aborted) {                // only a dense refit brings it back
       highest_seen = p.attempt;
       if (committed == p.base) restore(p.base, out);
@@ -540,6 +577,10 @@ struct basic_receiver {
   }
 
   void on_msg(const abort_msg& m, out_t& out) {
+    // Fenced like everything else (finding B6): an abort from an older coordinator than one this
+    // receiver heard from, or of an attempt older than one it has seen, is stale.
+    if (!mutated(protocol_mutation::unfenced_abort) && (m.epoch < epoch_seen || m.attempt < highest_seen)) return;
+    epoch_seen = std::max(epoch_seen, m.epoch);
     if (early && early->attempt <= m.attempt) drop_early(out);
     if (phase == receiver_phase::stopping || (attempt && attempt->attempt > m.attempt)) return;
     if (attempt) out.push_back(discard_staged_action{attempt->attempt});
@@ -616,7 +657,7 @@ BITREFIT_FIELDS(receiver_attempt, attempt, mode, base, target, next, open, manif
                 syncing, acked, failed)
 BITREFIT_FIELDS(early_attempt, attempt, payloads, conflict, open, flush)
 BITREFIT_FIELDS_T(template <class M>, basic_receiver<M>, id, incarnation, gate, attest, mutation, phase, committed, gate_open,
-                  highest_seen, attempt, completed, unsynced, sync_pending, stopping_for, deferred, early)
+                  highest_seen, epoch_seen, attempt, completed, unsynced, sync_pending, stopping_for, deferred, early)
 
 }  // namespace bitrefit::protocol
 

@@ -79,6 +79,16 @@ struct prepare_record {
   bool xor_allowed = false;      // every member places every XOR tensor bit-preservingly
   std::vector<member> members;   // sorted by receiver
   std::vector<digest128> expected;  // expected attestation per receiver index (empty: not checked)
+  /// Identity of each owner's frozen change set (per owner index; empty: not recorded): every
+  /// attempt of the transition delivers exactly these bits, whoever runs it (finding B1).
+  std::vector<digest128> frozen;
+  /// An earlier attempt of this transition was admitted, so receivers may hold a mix of K.v and
+  /// these frozen bits: owners encode from the change set they made durable and never freeze the
+  /// trainer's (possibly newer) bits for it; an owner that lost it says so (frozen_lost_msg).
+  bool retry = false;
+  /// The transition ended by abort at this attempt (re-persisted with this set BEFORE any member is
+  /// told, so an abort is fenced by the log like every other decision, finding B6).
+  bool aborted = false;
   friend auto operator<=>(const prepare_record&, const prepare_record&) = default;
 };
 
@@ -88,7 +98,7 @@ constexpr baseline_id baseline_of(attempt_id a) noexcept { return baseline_id{(a
 BITREFIT_FIELDS(commit_record, version, baseline)
 BITREFIT_FIELDS(member, receiver, incarnation)
 BITREFIT_FIELDS(protocol_config, gate, owners, receivers, attest, max_attempts)
-BITREFIT_FIELDS(prepare_record, attempt, base, target, next, mode, xor_allowed, members, expected)
+BITREFIT_FIELDS(prepare_record, attempt, base, target, next, mode, xor_allowed, members, expected, frozen, retry, aborted)
 
 // ---------------------------------------------------------------------------------------------
 // Hashing for state deduplication (model checker, RapidCheck shrinking caches).

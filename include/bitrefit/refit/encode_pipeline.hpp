@@ -11,6 +11,7 @@
 // stepping thread decides (recover the owner / stop with the error).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <memory>
@@ -35,7 +36,7 @@ struct chunk_done {
   attempt_id attempt{};
   std::uint32_t seq = 0;
   digest128 content{};                              // the frame's own digest
-  protocol::mode mode = protocol::mode::overwrite;  // xor_mask iff the frame has an XOR item
+  protocol::mode mode = protocol::mode::overwrite;  // xor_mask iff some item needs the exact base
   std::uint64_t bytes = 0;
   double encode_s = 0;
   std::chrono::steady_clock::time_point published{};
@@ -70,10 +71,18 @@ class encode_pipeline {
   /// publishes; otherwise it hands the frame to `publish(key, bytes)`, passes the owner's crash
   /// point, and reports a chunk_done. `shard` must outlive the job (pipeline destroyed first or
   /// wait() called).
+  /// `in_flight` counts the owner's tasks past their first live() check (entered before it, left
+  /// when the task ends), so that the sender can wait for them before it replaces the shard's
+  /// images (sender::quiesce): a task either sees the new generation and leaves, or is waited for.
   template <class Live, class Publish>
   void submit(const owner_shard& shard, std::uint64_t generation, const codec::frame_header& h, codec::mode_policy policy,
-              Live live, Publish publish) {
-    pool_->submit([this, &shard, generation, h, policy, live, publish](std::size_t w) {
+              std::atomic<std::uint32_t>& in_flight, Live live, Publish publish) {
+    pool_->submit([this, &shard, generation, h, policy, &in_flight, live, publish](std::size_t w) {
+      ++in_flight;  // before the generation check: see sender::quiesce()
+      struct leave {
+        std::atomic<std::uint32_t>& n;
+        ~leave() { --n; }
+      } in_flight_guard{in_flight};
       if (!live()) return;
       chunk_done c{shard.index(), generation, h.id.attempt, h.id.seq, {}, protocol::mode::overwrite, 0, 0, {}, chunk_done::result::published, {}};
       try {
@@ -85,7 +94,8 @@ class encode_pipeline {
         publish(out.span());
         c.published = std::chrono::steady_clock::now();
         c.content = codec::load_digest_le(out.data() + out.size() - codec::frame_digest_size);
-        c.mode = st.xor_items > 0 ? protocol::mode::xor_mask : protocol::mode::overwrite;
+        // XOR and base-conditioned items are only correct on the exact base: an xor_mask payload
+        c.mode = st.xor_items + st.conditioned_items > 0 ? protocol::mode::xor_mask : protocol::mode::overwrite;
         c.bytes = out.size();
         c.encode_s = std::chrono::duration<double>(c.published - te).count();
         crash_.pass("owner_mid_stream", "owner/" + std::to_string(shard.index()));

@@ -43,9 +43,14 @@ inline std::uint32_t owner_of(std::string_view tensor, std::uint32_t owners) {
 class owner_shard {
  public:
   /// @param xor_allowed  per owned tensor: may it be sent as XOR (default: every tensor may).
+  /// @param cuts         per owned tensor: element indices where items must be cut (refit::item_cuts:
+  ///                     every receiver's held-range boundaries), so a base-conditioned item is
+  ///                     held whole or not at all by each receiver. Cuts split a chunk's ranges
+  ///                     into more items of the same frame; the plan's chunks do not change.
   owner_shard(model_manifest manifest, std::uint32_t index, std::uint32_t owners,
               std::uint64_t max_frame_input_bytes = codec::default_max_frame_input_bytes,
-              const std::function<bool(const tensor_info&)>& xor_allowed = {})
+              const std::function<bool(const tensor_info&)>& xor_allowed = {},
+              const std::function<std::vector<std::uint64_t>(const tensor_info&)>& cuts = {})
       : manifest_(std::move(manifest)), index_(index), owners_(owners), max_frame_bytes_(max_frame_input_bytes) {
     std::vector<canonical_range> xor_ranges, overwrite_ranges;
     for (const auto& t : manifest_.tensors())
@@ -60,6 +65,17 @@ class owner_shard {
       plan_.push_back(std::move(c));
       chunk_xor_.push_back(false);
     }
+    if (cuts)
+      for (auto& chunk : plan_) {
+        std::vector<canonical_range> split;
+        for (const auto& r : chunk) {
+          std::uint64_t b = r.begin;
+          for (std::uint64_t x : cuts(manifest_.at(r.tensor)))
+            if (x > b && x < r.end) split.push_back({r.tensor, b, x}), b = x;
+          split.push_back({r.tensor, b, r.end});
+        }
+        chunk = std::move(split);
+      }
   }
 
   owner_shard(const owner_shard&) = delete;  // owned_ points into manifest_

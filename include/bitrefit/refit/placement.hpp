@@ -18,6 +18,7 @@
 // the check turns the endless retries it would cause into a clear error.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -100,6 +101,21 @@ inline std::set<std::string, std::less<>> overwrite_only_tensors(const model_man
         break;
       }
   return out;
+}
+
+/// Where items of tensor `t` must be cut so that no item straddles a boundary of any receiver's
+/// held ranges (ascending, strictly inside (0, t.elements())): a base-conditioned item is decoded
+/// against the base bits of its whole range, so every receiver must hold all of it or none of it
+/// (codec/conditioned.hpp, layout::base_bits). Empty for a tensor every receiver holds whole.
+inline std::vector<std::uint64_t> item_cuts(const tensor_info& t, std::span<const placement> receivers) {
+  std::vector<std::uint64_t> cuts;
+  for (const placement& p : receivers)
+    for (const auto& r : p.held(t))
+      for (std::uint64_t x : {r.begin, r.end})
+        if (x > 0 && x < t.elements()) cuts.push_back(x);
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  return cuts;
 }
 
 /// The attestation digest a receiver with placement `p` reports when it holds `bits` (the canonical

@@ -240,10 +240,11 @@ class receiver {
     for (const auto& key : transport_.list(transport::attempt_stream(a))) {
       const bool repeat = !this_round.insert(key).second;  // the network listed it twice: a duplicate copy
       if (delivered_.count(key) && !repeat) continue;
-      auto bytes = transport_.fetch(key);
-      if (!bytes) continue;
+      std::optional<transport::bytes> bytes;
       std::optional<std::pair<codec::frame_view, verified_frame>> inspected;
       try {
+        bytes = transport_.fetch(key);  // may refuse an object above the store's size limit
+        if (!bytes) continue;
         inspected.emplace(store_.inspect(*bytes, key.stream.name + "/" + transport::frame_object_name(key.owner, key.seq)));
         const verified_frame& v = inspected->second;
         if (v.header.kind != codec::frame_kind::delta || v.header.id.attempt != a || v.header.id.owner != key.owner ||
@@ -312,10 +313,10 @@ class receiver {
     for (int pass = 0; pass < 2; ++pass)
       for (std::uint32_t o = 0; o < chunks.size(); ++o)
         for (std::uint32_t s = 0; s < chunks[o]; ++s) {
-          auto bytes = transport_.fetch(transport::frame_key{stream, o, s});
-          if (!bytes) return false;
           const std::string src = stream.name + "/" + transport::frame_object_name(o, s);
           try {
+            auto bytes = transport_.fetch(transport::frame_key{stream, o, s});  // may refuse an oversized object
+            if (!bytes) return false;
             // pass 0: every frame present, intact and matched before anything is written; pass 1:
             // each decoded once and written
             const verified_frame v = pass == 0 ? store_.inspect(*bytes, src).second : store_.apply(*bytes, src);

@@ -30,7 +30,7 @@ namespace bitrefit::refit {
 struct verified_frame {
   codec::frame_header header;
   digest128 content;  // the frame's own XXH3-128 (identical bytes <=> identical digest)
-  protocol::mode mode = protocol::mode::overwrite;  // xor_mask when any item is XOR
+  protocol::mode mode = protocol::mode::overwrite;  // xor_mask when any item needs the exact base (XOR, base-conditioned)
   std::uint64_t changed = 0;
 };
 
@@ -58,6 +58,7 @@ class receiver_store {
   void apply_parsed(const codec::frame_view& f, std::string_view source = {}) { applier_.apply_parsed(*loader_, f, source); }
 
   /// Verifies everything, then writes. @throws like verify; nothing written when it throws.
+  /// Base-conditioned items decode against the loader's current bits (the frame's base version).
   verified_frame apply(std::span<const std::byte> bytes, std::string_view source = {}) {
     auto [f, v] = inspect(bytes, source);
     apply_parsed(f, source);

@@ -29,6 +29,7 @@
 #pragma once
 
 #include <chrono>
+#include <thread>
 #include <deque>
 #include <filesystem>
 #include <functional>
@@ -74,6 +75,11 @@ struct sender_options {
   /// per-tensor XOR vs overwrite and each receiver's expected attestation follow from it. Empty:
   /// every receiver holds every tensor bit-preservingly.
   std::vector<placement> placements;
+  /// XOR deltas in first attempts, per tensor where every holder places it bit-preservingly
+  /// (DESIGN's default). false: every attempt is prepared in overwrite mode and sends each changed
+  /// element's absolute value, whatever the placements — the overwrite-only baseline that
+  /// bench/refit measures against, without making receivers declare a converting placement.
+  bool xor_deltas = true;
   std::chrono::milliseconds deadline{5000};
   std::chrono::milliseconds poll{2};
   std::chrono::milliseconds transition_timeout{10 * 60 * 1000};
@@ -115,8 +121,10 @@ class sender {
                   {.file = {}, .tensor = {}, .field = "placements"});
     overwrite_only_ = overwrite_only_tensors(manifest_, opt_.placements);
     const auto xor_ok = [this](const tensor_info& t) { return !overwrite_only_.count(t.name); };
+    // base-conditioned items must lie inside or outside each receiver's held ranges
+    const auto cuts = [this](const tensor_info& t) { return item_cuts(t, opt_.placements); };
     for (std::uint32_t i = 0; i < opt_.owners; ++i)
-      owners_.push_back(std::make_unique<owner_slot>(owner_shard(manifest_, i, opt_.owners, opt_.max_frame_input_bytes, xor_ok),
+      owners_.push_back(std::make_unique<owner_slot>(owner_shard(manifest_, i, opt_.owners, opt_.max_frame_input_bytes, xor_ok, cuts),
                                                     std::move(baselines[i])));
   }
   /// The trainer already has canonical bits (identity projection): the model is `manifest`.
@@ -183,13 +191,14 @@ class sender {
     // compare: freeze the change set (copy v+1 out of the trainer, bitwise against B^v)
     const auto tc = clock::now();
     for (auto& o : owners_) {
+      quiesce(*o);  // chunks of a cancelled attempt of the last transition may still be encoding
       stats_.changed += o->shard.freeze(next);
       o->frozen_version = stats_.version;
       o->persisted = 0;  // these bits are not saved yet (an earlier, failed transition may have saved others)
     }
     stats_.phases.compare_s = seconds(clock::now() - tc);
     check_placements();
-    const bool any_xor = overwrite_only_.size() < manifest_.size();
+    const bool any_xor = opt_.xor_deltas && overwrite_only_.size() < manifest_.size();
     step_coordinator(protocol::begin_transition_event{stats_.version, any_xor, expected_attestations()});
     const version_t target = stats_.version;
     run_until([&] { return committed_.version >= target && !coord_.busy() && local_.empty(); });
@@ -251,6 +260,7 @@ class sender {
     B store;
     version_t frozen_version = 0;
     std::atomic<std::uint64_t> generation{0};  // bumped by cancel: queued chunks of older jobs skip
+    std::atomic<std::uint32_t> in_flight{0};   // pool tasks of this owner past their generation check
     attempt_id encoding{};
     std::uint32_t next_report = 0;              // chunk_encoded_event is fed in seq order
     std::map<std::uint32_t, std::pair<digest128, protocol::mode>> done;  // encoded, not yet reported
@@ -278,13 +288,25 @@ class sender {
 
   // ---- owners ---------------------------------------------------------------------------------
 
+  /// Cancels the owner's queued chunks and waits for the ones already encoding: afterwards no pool
+  /// task reads the owner's shard (until the next start_encoding), so it may be replaced. Without
+  /// this, a crash or a restore swapped the shard's images while chunks were still being encoded
+  /// from them (a heap-use-after-free AddressSanitizer found in the demo). A task enters in_flight
+  /// before it reads the generation and this bumps the generation before it reads in_flight (both
+  /// sequentially consistent), so either the task sees the new generation and leaves, or this
+  /// waits for it.
+  void quiesce(owner_slot& o) {
+    o.generation++;
+    while (o.in_flight.load() != 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+
   /// The owner process died mid-stream: every volatile bit is gone. What it made durable survives
   /// (protocol::owner::recovered): B^v of its commit record and the frozen target of the transition
   /// in progress, both read back from its baseline store — never from the trainer. The
   /// coordinator's deadline then retries the attempt; the retry encodes the recovered frozen set.
   void crash_owner(std::uint32_t i) {
     auto& o = *owners_[i];
-    o.generation++;
+    quiesce(o);
     o.done.clear();
     o.next_report = 0;
     const protocol::owner before = o.sm;
@@ -306,7 +328,7 @@ class sender {
 
   void recover_owner(std::uint32_t i, const tensor_source& committed_bits, std::uint64_t epoch) {
     auto& o = *owners_[i];
-    o.generation++;
+    quiesce(o);
     o.persisted = 0;
     o.done.clear();
     o.next_report = 0;
@@ -363,7 +385,7 @@ class sender {
       const auto policy = act.mode == protocol::mode::xor_mask && o.shard.chunk_allows_xor(seq) ? codec::mode_policy::xor_allowed
                                                                                                  : codec::mode_policy::overwrite_only;
       const codec::frame_header h{codec::frame_kind::delta, payload_id{act.attempt, i, seq}, act.base, act.target};
-      pipeline_.submit(o.shard, gen, h, policy, [&o, gen] { return o.generation.load() == gen; },
+      pipeline_.submit(o.shard, gen, h, policy, o.in_flight, [&o, gen] { return o.generation.load() == gen; },
                        [this, id = h.id](std::span<const std::byte> frame) { transport_.publish(transport::key_of(id), frame); });
     }
     if (o.total == 0) owner_later_.push({i, protocol::encode_finished_event{act.attempt, 0}});

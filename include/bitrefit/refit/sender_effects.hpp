@@ -79,6 +79,7 @@ struct sender_effects {
   // ---- owners
   void advance_baseline(const protocol::endpoint& self, const protocol::commit_record& k) {
     auto& o = *s.owners_.at(self.index);
+    s.quiesce(o);  // chunks of a cancelled attempt may still be encoding from the baseline
     o.shard.advance();
     o.frozen_version = 0;
     const auto tr = Sender::clock::now();
@@ -89,6 +90,7 @@ struct sender_effects {
     auto& o = *s.owners_.at(self.index);
     if (o.frozen_version != act.target) {  // e.g. a restarted trainer-side engine
       if (!s.next_) throw error(errc::protocol, "owner asked to freeze without the trainer's target bits");
+      s.quiesce(o);
       o.shard.freeze(s.next_);
       o.frozen_version = act.target;
     }

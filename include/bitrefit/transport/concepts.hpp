@@ -20,9 +20,12 @@
 //  5. post(m, b) delivers b to mailbox m at least once unless the network loses it; copies may be
 //     duplicated, delayed and reordered (the protocol tolerates all of these).
 //  6. receive(m, wait) returns what arrived for m (consuming it) and blocks at most about `wait`
-//     when nothing is there; polling implementations sleep with a bounded interval.
+//     when nothing is there; polling implementations sleep with a bounded interval. It may return
+//     early with nothing (a push transport does so when a payload frame arrived, so an engine
+//     loop that lists frames after each receive reacts at once instead of after `wait`).
 // Models: in-process (inprocess.hpp), object store with a directory as the embedded default
-// (object_store.hpp); a relay tree or S3 plugs in as further models without engine changes.
+// (object_store.hpp), the same over S3 (s3_store.hpp: s3_transport), the relay tree over TCP
+// (relay/tree_transport.hpp).
 #pragma once
 
 #include <chrono>
@@ -79,6 +82,20 @@ concept Transport = requires(T& t, const frame_key& k, const stream_key& s, std:
   { t.discard(s) } -> std::same_as<void>;
   { t.post(mailbox, b) } -> std::same_as<void>;
   { t.receive(mailbox, wait) } -> std::same_as<std::vector<bytes>>;
+};
+
+/// Optional refinement for event-driven callers: the waits of a Transport as asynchronous
+/// operations in the Asio style, each taking a completion token (a callback as below,
+/// asio::use_future, asio::use_awaitable, ...). Laws, beyond Transport's: each completion runs
+/// exactly once, never inside the initiating call, on the handler's associated executor;
+/// async_receive completes with what receive() would have returned (an empty vector after `wait`
+/// or on an early wake-up), async_fetch with what fetch() would have returned. The engine uses the
+/// blocking members only, so every Transport works with it; this concept is for callers that
+/// multiplex many nodes on one event loop.
+template <class T>
+concept AsyncTransport = Transport<T> && requires(T& t, const std::string& mailbox, std::chrono::milliseconds wait, const frame_key& k) {
+  t.async_receive(mailbox, wait, [](auto /*error_code*/, std::vector<bytes>) {});
+  t.async_fetch(k, [](auto /*error_code*/, std::optional<bytes>) {});
 };
 
 /// A key/value object store (a directory, S3, ...). Laws: put is atomic (a reader sees the old

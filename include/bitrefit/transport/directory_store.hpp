@@ -28,6 +28,9 @@ inline void check_key(const std::string& key) {
 
 struct directory_store_options {
   bool durable = false;  // fsync each object and its directory (payloads need not survive a crash)
+  /// get() refuses a larger object unread (errc::integrity). The default holds any payload frame
+  /// (at most 64 MiB of input, codec/types.hpp) and any control message with a wide margin.
+  std::uint64_t max_object_bytes = std::uint64_t{1} << 30;
 };
 
 class directory_store {
@@ -50,7 +53,7 @@ class directory_store {
   }
   std::optional<bytes> get(const std::string& key) {
     detail::check_key(key);
-    return io::read_whole_file(root_ / key);
+    return io::read_whole_file(root_ / key, opt_.max_object_bytes);
   }
   /// Every key starting with `prefix`, sorted byte-wise. Walks only the directory that the prefix
   /// names up to its last '/', so listing one stream does not scan the whole store.

@@ -3,10 +3,14 @@
 // Object layout (keys derived only from ids, so any process can find them):
 //   payloads/<stream>/<owner:08x>.<seq:08x>   one payload frame (stream = attempt or restore)
 //   control/<mailbox>/<time:016x>-<sender>-<n:08x>   one control message
+// A store with remove_prefix(prefix) (s3_store) discards a stream with it: batched deletes, and
+// no incomplete multipart upload of the stream survives.
 // Receivers poll: receive() lists the mailbox, reads and removes what it found, and otherwise
 // sleeps with an interval that doubles from 1 ms up to `max_poll_interval`, never past `wait`.
 #pragma once
 
+#include <cctype>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -39,10 +43,15 @@ class object_store_transport {
     const std::string prefix = "payloads/" + s.name + "/";
     std::vector<frame_key> out;
     for (const std::string& key : store_.list(prefix)) {
-      unsigned owner = 0, seq = 0;
-      char tail = 0;
-      const std::string name = key.substr(prefix.size());
-      if (name.size() == 17 && std::sscanf(name.c_str(), "%8x.%8x%c", &owner, &seq, &tail) == 2)
+      // exactly frame_object_name's spelling (8 hex digits '.' 8 hex digits); anything else in the
+      // stream's directory is not a frame (sscanf would also take signs and spaces)
+      const std::string_view name = std::string_view(key).substr(prefix.size());
+      std::uint32_t owner = 0, seq = 0;
+      auto hex8 = [](std::string_view t, std::uint32_t& v) {
+        const auto r = std::from_chars(t.data(), t.data() + t.size(), v, 16);
+        return t.size() == 8 && std::isxdigit(static_cast<unsigned char>(t[0])) && r.ec == std::errc{} && r.ptr == t.data() + t.size();
+      };
+      if (name.size() == 17 && name[8] == '.' && hex8(name.substr(0, 8), owner) && hex8(name.substr(9), seq))
         out.push_back({s, owner, seq});
     }
     return out;  // byte-wise key order == (owner, seq) order thanks to fixed-width hex
@@ -51,7 +60,12 @@ class object_store_transport {
   std::optional<bytes> fetch(const frame_key& k) { return store_.get(object_key(k)); }
 
   void discard(const stream_key& s) {
-    for (const std::string& key : store_.list("payloads/" + s.name + "/")) store_.remove(key);
+    const std::string prefix = "payloads/" + s.name + "/";
+    if constexpr (requires { store_.remove_prefix(prefix); }) {
+      store_.remove_prefix(prefix);  // a store that deletes in batches (S3: and aborts stray uploads)
+      return;
+    }
+    for (const std::string& key : store_.list(prefix)) store_.remove(key);
     if constexpr (requires { store_.prune(std::string()); }) store_.prune("payloads/" + s.name);
   }
 
@@ -72,7 +86,12 @@ class object_store_transport {
       std::vector<bytes> out;
       for (const std::string& key : store_.list(prefix)) {
         if (key.find('/', prefix.size()) != std::string::npos) continue;  // a sub-mailbox, not ours
-        if (auto b = store_.get(key)) out.push_back(std::move(*b));
+        try {
+          if (auto b = store_.get(key)) out.push_back(std::move(*b));
+        } catch (const error&) {
+          // unreadable or above the store's size limit: not a message (a lost one, as far as the
+          // protocol is concerned); removed below like any message taken
+        }
         store_.remove(key);
       }
       const auto now = std::chrono::steady_clock::now();

@@ -6,3 +6,4 @@
 #include "bitrefit/transport/faulty.hpp"
 #include "bitrefit/transport/inprocess.hpp"
 #include "bitrefit/transport/object_store.hpp"
+#include "bitrefit/transport/s3_store.hpp"

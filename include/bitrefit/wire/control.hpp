@@ -28,11 +28,12 @@ inline std::vector<std::byte> encode(const protocol::envelope& e) {
   return {b.begin(), b.end()};
 }
 
-/// @throws errc::format naming what does not parse; errc::unsupported for another wire version.
+/// @throws errc::format naming what does not parse (every number checked for type, sign and range;
+/// the text bounded by control_json_limits); errc::unsupported for another wire version.
 inline protocol::envelope decode(std::span<const std::byte> bytes) {
   try {
-    const auto x = json::parse(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-    if (x.at("wire").get<int>() != wire_version)
+    const auto x = io::parse_json(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), control_json_limits);
+    if (detail::integer<std::uint64_t>(detail::member(x, "wire"), "wire") != wire_version)
       throw error(errc::unsupported, "control message of another wire version", {.file = {}, .tensor = {}, .field = "wire"});
     return envelope_from(x);
   } catch (const json::exception& e) {

@@ -73,23 +73,23 @@ inline json body(const placement_announcement& m) {
   return {{"receiver", m.receiver}, {"low", m.digest.low64}, {"high", m.digest.high64}};
 }
 inline void read(const json& x, restore_request& m) {
-  m.receiver = x.at("receiver").get<std::uint32_t>();
-  m.incarnation = x.at("incarnation").get<std::uint64_t>();
+  m.receiver = integer<std::uint32_t>(member(x, "receiver"), "receiver");
+  m.incarnation = integer<std::uint64_t>(member(x, "incarnation"), "incarnation");
 }
 inline void read(const json& x, restore_offer& m) {
-  m.record = {x.at("version").get<std::uint64_t>(), baseline_id{x.at("baseline").get<std::uint64_t>()}};
-  m.chunks = x.at("chunks").get<std::vector<std::uint32_t>>();
+  m.record = {integer<std::uint64_t>(member(x, "version"), "version"), baseline_id{integer<std::uint64_t>(member(x, "baseline"), "baseline")}};
+  m.chunks = u32_list(member(x, "chunks"), "chunks");
 }
 inline void read(const json& x, stats_report& m) {
-  m.receiver = x.at("receiver").get<std::uint32_t>();
-  m.attempt = attempt_from(x.at("attempt"));
+  m.receiver = integer<std::uint32_t>(member(x, "receiver"), "receiver");
+  m.attempt = attempt_from(member(x, "attempt"));
   m.apply_s = x.at("apply_s").get<double>();
   m.sync_s = x.at("sync_s").get<double>();
   m.gate_closed_s = x.at("gate_closed_s").get<double>();
 }
 inline void read(const json& x, placement_announcement& m) {
-  m.receiver = x.at("receiver").get<std::uint32_t>();
-  m.digest = {x.at("low").get<std::uint64_t>(), x.at("high").get<std::uint64_t>()};
+  m.receiver = integer<std::uint32_t>(member(x, "receiver"), "receiver");
+  m.digest = {integer<std::uint64_t>(member(x, "low"), "low"), integer<std::uint64_t>(member(x, "high"), "high")};
 }
 }  // namespace detail
 
@@ -113,9 +113,10 @@ std::vector<std::byte> encode(const M& m) {
 template <engine_message M>
 M decode(std::span<const std::byte> bytes) {
   try {
-    const auto x = json::parse(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-    if (x.at("type").get<std::string>() != M::type)
-      throw error(errc::format, "engine message of type '" + x.at("type").get<std::string>() + "', expected '" +
+    const auto x = io::parse_json(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), control_json_limits);
+    const json& type = detail::member(x, "type");
+    if (!type.is_string() || type.get_ref<const std::string&>() != M::type)
+      throw error(errc::format, "engine message of type " + type.dump() + ", expected '" +
                                     std::string(M::type) + "'",
                   {.file = {}, .tensor = {}, .field = "type"});
     M m;

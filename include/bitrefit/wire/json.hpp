@@ -3,7 +3,7 @@
 // Two forms, both here so a value reads the same wherever it is written:
 //  * NAMED (records, messages, envelopes): objects with field names, for what other processes and
 //    disks read — the control plane (wire/control.hpp), the filesystem commit log's commit.json
-//    (durability/commit_log_file.hpp), and messages inside traces. Decoders validate what they
+//    (durability/filesystem_commit_log.hpp) and etcd_commit_log.hpp, and messages inside traces. Decoders validate what they
 //    read and throw errc::format naming the field.
 //  * POSITIONAL (`value_to_json` / `value_from_json`): any value with a field list
 //    (core/fields.hpp) as a JSON array of its fields in order; a variant as [index, value]. Used
@@ -23,6 +23,7 @@
 
 #include "bitrefit/core/error.hpp"
 #include "bitrefit/core/fields.hpp"
+#include "bitrefit/io/json.hpp"
 #include "bitrefit/protocol/commit_log.hpp"
 #include "bitrefit/protocol/messages.hpp"
 
@@ -32,6 +33,10 @@ using nlohmann::json;
 
 // ---- records (named) ------------------------------------------------------------------------
 
+/// What one control record may cost (io/json.hpp): the commit log file and every control message
+/// (wire/control.hpp). A prepare record takes about 60 bytes per receiver, so 4 MiB holds ~70 K.
+inline constexpr io::json_limits control_json_limits{.max_bytes = 4u << 20, .max_depth = 8, .max_tree_bytes = 64u << 20};
+
 inline json to_json(const attempt_id& a) { return json::array({a.epoch, a.counter}); }
 inline json to_json(const digest128& d) { return d.to_hex(); }
 inline json to_json(const protocol::commit_record& k) { return json::array({k.version, k.baseline.value}); }
@@ -39,12 +44,14 @@ inline json to_json(const protocol::member& m) { return json::array({m.receiver,
 inline json to_json(const protocol::endpoint& e) { return json::array({static_cast<int>(e.role), e.index}); }
 inline json to_json(const payload_id& p) { return json::array({p.attempt.epoch, p.attempt.counter, p.owner, p.seq}); }
 inline json to_json(const protocol::prepare_record& r) {
-  json members = json::array(), expected = json::array();
+  json members = json::array(), expected = json::array(), frozen = json::array();
   for (auto& m : r.members) members.push_back(to_json(m));
   for (auto& d : r.expected) expected.push_back(to_json(d));
+  for (auto& d : r.frozen) frozen.push_back(to_json(d));
   return {{"attempt", to_json(r.attempt)}, {"base", to_json(r.base)}, {"target", r.target},
           {"next", r.next.value},          {"mode", static_cast<int>(r.mode)}, {"xor_allowed", r.xor_allowed},
-          {"members", members},            {"expected", expected}};
+          {"members", members},            {"expected", expected}, {"frozen", frozen},
+          {"retry", r.retry},              {"aborted", r.aborted}};
 }
 inline json to_json(const protocol::log_snapshot& s) {
   json x{{"format", "bitrefit-commit-log/1"}, {"epoch", s.epoch}, {"record", to_json(s.record)}};
@@ -52,52 +59,104 @@ inline json to_json(const protocol::log_snapshot& s) {
   return x;
 }
 
-inline attempt_id attempt_from(const json& x) { return {x.at(0).get<std::uint64_t>(), x.at(1).get<std::uint64_t>()}; }
+// Readers: every field is checked for its JSON type, and every number for integer-ness, sign and
+// range (io::json_integer) before it is converted; a problem is errc::format naming the field.
+namespace detail {
+inline const json& element(const json& x, std::size_t i, std::size_t n, const char* field) {
+  if (!x.is_array() || x.size() != n)
+    throw error(errc::format, "not an array of " + std::to_string(n) + " elements", {.file = {}, .tensor = {}, .field = field});
+  return x[i];
+}
+inline const json& member(const json& x, const char* key) {
+  if (!x.is_object()) throw error(errc::format, "not a JSON object", {.file = {}, .tensor = {}, .field = key});
+  const auto it = x.find(key);
+  if (it == x.end()) throw error(errc::format, "missing field", {.file = {}, .tensor = {}, .field = key});
+  return *it;
+}
+template <class T>
+T integer(const json& x, const char* field) {
+  return io::json_integer<T>(x, {.file = {}, .tensor = {}, .field = field});
+}
+inline bool boolean(const json& x, const char* field) {
+  if (!x.is_boolean()) throw error(errc::format, "not a boolean", {.file = {}, .tensor = {}, .field = field});
+  return x.get<bool>();
+}
+inline const json& array(const json& x, const char* field) {
+  if (!x.is_array()) throw error(errc::format, "not an array", {.file = {}, .tensor = {}, .field = field});
+  return x;
+}
+inline std::vector<std::uint32_t> u32_list(const json& x, const char* field) {
+  std::vector<std::uint32_t> out;
+  for (auto& v : array(x, field)) out.push_back(integer<std::uint32_t>(v, field));
+  return out;
+}
+}  // namespace detail
+
+inline attempt_id attempt_from(const json& x) {
+  return {detail::integer<std::uint64_t>(detail::element(x, 0, 2, "attempt"), "attempt.epoch"),
+          detail::integer<std::uint64_t>(detail::element(x, 1, 2, "attempt"), "attempt.counter")};
+}
 inline digest128 digest_from(const json& x) {
-  auto d = digest128::from_hex(x.get<std::string>());
+  if (!x.is_string()) throw error(errc::format, "digest is not a string", {.file = {}, .tensor = {}, .field = "digest"});
+  auto d = digest128::from_hex(x.get_ref<const std::string&>());
   if (!d) throw error(errc::format, "digest is not 32 hex digits", {.file = {}, .tensor = {}, .field = "digest"});
   return *d;
 }
 inline protocol::commit_record record_from(const json& x) {
-  return {x.at(0).get<std::uint64_t>(), baseline_id{x.at(1).get<std::uint64_t>()}};
+  return {detail::integer<std::uint64_t>(detail::element(x, 0, 2, "record"), "record.version"),
+          baseline_id{detail::integer<std::uint64_t>(detail::element(x, 1, 2, "record"), "record.baseline")}};
 }
-inline protocol::member member_from(const json& x) { return {x.at(0).get<std::uint32_t>(), x.at(1).get<std::uint64_t>()}; }
+inline protocol::member member_from(const json& x) {
+  return {detail::integer<std::uint32_t>(detail::element(x, 0, 2, "member"), "member.receiver"),
+          detail::integer<std::uint64_t>(detail::element(x, 1, 2, "member"), "member.incarnation")};
+}
 inline protocol::mode mode_from(const json& x) {
-  const int m = x.get<int>();
+  const int m = detail::integer<int>(x, "mode");
   if (m < 0 || m > 1) throw error(errc::format, "unknown mode", {.file = {}, .tensor = {}, .field = "mode"});
   return static_cast<protocol::mode>(m);
 }
 inline protocol::endpoint endpoint_from(const json& x) {
-  const int r = x.at(0).get<int>();
-  if (r < 0 || r > 2) throw error(errc::format, "unknown role", {.file = {}, .tensor = {}, .field = "role"});
-  return {static_cast<protocol::role>(r), x.at(1).get<std::uint32_t>()};
+  const int r = detail::integer<int>(detail::element(x, 0, 2, "endpoint"), "endpoint.role");
+  if (r < 0 || r > 2) throw error(errc::format, "unknown role", {.file = {}, .tensor = {}, .field = "endpoint.role"});
+  return {static_cast<protocol::role>(r), detail::integer<std::uint32_t>(detail::element(x, 1, 2, "endpoint"), "endpoint.index")};
 }
 inline payload_id payload_id_from(const json& x) {
-  return {{x.at(0).get<std::uint64_t>(), x.at(1).get<std::uint64_t>()}, x.at(2).get<std::uint32_t>(), x.at(3).get<std::uint32_t>()};
+  using detail::element, detail::integer;
+  return {{integer<std::uint64_t>(element(x, 0, 4, "id"), "id.epoch"), integer<std::uint64_t>(element(x, 1, 4, "id"), "id.counter")},
+          integer<std::uint32_t>(element(x, 2, 4, "id"), "id.owner"), integer<std::uint32_t>(element(x, 3, 4, "id"), "id.seq")};
 }
 inline protocol::prepare_record prepare_from(const json& x) {
+  using detail::member;
   protocol::prepare_record r;
-  r.attempt = attempt_from(x.at("attempt"));
-  r.base = record_from(x.at("base"));
-  r.target = x.at("target").get<std::uint64_t>();
-  r.next = baseline_id{x.at("next").get<std::uint64_t>()};
-  r.mode = mode_from(x.at("mode"));
-  r.xor_allowed = x.at("xor_allowed").get<bool>();
-  for (auto& m : x.at("members")) r.members.push_back(member_from(m));
-  for (auto& d : x.at("expected")) r.expected.push_back(digest_from(d));
+  r.attempt = attempt_from(member(x, "attempt"));
+  r.base = record_from(member(x, "base"));
+  r.target = detail::integer<std::uint64_t>(member(x, "target"), "target");
+  r.next = baseline_id{detail::integer<std::uint64_t>(member(x, "next"), "next")};
+  r.mode = mode_from(member(x, "mode"));
+  r.xor_allowed = detail::boolean(member(x, "xor_allowed"), "xor_allowed");
+  for (auto& m : detail::array(member(x, "members"), "members")) r.members.push_back(member_from(m));
+  for (auto& d : detail::array(member(x, "expected"), "expected")) r.expected.push_back(digest_from(d));
+  if (x.contains("frozen"))  // absent in records written before frozen identities were recorded
+    for (auto& d : detail::array(x.at("frozen"), "frozen")) r.frozen.push_back(digest_from(d));
+  if (x.contains("retry")) r.retry = detail::boolean(x.at("retry"), "retry");
+  if (x.contains("aborted")) r.aborted = detail::boolean(x.at("aborted"), "aborted");  // absent before aborts were persisted
   return r;
 }
-/// @throws errc::format (naming `file`) when the text is not a commit-log snapshot.
+/// @throws errc::format (naming `file` and the field) when the text is not a commit-log snapshot.
 inline protocol::log_snapshot snapshot_from(const std::string& text, const std::string& file) {
   try {
-    const auto x = json::parse(text);
-    if (x.at("format") != "bitrefit-commit-log/1")
+    const auto x = io::parse_json(text, control_json_limits, {.file = file, .tensor = {}, .field = {}});
+    const json& format = detail::member(x, "format");
+    if (!format.is_string() || format != "bitrefit-commit-log/1")
       throw error(errc::unsupported, "unknown commit log format", {.file = file, .tensor = {}, .field = "format"});
     protocol::log_snapshot s;
-    s.epoch = x.at("epoch").get<std::uint64_t>();
-    s.record = record_from(x.at("record"));
+    s.epoch = detail::integer<std::uint64_t>(detail::member(x, "epoch"), "epoch");
+    s.record = record_from(detail::member(x, "record"));
     if (x.contains("prepared")) s.prepared = prepare_from(x.at("prepared"));
     return s;
+  } catch (const error& e) {
+    if (!e.where().file.empty()) throw;
+    throw error(e.code(), "commit log: " + e.message(), {.file = file, .tensor = {}, .field = e.where().field});
   } catch (const json::exception& e) {
     throw error(errc::format, std::string("commit log does not parse: ") + e.what(), {.file = file, .tensor = {}, .field = {}});
   }
@@ -111,9 +170,14 @@ struct message_to_json {
   json operator()(const protocol::obsolete_msg& m) const { return {{"type", "obsolete"}, {"attempt", to_json(m.attempt)}}; }
   json operator()(const protocol::open_msg& m) const { return {{"type", "open"}, {"attempt", to_json(m.attempt)}, {"chunks", m.chunks}}; }
   json operator()(const protocol::flush_msg& m) const { return {{"type", "flush"}, {"attempt", to_json(m.attempt)}}; }
-  json operator()(const protocol::announce_msg& m) const { return {{"type", "announce"}, {"record", to_json(m.record)}}; }
+  json operator()(const protocol::announce_msg& m) const {
+    json x{{"type", "announce"}, {"record", to_json(m.record)}};
+    if (m.roster) x["roster"] = to_json(*m.roster);
+    if (m.evicted) x["evicted"] = true;
+    return x;
+  }
   json operator()(const protocol::roll_call_msg& m) const { return {{"type", "roll_call"}, {"epoch", m.epoch}}; }
-  json operator()(const protocol::abort_msg& m) const { return {{"type", "abort"}, {"attempt", to_json(m.attempt)}}; }
+  json operator()(const protocol::abort_msg& m) const { return {{"type", "abort"}, {"epoch", m.epoch}, {"attempt", to_json(m.attempt)}}; }
   json operator()(const protocol::manifest_msg& m) const {
     return {{"type", "manifest"}, {"attempt", to_json(m.attempt)}, {"owner", m.owner}, {"chunks", m.chunks}};
   }
@@ -129,6 +193,9 @@ struct message_to_json {
   }
   json operator()(const protocol::join_msg& m) const { return {{"type", "join"}, {"from", to_json(m.from)}, {"at", to_json(m.at)}}; }
   json operator()(const protocol::baseline_msg& m) const { return {{"type", "baseline"}, {"owner", m.owner}, {"at", to_json(m.at)}}; }
+  json operator()(const protocol::frozen_lost_msg& m) const {
+    return {{"type", "frozen_lost"}, {"attempt", to_json(m.attempt)}, {"owner", m.owner}, {"target", m.target}};
+  }
   json operator()(const protocol::payload_msg& m) const {
     return {{"type", "payload"}, {"id", to_json(m.id)},   {"base", m.base},
             {"target", m.target}, {"mode", static_cast<int>(m.mode)}, {"content", to_json(m.content)}};
@@ -139,33 +206,46 @@ struct message_to_json {
 inline json to_json(const protocol::message& m) { return std::visit(detail::message_to_json{}, m); }
 
 inline protocol::message message_from(const json& x) {
-  const std::string t = x.at("type").get<std::string>();
-  if (t == "prepare") return protocol::prepare_msg{prepare_from(x.at("record"))};
-  if (t == "obsolete") return protocol::obsolete_msg{attempt_from(x.at("attempt"))};
-  if (t == "open") return protocol::open_msg{attempt_from(x.at("attempt")), x.at("chunks").get<std::vector<std::uint32_t>>()};
-  if (t == "flush") return protocol::flush_msg{attempt_from(x.at("attempt"))};
-  if (t == "announce") return protocol::announce_msg{record_from(x.at("record"))};
-  if (t == "roll_call") return protocol::roll_call_msg{x.at("epoch").get<std::uint64_t>()};
-  if (t == "abort") return protocol::abort_msg{attempt_from(x.at("attempt"))};
-  if (t == "manifest")
-    return protocol::manifest_msg{attempt_from(x.at("attempt")), x.at("owner").get<std::uint32_t>(), x.at("chunks").get<std::uint32_t>()};
-  if (t == "arrived") return protocol::arrived_msg{attempt_from(x.at("attempt")), member_from(x.at("from"))};
-  if (t == "ack") {
-    protocol::ack_msg m{attempt_from(x.at("attempt")), member_from(x.at("from")), std::nullopt};
-    if (x.contains("attestation")) m.attestation = digest_from(x.at("attestation"));
+  using detail::integer, detail::member;
+  const json& type = member(x, "type");
+  if (!type.is_string()) throw error(errc::format, "message type is not a string", {.file = {}, .tensor = {}, .field = "type"});
+  const std::string& t = type.get_ref<const std::string&>();
+  if (t == "prepare") return protocol::prepare_msg{prepare_from(member(x, "record"))};
+  if (t == "obsolete") return protocol::obsolete_msg{attempt_from(member(x, "attempt"))};
+  if (t == "open") return protocol::open_msg{attempt_from(member(x, "attempt")), detail::u32_list(member(x, "chunks"), "chunks")};
+  if (t == "flush") return protocol::flush_msg{attempt_from(member(x, "attempt"))};
+  if (t == "announce") {
+    protocol::announce_msg m{record_from(member(x, "record")), std::nullopt, false};
+    if (x.contains("evicted")) m.evicted = detail::boolean(x.at("evicted"), "evicted");
+    if (x.contains("roster")) m.roster = member_from(x.at("roster"));
     return m;
   }
-  if (t == "stopped") return protocol::stopped_msg{attempt_from(x.at("attempt")), member_from(x.at("from"))};
-  if (t == "failed") {
-    const int r = x.at("reason").get<int>();
-    if (r < 0 || r > 2) throw error(errc::format, "unknown failure reason", {.file = {}, .tensor = {}, .field = "reason"});
-    return protocol::failed_msg{attempt_from(x.at("attempt")), member_from(x.at("from")), static_cast<protocol::failure_reason>(r)};
+  if (t == "roll_call") return protocol::roll_call_msg{integer<std::uint64_t>(member(x, "epoch"), "epoch")};
+  if (t == "abort") return protocol::abort_msg{integer<std::uint64_t>(member(x, "epoch"), "epoch"), attempt_from(member(x, "attempt"))};
+  if (t == "manifest")
+    return protocol::manifest_msg{attempt_from(member(x, "attempt")), integer<std::uint32_t>(member(x, "owner"), "owner"),
+                                  integer<std::uint32_t>(member(x, "chunks"), "chunks")};
+  if (t == "arrived") return protocol::arrived_msg{attempt_from(member(x, "attempt")), member_from(member(x, "from"))};
+  if (t == "ack") {
+    protocol::ack_msg m{attempt_from(member(x, "attempt")), member_from(member(x, "from")), std::nullopt};
+    if (x.contains("attestation")) m.attestation = digest_from(member(x, "attestation"));
+    return m;
   }
-  if (t == "join") return protocol::join_msg{member_from(x.at("from")), record_from(x.at("at"))};
-  if (t == "baseline") return protocol::baseline_msg{x.at("owner").get<std::uint32_t>(), record_from(x.at("at"))};
+  if (t == "stopped") return protocol::stopped_msg{attempt_from(member(x, "attempt")), member_from(member(x, "from"))};
+  if (t == "failed") {
+    const int r = integer<int>(member(x, "reason"), "reason");
+    if (r < 0 || r > 2) throw error(errc::format, "unknown failure reason", {.file = {}, .tensor = {}, .field = "reason"});
+    return protocol::failed_msg{attempt_from(member(x, "attempt")), member_from(member(x, "from")), static_cast<protocol::failure_reason>(r)};
+  }
+  if (t == "join") return protocol::join_msg{member_from(member(x, "from")), record_from(member(x, "at"))};
+  if (t == "baseline") return protocol::baseline_msg{integer<std::uint32_t>(member(x, "owner"), "owner"), record_from(member(x, "at"))};
+  if (t == "frozen_lost")
+    return protocol::frozen_lost_msg{attempt_from(member(x, "attempt")), integer<std::uint32_t>(member(x, "owner"), "owner"),
+                                     integer<std::uint64_t>(member(x, "target"), "target")};
   if (t == "payload")
-    return protocol::payload_msg{payload_id_from(x.at("id")), x.at("base").get<std::uint64_t>(), x.at("target").get<std::uint64_t>(),
-                                 mode_from(x.at("mode")), digest_from(x.at("content"))};
+    return protocol::payload_msg{payload_id_from(member(x, "id")), integer<std::uint64_t>(member(x, "base"), "base"),
+                                 integer<std::uint64_t>(member(x, "target"), "target"), mode_from(member(x, "mode")),
+                                 digest_from(member(x, "content"))};
   throw error(errc::format, "unknown message type '" + t + "'", {.file = {}, .tensor = {}, .field = "type"});
 }
 
@@ -173,7 +253,7 @@ inline json to_json(const protocol::envelope& e) {
   return {{"from", to_json(e.from)}, {"to", to_json(e.to)}, {"msg", to_json(e.msg)}};
 }
 inline protocol::envelope envelope_from(const json& x) {
-  return {endpoint_from(x.at("from")), endpoint_from(x.at("to")), message_from(x.at("msg"))};
+  return {endpoint_from(detail::member(x, "from")), endpoint_from(detail::member(x, "to")), message_from(detail::member(x, "msg"))};
 }
 
 // ---- any value with a field list (positional) -----------------------------------------------

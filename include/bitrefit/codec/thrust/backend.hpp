@@ -30,6 +30,7 @@
 #include "bitrefit/codec/thrust/systems.hpp"
 
 #include <thrust/copy.h>
+#include <thrust/fill.h>
 #include <thrust/count.h>
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
@@ -38,7 +39,13 @@
 #include <thrust/transform.h>
 #include <thrust/transform_reduce.h>
 
+#include "bitrefit/codec/base_classes.hpp"
+#include "bitrefit/codec/buffer.hpp"
 #include "bitrefit/codec/concepts.hpp"
+#include "bitrefit/codec/entropy.hpp"
+#include "bitrefit/codec/location.hpp"
+#include "bitrefit/codec/thrust/locations.hpp"
+#include "bitrefit/codec/value_planes.hpp"
 #include "bitrefit/codec/thrust/xxh3.hpp"
 #include "bitrefit/codec/types.hpp"
 #include "bitrefit/core/digest.hpp"
@@ -202,6 +209,87 @@ struct hash_slice {
   }
 };
 
+// ---- base classes and class ranks (base_classes.hpp's rank_by_class, on the system) -------------
+
+BITREFIT_HD inline unsigned popc64(u64 x) noexcept {
+#if BITREFIT_DEVICE_PASS
+  return static_cast<unsigned>(__popcll(x));
+#else
+  unsigned n = 0;  // portable: Thrust's host systems run this in plain (baseline ISA) code
+  for (; x; x &= x - 1) ++n;
+  return n;
+#endif
+}
+
+/// Per-threshold counts of one 64-element block (or their prefix sums): T <= 15 used.
+struct class_counts {
+  u32 v[15];
+};
+struct add_class_counts {
+  BITREFIT_HD class_counts operator()(const class_counts& a, const class_counts& b) const noexcept {
+    class_counts r;
+    for (int j = 0; j < 15; ++j) r.v[j] = a.v[j] + b.v[j];
+    return r;
+  }
+};
+
+/// Block b: masks[b*T + j] bit l = (magnitude of element 64b + l >= t[j]); counts = their popcounts.
+struct class_block_masks {
+  const u8* base;
+  u64 m;
+  u32 E, T;
+  u64 mag_mask;
+  u64 t[15];
+  u64* masks;
+  class_counts* counts;
+  BITREFIT_HD void operator()(u64 b) const noexcept {
+    u64 ge[15] = {};
+    const u64 start = b * 64, n = m - start < 64 ? m - start : 64;
+    for (u64 l = 0; l < n; ++l) {
+      u64 w = 0;
+      for (u32 i = 0; i < E; ++i) w |= u64{base[(start + l) * E + i]} << (8 * i);
+      const u64 mag = w & mag_mask;
+      for (u32 j = 0; j < T && mag >= t[j]; ++j) ge[j] |= u64{1} << l;
+    }
+    class_counts c{};
+    for (u32 j = 0; j < T; ++j) masks[b * T + j] = ge[j], c.v[j] = popc64(ge[j]);
+    counts[b] = c;
+  }
+};
+
+/// Change k: its class and its rank (same-class elements before it, plus totals[class]).
+struct rank_changes {
+  const u32* pos;
+  const u64* masks;
+  const class_counts* cum;  // exclusive prefix of the block counts
+  u32 T;
+  u64 totals[16];
+  u8* cls_out;
+  u32* rank_out;
+  BITREFIT_HD void operator()(u32 k) const noexcept {
+    const u64 p = pos[k], b = p >> 6;
+    const u32 lane = static_cast<u32>(p & 63);
+    const u64 bl = (u64{1} << lane) - 1;
+    u32 cls = 0;
+    for (u32 j = 0; j < T; ++j) cls += static_cast<u32>((masks[b * T + j] >> lane) & 1);
+    const u64 hi = cls == 0 ? p : cum[b].v[cls - 1] + popc64(masks[b * T + cls - 1] & bl);
+    const u64 lo = cls == T ? 0 : cum[b].v[cls] + popc64(masks[b * T + cls] & bl);
+    cls_out[k] = static_cast<u8>(cls);
+    rank_out[k] = static_cast<u32>(totals[cls] + hi - lo);
+  }
+};
+
+/// Copies values k·stride (k < n) of an interleaved array of E-byte values.
+struct gather_strided {
+  const u8* src;
+  u8* dst;
+  u32 E;
+  std::size_t stride;
+  BITREFIT_HD void operator()(u32 k) const noexcept {
+    for (u32 j = 0; j < E; ++j) dst[std::size_t{k} * E + j] = src[std::size_t{k} * stride * E + j];
+  }
+};
+
 inline void check_element_size(std::size_t E) {
   if (E != 1 && E != 2 && E != 4 && E != 8)
     throw error(errc::invalid_argument, "element size must be 1, 2, 4 or 8 bytes");
@@ -287,6 +375,100 @@ class thrust_backend {
     System::synchronize();
   }
 
+  /// See concepts.hpp, primitive 5: host memory as is; device memory copied into `scratch`.
+  std::span<const std::byte> host_bytes(std::span<const std::byte> bytes, byte_buffer& scratch) {
+    if constexpr (System::host_memory) {
+      return bytes;
+    } else {
+      scratch.resize_uninit(bytes.size());
+      if (!bytes.empty()) System::to_host(scratch.data(), bytes.data(), bytes.size());
+      return scratch.span();
+    }
+  }
+
+  /// See concepts.hpp, primitive 6: computed on the system (block masks, a scan of their counts,
+  /// one rank per change); host positions and outputs cross once on a device system.
+  void rank_by_class(std::span<const std::byte> base, const float_format& f, const class_spec& spec,
+                     std::span<const std::uint32_t> positions, std::span<std::uint8_t> classes_out,
+                     std::span<std::uint32_t> ranks_out, std::span<std::uint64_t> totals) {
+    const std::size_t c = positions.size();
+    if constexpr (System::host_memory) {
+      rank_on_system(base, f, spec, positions.data(), c, classes_out.data(), ranks_out.data(), totals);
+    } else {
+      rpos_.resize(c);
+      System::from_host(thrust::raw_pointer_cast(rpos_.data()), positions.data(), c * sizeof(std::uint32_t));
+      rcls_.resize(c);
+      rrank_.resize(c);
+      rank_on_system(base, f, spec, thrust::raw_pointer_cast(rpos_.data()), c, thrust::raw_pointer_cast(rcls_.data()),
+                     thrust::raw_pointer_cast(rrank_.data()), totals);
+      System::to_host(classes_out.data(), thrust::raw_pointer_cast(rcls_.data()), c);
+      System::to_host(ranks_out.data(), thrust::raw_pointer_cast(rrank_.data()), c * sizeof(std::uint32_t));
+    }
+  }
+
+  /// See concepts.hpp, primitive 7: the item's positions are compacted, location-coded and used to
+  /// gather the values on the system; only the location section and the values cross.
+  std::size_t prepare_plain(std::span<const std::byte> old, std::span<const std::byte> neu, std::size_t E, value_mode mode,
+                            prepared_plain& out, entropy_accumulator* entropy) {
+    using namespace thrust_detail;
+    const std::size_t m = check_pair(old, neu, E);
+    const std::size_t c = compact_positions(old, neu, E, m);
+    if (entropy) add_entropy(old, neu, E, m, c, *entropy);
+    if (c == 0) return 0;
+    const std::span<const std::uint32_t> pos{thrust::raw_pointer_cast(pos_.data()), c};
+    out.locations = choose_location_coding(loc_.sizes(pos, m), c, m);
+    loc_.encode(out.locations, pos, m, loc_bytes_);
+    out.location_raw.clear();
+    out.location_raw.append(loc_bytes_);
+    // values: the value_sample decides interleaved vs byte planes, as on the host
+    const bool want_xor = mode == value_mode::xor_mask;
+    gather(old, neu, E, c, want_xor, /*planes=*/false);
+    const value_sample vs = value_sample_of(c);
+    sample_dev_.resize((vs.count * E + 7) / 8);
+    thrust::for_each(System::policy(), thrust::counting_iterator<u32>(0), thrust::counting_iterator<u32>(static_cast<u32>(vs.count)),
+                     gather_strided{reinterpret_cast<const u8*>(thrust::raw_pointer_cast((want_xor ? xor_ : val_).data())),
+                                    reinterpret_cast<u8*>(thrust::raw_pointer_cast(sample_dev_.data())), static_cast<u32>(E), vs.stride});
+    sample_host_.resize_uninit(vs.count * E);
+    System::to_host(sample_host_.data(), thrust::raw_pointer_cast(sample_dev_.data()), vs.count * E);
+    const bool planes = choose_byte_planes(sample_host_.span(), c, E);
+    out.values = planes ? value_coding::byte_planes : value_coding::interleaved;
+    if (planes) gather(old, neu, E, c, want_xor, /*planes=*/true);
+    out.value_raw.resize_uninit(c * E);
+    System::to_host(out.value_raw.data(), thrust::raw_pointer_cast((want_xor ? xor_ : val_).data()), c * E);
+    return c;
+  }
+
+  /// See concepts.hpp, primitive 8: positions compacted and ranked on the system; the classes,
+  /// ranks and old/new bits of the changes cross, the positions do not.
+  std::size_t prepare_conditioned(std::span<const std::byte> old, std::span<const std::byte> neu, const float_format& f,
+                                  const class_spec& spec, prepared_conditioned& out, entropy_accumulator* entropy) {
+    const std::size_t E = f.element_size;
+    const std::size_t m = check_pair(old, neu, E);
+    const std::size_t c = compact_positions(old, neu, E, m);
+    if (entropy) add_entropy(old, neu, E, m, c, *entropy);
+    out.classes.resize_uninit(c);
+    out.ranks.resize_uninit(c);
+    if (c == 0) return 0;
+    std::array<std::uint64_t, max_base_classes> totals{};
+    const std::uint32_t* pos = thrust::raw_pointer_cast(pos_.data());
+    if constexpr (System::host_memory) {
+      rank_on_system(old, f, spec, pos, c, out.classes.data(), out.ranks.data(), totals);
+    } else {
+      rcls_.resize(c);
+      rrank_.resize(c);
+      rank_on_system(old, f, spec, pos, c, thrust::raw_pointer_cast(rcls_.data()), thrust::raw_pointer_cast(rrank_.data()), totals);
+      System::to_host(out.classes.data(), thrust::raw_pointer_cast(rcls_.data()), c);
+      System::to_host(out.ranks.data(), thrust::raw_pointer_cast(rrank_.data()), c * sizeof(std::uint32_t));
+    }
+    gather(old, neu, E, c, /*want_xor=*/true, /*planes=*/false, /*want_new=*/true);
+    out.new_values.resize_uninit(c * E);
+    out.old_values.resize_uninit(c * E);
+    System::to_host(out.new_values.data(), thrust::raw_pointer_cast(val_.data()), c * E);
+    System::to_host(out.old_values.data(), thrust::raw_pointer_cast(xor_.data()), c * E);
+    for (std::size_t i = 0; i < c * E; ++i) out.old_values[i] ^= out.new_values[i];  // old = (old ^ new) ^ new
+    return c;
+  }
+
   /// See concepts.hpp, primitive 3.
   void hash_slices(std::span<const std::byte> bytes, std::size_t slice_bytes, std::span<digest128> out) {
     using namespace thrust_detail;
@@ -306,6 +488,101 @@ class thrust_backend {
   }
 
  private:
+  std::size_t check_pair(std::span<const std::byte> old, std::span<const std::byte> neu, std::size_t E) {
+    thrust_detail::check_element_size(E);
+    if (old.size() != neu.size() || old.size() % E != 0)
+      throw error(errc::invalid_argument, "prepare: old and new must be equal whole-element spans");
+    const std::size_t m = old.size() / E;
+    if (m >= (std::size_t{1} << 32)) throw error(errc::invalid_argument, "prepare: item must hold < 2^32 elements");
+    return m;
+  }
+
+  // The item's changed positions into pos_ (system memory), ascending; returns their count.
+  std::size_t compact_positions(std::span<const std::byte> old, std::span<const std::byte> neu, std::size_t E, std::size_t m) {
+    using namespace thrust_detail;
+    if (m == 0) {
+      pos_.resize(0);
+      return 0;
+    }
+    const auto pred = differs(old, neu, E);
+    if constexpr (System::host_memory) {
+      const u32 mm = static_cast<u32>(m), nb = static_cast<u32>((m + compact_block - 1) / compact_block);
+      blocks_.resize(nb + 1);
+      thrust::transform(System::policy(), thrust::counting_iterator<u32>(0), thrust::counting_iterator<u32>(nb), blocks_.begin(),
+                        count_block{pred, mm});
+      blocks_[nb] = 0;
+      thrust::exclusive_scan(System::policy(), blocks_.begin(), blocks_.end(), blocks_.begin());
+      const std::size_t c = blocks_[nb];
+      pos_.resize(c);
+      thrust::for_each(System::policy(), thrust::counting_iterator<u32>(0), thrust::counting_iterator<u32>(nb),
+                       compact_blocks{pred, mm, thrust::raw_pointer_cast(blocks_.data()), thrust::raw_pointer_cast(pos_.data())});
+      return c;
+    } else {
+      const thrust::counting_iterator<u32> first(0), last(static_cast<u32>(m));
+      const std::size_t c = static_cast<std::size_t>(thrust::count_if(System::policy(), first, last, pred));
+      pos_.resize(c);
+      thrust::copy_if(System::policy(), first, last, pos_.begin(), pred);
+      return c;
+    }
+  }
+
+  // XOR words (xor_) and/or new values (val_) of the c changes at pos_, interleaved or as planes.
+  void gather(std::span<const std::byte> old, std::span<const std::byte> neu, std::size_t E, std::size_t c, bool want_xor,
+              bool planes, bool want_new = false) {
+    using namespace thrust_detail;
+    const bool xo = want_xor, no = want_new || !want_xor;
+    const std::size_t words = (c * E + 7) / 8;
+    if (xo) xor_.resize(words);
+    if (no) val_.resize(words);
+    thrust::for_each(System::policy(), thrust::counting_iterator<u32>(0), thrust::counting_iterator<u32>(static_cast<u32>(c)),
+                     gather_values{bytes_of(old), bytes_of(neu), thrust::raw_pointer_cast(pos_.data()),
+                                   xo ? reinterpret_cast<u8*>(thrust::raw_pointer_cast(xor_.data())) : nullptr,
+                                   no ? reinterpret_cast<u8*>(thrust::raw_pointer_cast(val_.data())) : nullptr,
+                                   static_cast<u32>(E), planes ? c : std::size_t{0}});
+  }
+
+  // The entropy bound's statistics (benches): every XOR mask of the item, to host.
+  void add_entropy(std::span<const std::byte> old, std::span<const std::byte> neu, std::size_t E, std::size_t m, std::size_t c,
+                   entropy_accumulator& ent) {
+    gather(old, neu, E, c, /*want_xor=*/true, /*planes=*/false);
+    entropy_host_.resize_uninit(c * E);
+    if (c) System::to_host(entropy_host_.data(), thrust::raw_pointer_cast(xor_.data()), c * E);
+    ent.add(E, m, entropy_host_.span());
+  }
+
+  // rank_by_class with positions and outputs in system memory.
+  void rank_on_system(std::span<const std::byte> base, const float_format& f, const class_spec& spec, const std::uint32_t* pos,
+                      std::size_t c, std::uint8_t* cls_out, std::uint32_t* rank_out, std::span<std::uint64_t> totals) {
+    using namespace thrust_detail;
+    const std::size_t E = f.element_size, m = base.size() / E;
+    const u32 T = spec.boundaries();
+    const std::size_t nb = (m + 63) / 64;
+    class_block_masks bm{bytes_of(base), m, static_cast<u32>(E), T, f.magnitude_mask, {}, nullptr, nullptr};
+    for (u32 j = 0; j < T; ++j) bm.t[j] = std::uint64_t{spec.thresholds[j]} << f.mantissa_bits;
+    masks_.resize(nb * (T ? T : 1));
+    counts_.resize(nb + 1);
+    bm.masks = thrust::raw_pointer_cast(masks_.data());
+    bm.counts = thrust::raw_pointer_cast(counts_.data());
+    if (T > 0 && nb > 0) {
+      thrust::for_each(System::policy(), thrust::counting_iterator<std::uint64_t>(0), thrust::counting_iterator<std::uint64_t>(nb), bm);
+      const class_counts zero{};
+      thrust::fill(System::policy(), counts_.begin() + static_cast<std::ptrdiff_t>(nb), counts_.end(), zero);
+      thrust::exclusive_scan(System::policy(), counts_.begin(), counts_.end(), counts_.begin(), zero, add_class_counts{});
+    }
+    rank_changes rc{pos, bm.masks, thrust::raw_pointer_cast(counts_.data()), T, {}, cls_out, rank_out};
+    for (unsigned k = 0; k < spec.count; ++k) rc.totals[k] = totals[k];
+    if (c) thrust::for_each(System::policy(), thrust::counting_iterator<u32>(0), thrust::counting_iterator<u32>(static_cast<u32>(c)), rc);
+    // class totals: G_j = all elements with magnitude >= t_j (the scan's total)
+    class_counts all{};
+    if (T > 0 && nb > 0) System::to_host(&all, thrust::raw_pointer_cast(counts_.data()) + nb, sizeof all);
+    std::uint64_t prev = m;
+    for (u32 j = 0; j <= T; ++j) {
+      const std::uint64_t g = j < T ? all.v[j] : 0;
+      totals[j] += prev - g;
+      prev = g;
+    }
+  }
+
   std::size_t check_chunk(std::span<const std::byte> old, std::span<const std::byte> neu, std::size_t E,
                           std::span<std::uint32_t> positions, std::span<std::byte> xo, std::span<std::byte> no) {
     thrust_detail::check_element_size(E);
@@ -383,11 +660,19 @@ class thrust_backend {
   typename System::template vector<std::uint64_t> val_;
   typename System::template vector<thrust_detail::digest_words> digests_;
   std::vector<thrust_detail::digest_words> host_digests_;
+  typename System::template vector<std::uint64_t> masks_;        // class masks per block
+  typename System::template vector<thrust_detail::class_counts> counts_;
+  typename System::template vector<std::uint32_t> rpos_, rrank_;  // rank_by_class staging (device)
+  typename System::template vector<std::uint8_t> rcls_;
+  typename System::template vector<std::uint64_t> sample_dev_;
+  byte_buffer sample_host_, entropy_host_;
+  std::vector<std::byte> loc_bytes_;
+  thrust_location_preparer<System> loc_;
 };
 
-static_assert(execution_backend<thrust_backend<thrust_systems::cpp>>);
+static_assert(preparing_backend<thrust_backend<thrust_systems::cpp>>);
 #if BITREFIT_THRUST_HAS_OMP
-static_assert(execution_backend<thrust_backend<thrust_systems::omp>>);
+static_assert(preparing_backend<thrust_backend<thrust_systems::omp>>);
 #endif
 
 }  // namespace bitrefit::codec

@@ -29,17 +29,13 @@
 #include <thrust/scan.h>
 #include <thrust/transform_reduce.h>
 
+#include "bitrefit/codec/location.hpp"
 #include "bitrefit/codec/types.hpp"
 #include "bitrefit/core/error.hpp"
 #include "bitrefit/core/hd.hpp"
 
 namespace bitrefit::codec {
 
-/// Raw (pre-zstd) byte size of each location coding for one item, and its number of runs.
-struct location_sizes {
-  std::uint64_t gaps8 = 0, gaps16 = 0, gaps32 = 0, runs = 0, bitmap = 0, run_count = 0;
-  friend bool operator==(const location_sizes&, const location_sizes&) = default;
-};
 
 namespace thrust_loc_detail {
 
@@ -206,8 +202,9 @@ class thrust_location_preparer {
                          write_runs{pos, raw(starts_), raw(offsets_), o, runs, c});
         return download(o, total, out);
       }
+      case location_coding::class_gaps: break;  // base-conditioned items are prepared by prepare_conditioned
     }
-    throw error(errc::invalid_argument, "unknown location coding");
+    throw error(errc::invalid_argument, "location coding not prepared here");
   }
 
  private:

@@ -27,7 +27,8 @@
 //                                                        with the early-deadline budget
 //   failover                                             a new coordinator (epoch+1) replaces the active one;
 //                                                        the old one's pending log requests still land
-//   log ok|failed|unknown-applied|unknown-lost <request> a pending commit-log request completes
+//   log ok|failed|unknown-applied|unknown-lost <request> a pending commit-log request completes (faults
+//                                                        on every request that writes; a read may fail)
 //   abort                                                operator abort (budget)
 //   begin v<n>                                           the trainer starts the next transition (coordinator
 //                                                        idle, K.v < goal); may race with leftovers in flight
@@ -52,9 +53,27 @@
 
 namespace bitrefit::protocol::model {
 
-/// Region content: a version, or garbage (an XOR on the wrong base or applied twice).
+/// Region content: WHICH bits a region holds — a version together with the identity ("flavor") of
+/// the frozen change set that produced it — or garbage (an XOR on the wrong base or applied
+/// twice). Two frozen change sets of one version (the trainer's bits differ: it moved on, or
+/// restarted from another checkpoint) are different contents, so "same version, different bits"
+/// is a violation the monitors see (finding B1). A change set of flavor 0 changes every region of
+/// its owner; one of flavor f >= 1 leaves the owner's chunk (f-1) mod chunks unchanged (a
+/// different step changes different positions), so an overwrite from the wrong change set leaves
+/// a receiver holding a mix that equals neither version there.
 using region_t = std::int32_t;
 inline constexpr region_t garbage = -1;
+inline constexpr std::uint32_t flavors = 8;
+constexpr region_t content_of(version_t v, std::uint32_t flavor) noexcept { return region_t(v * flavors + flavor); }
+constexpr version_t version_of(region_t c) noexcept { return version_t(c) / flavors; }
+constexpr std::uint32_t flavor_of(region_t c) noexcept { return std::uint32_t(c) % flavors; }
+/// Does owner chunk `seq` change in a change set of flavor `f` (chunks per owner `n`)?
+constexpr bool changes(std::uint32_t f, std::uint32_t seq, std::uint32_t n) noexcept { return f == 0 || seq != (f - 1) % n; }
+/// The identity of owner o's frozen change set of version t with flavor f (prepare_record::frozen).
+constexpr digest128 frozen_identity(std::uint32_t o, version_t t, std::uint32_t f) noexcept {
+  return digest128{0xF0000u | (std::uint64_t(o) << 8) | f, t};
+}
+constexpr std::uint32_t flavor_of(const digest128& identity) noexcept { return std::uint32_t(identity.low64 & 0xFFu); }
 
 struct world_config {
   protocol_config protocol{gate_policy::synchronous, 2, 2, true, 0};
@@ -77,9 +96,13 @@ struct world_config {
   std::uint32_t crashes = 0;         // receiver crashes
   std::uint32_t owner_crashes = 0;   // an owner process dies and restarts from its durable state
   std::uint32_t failovers = 0;
-  std::uint32_t log_faults = 0;      // compare-and-set answered failed / unknown
+  std::uint32_t log_faults = 0;      // a log request answered failed / unknown (claim, prepare, CAS, read)
   std::uint32_t early_deadlines = 0; // deadlines while something is still in flight
   std::uint32_t aborts = 0;
+  /// The whole sender process (coordinator + owners) dies and restarts from the commit log and the
+  /// owners' baseline stores, with their frozen images present, lost or replaced; the trainer's
+  /// bits of the next version have moved on each time.
+  std::uint32_t sender_restarts = 0;
   friend bool operator==(const world_config&, const world_config&) = default;
 };
 
@@ -87,7 +110,9 @@ enum class move_kind : std::uint8_t {
   deliver, drop, duplicate, corrupt, conflict, device, crash, restart, deadline, failover,
   log_ok, log_failed, log_unknown_applied, log_unknown_lost, abort,
   begin,  // the trainer hands the idle coordinator version K.v+1 (while K.v < goal)
-  owner_crash  // owner o dies and restarts at once from its durable baseline and frozen change set
+  owner_crash,  // owner o dies and restarts at once from its durable baseline and frozen change set
+  sender_restart  // coordinator + owners restart from the log and the stores; sub: frozen images
+                  // 0 present, 1 lost, 2 replaced by other bits of the same version
 };
 
 /// One nondeterministic step. `index`: in-flight message index (network moves), receiver (device,
@@ -105,6 +130,7 @@ struct pending_write {
   protocol::mode mode = mode::overwrite;
   version_t base = 0;
   version_t target = 0;
+  std::uint32_t flavor = 0;  // of the change set the payload was encoded from (its content says)
   std::uint64_t incarnation = 0;
   friend auto operator<=>(const pending_write&, const pending_write&) = default;
 };
@@ -117,7 +143,7 @@ struct pending_log {
 
 struct fault_budget {
   std::uint32_t drops = 0, duplicates = 0, corruptions = 0, conflicts = 0, crashes = 0, failovers = 0, log_faults = 0,
-                early_deadlines = 0, aborts = 0, owner_crashes = 0;
+                early_deadlines = 0, aborts = 0, owner_crashes = 0, sender_restarts = 0;
   friend auto operator<=>(const fault_budget&, const fault_budget&) = default;
 };
 
@@ -127,6 +153,21 @@ struct attempt_note {
   version_t target = 0;
   std::vector<member> members;
   friend auto operator<=>(const attempt_note&, const attempt_note&) = default;
+};
+
+/// Owner o's durable baseline store as the world keeps it (what a restarted sender reads back):
+/// B^v with its commit record (advance_baseline) and the frozen change set of the transition in
+/// progress (freeze_change_set) with the flavor of its bits and the attempt that froze it.
+struct owner_store {
+  struct frozen_image {
+    version_t target = 0;
+    std::uint32_t flavor = 0;
+    attempt_id frozen_at{};
+    friend auto operator<=>(const frozen_image&, const frozen_image&) = default;
+  };
+  commit_record baseline{};
+  std::optional<frozen_image> frozen;
+  friend auto operator<=>(const owner_store&, const owner_store&) = default;
 };
 
 /// The world over the machines instantiated with mutation policy `Mut` (mutation.hpp): `cluster`
@@ -143,6 +184,9 @@ struct basic_cluster {
   std::vector<owner_t> owners;
   std::vector<std::optional<receiver_t>> receivers;  // nullopt: crashed
   std::vector<std::uint64_t> incarnations;         // durable incarnation counter per receiver
+  std::vector<owner_store> stores;                 // per owner: its durable baseline store
+  std::uint32_t trainer_flavor = 0;                // flavor of the trainer's bits of K.v+1 (moves on at a sender restart)
+  std::vector<std::vector<region_t>> truth;        // per committed version: each region's content (a dense copy)
   std::vector<region_t> regions;                   // receiver-major
   std::vector<std::vector<pending_write>> device;  // per receiver, sorted (or issue order)
   std::vector<std::uint8_t> sync_waiting;          // receiver awaits device_synced
@@ -157,6 +201,7 @@ struct basic_cluster {
   std::vector<std::pair<attempt_id, member>> acks;  // acks sent (sorted)
   std::vector<attempt_id> stopped;                  // attempts whose stop_and_wait completed
   std::vector<member> fenced;                       // evicted incarnations
+  std::vector<attempt_id> aborts_durable;           // attempts whose abort the log holds (sorted)
   std::optional<std::string> violation;             // the first invariant violated
   bool stuck = false;                               // coordinator needs an operator
 
@@ -173,12 +218,14 @@ struct basic_cluster {
     for (std::uint32_t o = 0; o < p.owners; ++o) owners.emplace_back(o, commit_record{}, mut());
     for (std::uint32_t r = 0; r < p.receivers; ++r) receivers.emplace_back(receiver_t(r, 0, p, commit_record{}, mut()));
     incarnations.assign(p.receivers, 0);
-    regions.assign(std::size_t(p.receivers) * regions_per_receiver(), 0);
+    stores.assign(p.owners, owner_store{});
+    truth.assign(1, std::vector<region_t>(regions_per_receiver(), content_of(0, 0)));
+    regions.assign(std::size_t(p.receivers) * regions_per_receiver(), content_of(0, 0));
     device.assign(p.receivers, {});
     sync_waiting.assign(p.receivers, 0);
     receiver_deadline.assign(p.receivers, 0);
     budget = fault_budget{cfg.drops, cfg.duplicates, cfg.corruptions, cfg.conflicts, cfg.crashes, cfg.failovers,
-                          cfg.log_faults, cfg.early_deadlines, cfg.aborts, cfg.owner_crashes};
+                          cfg.log_faults, cfg.early_deadlines, cfg.aborts, cfg.owner_crashes, cfg.sender_restarts};
     std::vector<std::string>* none = nullptr;
     run({{node_ref::coord(), coordinator_event{start_event{}}}}, none);
   }
@@ -213,12 +260,43 @@ struct basic_cluster {
     return log.state.record.version >= config.transitions && coord.phase == coordinator_phase::idle &&
            coord.committed == log.state.record;
   }
-  /// transition_done and every live receiver serves K with its gate open, nothing in flight.
+  /// transition_done and every live receiver serves K with its gate open holding exactly K's bits,
+  /// nothing in flight, and the coordinator's roster converged (roster_stale).
   bool settled() const {
     if (!transition_done() || !quiet()) return false;
     for (const auto& r : receivers)
       if (!r || r->phase != receiver_phase::serving || !r->gate_open || r->committed != log.state.record) return false;
-    return true;
+    return !roster_stale() && !stale_region();
+  }
+
+  /// A live receiver region whose bits are not those of a dense copy of K.v, if any.
+  std::optional<std::string> stale_region() const {
+    const auto& want = truth.at(log.state.record.version);
+    for (std::uint32_t r = 0; r < receivers.size(); ++r)
+      for (std::uint32_t i = 0; receivers[r] && i < regions_per_receiver(); ++i)
+        if (region(r, i) != want[i])
+          return "r" + std::to_string(r) + " region " + std::to_string(i) + " holds " + region_name(region(r, i)) +
+                 ", K's bits there are " + region_name(want[i]);
+    return std::nullopt;
+  }
+
+  /// Why the coordinator's view is not converged, if it is not: the roster must hold exactly each
+  /// live receiver's incarnation, admitted (not evicted) at K, and every owner must have reported K
+  /// (finding B2: a dead incarnation kept in the roster forever).
+  std::optional<std::string> roster_stale() const {
+    const commit_record k = log.state.record;
+    for (std::uint32_t r = 0; r < receivers.size(); ++r) {
+      if (!receivers[r]) continue;
+      const auto& e = coord.roster.at(r);
+      if (!e.known || e.evicted || e.incarnation != receivers[r]->incarnation || e.at != k)
+        return "roster entry of r" + std::to_string(r) + " is " +
+               (e.known ? "#" + std::to_string(e.incarnation) + (e.evicted ? " evicted" : "") + " at " + fmt::str(e.at)
+                        : std::string("unknown")) +
+               ", the live incarnation is #" + std::to_string(receivers[r]->incarnation) + " and K is " + fmt::str(k);
+    }
+    for (std::uint32_t o = 0; o < owners.size(); ++o)
+      if (coord.owner_at.at(o) != k) return "owner o" + std::to_string(o) + " has not reported K " + fmt::str(k);
+    return std::nullopt;
   }
 
   // ------------------------------------------------------------------------------------------
@@ -243,11 +321,7 @@ struct basic_cluster {
       }
     for (std::uint32_t i = 0; i < log_queue.size(); ++i) {
       out.push_back({move_kind::log_ok, i, 0});
-      if (budget.log_faults && std::holds_alternative<compare_and_set_request>(log_queue[i].request)) {
-        out.push_back({move_kind::log_failed, i, 0});
-        out.push_back({move_kind::log_unknown_applied, i, 0});
-        out.push_back({move_kind::log_unknown_lost, i, 0});
-      }
+      if (budget.log_faults) add_log_faults(i, out);
     }
     const bool deadline_ok = quiet() || budget.early_deadlines;
     if (coord_deadline && deadline_ok) out.push_back({move_kind::deadline, 0, 0});
@@ -259,9 +333,39 @@ struct basic_cluster {
     if (budget.failovers) out.push_back({move_kind::failover, 0, 0});
     if (budget.owner_crashes)
       for (std::uint32_t o = 0; o < owners.size(); ++o) out.push_back({move_kind::owner_crash, o, 0});
+    if (budget.sender_restarts) {
+      out.push_back({move_kind::sender_restart, 0, 0});
+      if (frozen_can_vanish()) {
+        out.push_back({move_kind::sender_restart, 0, 1});
+        out.push_back({move_kind::sender_restart, 0, 2});
+      }
+    }
     if (budget.aborts && coord.phase == coordinator_phase::collecting) out.push_back({move_kind::abort, 0, 0});
     if (can_begin()) out.push_back({move_kind::begin, 0, 0});
     return out;
+  }
+
+  /// May a restart find the frozen images lost or replaced? Only those of a version that nothing can
+  /// commit any more behind the new coordinator's back (no compare-and-set naming it pending): losing
+  /// the image of a version that commits is the "lost state" the engine reports (it needs the
+  /// trainer's copy of K.v, which is outside the protocol).
+  bool frozen_can_vanish() const {
+    bool any = false;
+    for (const auto& st : stores) any |= st.frozen && st.frozen->target > log.state.record.version;
+    if (!any) return false;
+    for (const auto& p : log_queue)
+      if (std::holds_alternative<compare_and_set_request>(p.request)) return false;
+    return true;
+  }
+
+  /// Commit-log faults on pending request i: every request that writes (claim, persist_prepare,
+  /// compare-and-set) may fail, or take effect or not behind an `unknown` outcome; a read may fail
+  /// (its unknown is the same: nothing was written).
+  void add_log_faults(std::uint32_t i, std::vector<move>& out) const {
+    out.push_back({move_kind::log_failed, i, 0});
+    if (std::holds_alternative<read_request>(log_queue[i].request)) return;
+    out.push_back({move_kind::log_unknown_applied, i, 0});
+    out.push_back({move_kind::log_unknown_lost, i, 0});
   }
 
   /// Apply one enabled move; `trace` (optional) receives one line per event/action.
@@ -302,6 +406,11 @@ struct basic_cluster {
         --budget.owner_crashes;
         owners[m.index] = owner_t::recovered(owners[m.index]);
         return;
+      }
+      case move_kind::sender_restart: {
+        --budget.sender_restarts;
+        restart_sender(m.sub, q);
+        break;
       }
       case move_kind::restart: {
         std::uint64_t inc = ++incarnations[m.index];
@@ -348,7 +457,8 @@ struct basic_cluster {
       case move_kind::begin: {
         const version_t t = coord.committed.version + 1;
         begin_transition_event b{t, config.xor_allowed,
-                                 config.protocol.attest ? expected_for(t) : std::vector<digest128>{}};
+                                 config.protocol.attest ? expected_for(t) : std::vector<digest128>{}, {}};
+        for (std::uint32_t o = 0; o < owners.size(); ++o) b.frozen.push_back(frozen_identity(o, t, trainer_flavor));
         q.push_back({node_ref::coord(), coordinator_event{b}});
         break;
       }
@@ -386,6 +496,8 @@ struct basic_cluster {
       case move_kind::crash: return "crash r" + std::to_string(m.index);
       case move_kind::restart: return "restart r" + std::to_string(m.index);
       case move_kind::owner_crash: return "crash o" + std::to_string(m.index);
+      case move_kind::sender_restart:
+        return m.sub == 0 ? "restart sender" : m.sub == 1 ? "restart sender frozen-lost" : "restart sender frozen-replaced";
       case move_kind::deadline: return m.index == 0 ? "deadline c" : "deadline r" + std::to_string(m.index - 1);
       case move_kind::failover: return "failover";
       case move_kind::log_ok: return "log ok " + fmt::str(log_queue.at(m.index).request);
@@ -413,14 +525,22 @@ struct basic_cluster {
   std::string summary() const {
     std::string s = "log " + fmt::str(log.state) + "\n" + fmt::str(coord) + "\n";
     for (const auto& o : owners) s += fmt::str(o) + "\n";
+    if (config.sender_restarts) {  // what a restarted sender reads back
+      s += "trainer v" + std::to_string(log.state.record.version + 1) + primes(trainer_flavor) + " stores=[";
+      for (std::uint32_t o = 0; o < stores.size(); ++o) {
+        if (o) s += ",";
+        s += "o" + std::to_string(o) + ":B=" + fmt::str(stores[o].baseline);
+        if (const auto& f = stores[o].frozen) s += " frozen=v" + std::to_string(f->target) + primes(f->flavor);
+      }
+      s += "]\n";
+    }
     for (std::uint32_t r = 0; r < receivers.size(); ++r) {
       if (receivers[r]) s += fmt::str(*receivers[r]);
       else s += std::string("r") + std::to_string(r) + " crashed";
       s += " regions=[";
       for (std::uint32_t i = 0; i < regions_per_receiver(); ++i) {
         if (i) s += ",";
-        region_t v = region(r, i);
-        s += v == garbage ? std::string("garbage") : "v" + std::to_string(v);
+        s += region_name(region(r, i));
       }
       s += "]";
       if (!device[r].empty()) s += " pending=" + std::to_string(device[r].size());
@@ -474,24 +594,77 @@ struct basic_cluster {
     return {};
   }
 
-  static digest128 attestation_of(version_t v, std::uint32_t r) { return digest128{v, r + 1u}; }
-  digest128 attest(std::uint32_t r) const {
-    region_t v0 = region(r, 0);
-    for (std::uint32_t i = 1; i < regions_per_receiver(); ++i)
-      if (region(r, i) != v0) return digest128{0xbadu, r + 1u};
-    return v0 == garbage ? digest128{0xbadu, r + 1u} : attestation_of(static_cast<version_t>(v0), r);
+  /// Receiver r's attestation of region contents `c`: {v, r+1} when every region holds v's first
+  /// change set (flavor 0), else a digest of the contents (any garbage: 0xbad).
+  static digest128 attestation_of(const std::vector<region_t>& c, std::uint32_t r) {
+    bool uniform = true;
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    for (region_t x : c) {
+      if (x == garbage) return digest128{0xbadu, r + 1u};
+      uniform &= x == c.front() && flavor_of(x) == 0;
+      h = (h ^ std::uint64_t(x)) * 0x100000001b3ull;
+    }
+    return uniform ? digest128{version_of(c.front()), r + 1u} : digest128{h | (std::uint64_t(1) << 63), r + 1u};
   }
+  digest128 attest(std::uint32_t r) const {
+    const auto b = regions.begin() + std::ptrdiff_t(r) * regions_per_receiver();
+    return attestation_of(std::vector<region_t>(b, b + regions_per_receiver()), r);
+  }
+  /// Every region's content once the change sets of `flavor` (per owner) for K.v+1 are applied to K.v.
+  std::vector<region_t> contents_after(version_t target, const std::vector<std::uint32_t>& flavor) const {
+    std::vector<region_t> c = truth.at(target - 1);
+    const std::uint32_t n = config.chunks_per_owner;
+    for (std::uint32_t o = 0; o < owners.size(); ++o)
+      for (std::uint32_t seq = 0; seq < n; ++seq)
+        if (changes(flavor[o], seq, n)) c[o * n + seq] = content_of(target, flavor[o]);
+    return c;
+  }
+  /// Expected attestations of K.v+1: the trainer's current bits of it, applied to K.v.
   std::vector<digest128> expected_for(version_t target) const {
+    const auto c = contents_after(target, std::vector<std::uint32_t>(owners.size(), trainer_flavor));
     std::vector<digest128> e;
-    for (std::uint32_t r = 0; r < config.protocol.receivers; ++r) e.push_back(attestation_of(target, r));
+    for (std::uint32_t r = 0; r < config.protocol.receivers; ++r) e.push_back(attestation_of(c, r));
     return e;
+  }
+
+  /// The sender process (coordinator and every owner, one process in the engine) dies and a new one
+  /// starts from what is durable: the commit log and each owner's baseline store (`variant`: the
+  /// frozen images as they were, lost, or replaced by other bits of the same version). The trainer
+  /// has moved on meanwhile (its bits of K.v+1 differ from the frozen ones). The old coordinator's
+  /// pending log requests may still land (fenced once the new one claimed).
+  void restart_sender(std::uint32_t variant, std::vector<work>& q) {
+    const bool drop_images = variant == 1 || (broken(mut(), protocol_mutation::refreeze_at_restart) && frozen_can_vanish());
+    for (auto& st : stores) {
+      if (!st.frozen || st.frozen->target <= log.state.record.version) continue;
+      if (drop_images) st.frozen.reset();
+      else if (variant == 2) st.frozen->flavor = (st.frozen->flavor + 1) % flavors;
+    }
+    trainer_flavor = std::min(trainer_flavor + 1, flavors - 1);
+    max_epoch = std::max(max_epoch, coord.epoch) + 1;
+    coord = coordinator_t(config.protocol, max_epoch, {}, commit_record{}, mut());
+    coord_deadline = false;
+    stuck = false;
+    const attempt_id newest = log.state.prepared ? log.state.prepared->attempt : attempt_id{};
+    for (std::uint32_t o = 0; o < owners.size(); ++o) {
+      std::optional<typename owner_t::durable_frozen> f;
+      if (const auto& img = stores[o].frozen)
+        f = typename owner_t::durable_frozen{img->target, frozen_identity(o, img->target, img->flavor), img->frozen_at};
+      owners[o] = owner_t::restarted(o, stores[o].baseline, f, newest, mut());
+    }
+    q.push_back({node_ref::coord(), coordinator_event{start_event{}}});
   }
 
   log_reply apply_log(const log_request& req) {
     const log_snapshot before = log.state;
     log_reply rep = log.apply(req);
     if (const auto* p = std::get_if<persist_prepare_request>(&req); p && rep.outcome == log_outcome::ok) {
-      on_prepare_persisted(p->record);
+      if (p->record.aborted) {
+        if (!std::binary_search(aborts_durable.begin(), aborts_durable.end(), p->record.attempt))
+          aborts_durable.insert(std::upper_bound(aborts_durable.begin(), aborts_durable.end(), p->record.attempt),
+                                p->record.attempt);
+      } else {
+        on_prepare_persisted(p->record);
+      }
     }
     if (log.state.record != before.record) {
       const auto* cas = std::get_if<compare_and_set_request>(&req);
@@ -509,11 +682,15 @@ struct basic_cluster {
       fail("attempt " + fmt::str(p.attempt) + " prepared on base " + fmt::str(p.base) + " but K is " +
            fmt::str(log.state.record));
     for (const auto& mb : p.members) {
+      // A prepare names it: a member fenced by an earlier coordinator is readmitted, and every
+      // monitor covers it again.
+      if (auto f = std::lower_bound(fenced.begin(), fenced.end(), mb); f != fenced.end() && *f == mb) fenced.erase(f);
       if (!live(mb)) continue;
+      const auto& base = truth.at(p.base.version);
       for (std::uint32_t i = 0; i < regions_per_receiver(); ++i) {
         region_t v = region(mb.receiver, i);
-        bool ok = p.mode == mode::xor_mask ? v == region_t(p.base.version)
-                                            : (v == region_t(p.base.version) || v == region_t(p.target));
+        bool ok = p.mode == mode::xor_mask ? v == base[i]
+                                            : (v == base[i] || (v != garbage && version_of(v) == p.target));
         if (!ok)
           fail("version alignment: attempt " + fmt::str(p.attempt) + " (" + std::string(to_string(p.mode)) +
                ") starts while member " + fmt::str(mb) + " region " + std::to_string(i) + " holds " + region_name(v) +
@@ -537,18 +714,36 @@ struct basic_cluster {
       fail("K written for attempt " + fmt::str(cas.attempt) + " that was never prepared");
       return;
     }
+    if (now.version != before.record.version + 1) return;
+    // What K.v+1 is, bit for bit: each owner's durable frozen change set applied to K.v (the owners'
+    // next baseline). Every owner must be able to recover it before K names it.
+    std::vector<std::uint32_t> flavor(owners.size(), 0);
+    for (std::uint32_t o = 0; o < owners.size(); ++o) {
+      const auto& st = stores[o];
+      if (st.frozen && st.frozen->target == now.version) flavor[o] = st.frozen->flavor;
+      else if (st.baseline.version != now.version)
+        fail("K became " + fmt::str(now) + " while owner o" + std::to_string(o) + "'s store holds no image of v" +
+             std::to_string(now.version));
+    }
+    truth.resize(now.version + 1);
+    truth[now.version] = contents_after(now.version, flavor);
     for (const auto& mb : it->members) {
       if (!std::binary_search(acks.begin(), acks.end(), std::make_pair(cas.attempt, mb)))
         fail("commit of " + fmt::str(cas.attempt) + " without the ack of member " + fmt::str(mb));
       if (!live(mb)) continue;
       for (std::uint32_t i = 0; i < regions_per_receiver(); ++i)
-        if (region(mb.receiver, i) != region_t(now.version))
+        if (region(mb.receiver, i) != truth[now.version][i])
           fail("bit-exactness: K became " + fmt::str(now) + " while member " + fmt::str(mb) + " region " +
-               std::to_string(i) + " holds " + region_name(region(mb.receiver, i)));
+               std::to_string(i) + " holds " + region_name(region(mb.receiver, i)) + ", K's bits there are " +
+               region_name(truth[now.version][i]));
     }
   }
 
-  static std::string region_name(region_t v) { return v == garbage ? "garbage" : "v" + std::to_string(v); }
+  static std::string primes(std::uint32_t flavor) { return std::string(flavor, '\''); }
+
+  static std::string region_name(region_t v) {
+    return v == garbage ? "garbage" : "v" + std::to_string(version_of(v)) + primes(flavor_of(v));
+  }
 
   bool live(const member& mb) const {
     const auto& r = receivers.at(mb.receiver);
@@ -562,8 +757,12 @@ struct basic_cluster {
     const std::uint32_t idx = w.id.owner * config.chunks_per_owner + w.id.seq;
     region_t& v = regions[std::size_t(r) * regions_per_receiver() + idx];
     const region_t before = v;
-    if (w.mode == mode::overwrite) v = region_t(w.target);
-    else v = (v == region_t(w.base)) ? region_t(w.target) : garbage;
+    // A chunk its change set does not change carries no position: overwrite writes nothing, an XOR
+    // mask of zeros leaves any content as it is.
+    if (changes(w.flavor, w.id.seq, config.chunks_per_owner)) {
+      if (w.mode == mode::overwrite) v = content_of(w.target, w.flavor);
+      else v = (w.base < truth.size() && v == truth[w.base][idx]) ? content_of(w.target, w.flavor) : garbage;
+    }
     if (trace) trace->push_back("r" + std::to_string(r) + ": region " + std::to_string(idx) + " " + region_name(before) +
                                 " -> " + region_name(v));
     if (v == garbage)
@@ -574,6 +773,11 @@ struct basic_cluster {
     if (std::binary_search(stopped.begin(), stopped.end(), w.id.attempt) &&
         !std::binary_search(fenced.begin(), fenced.end(), mb))
       fail("write of payload " + fmt::str(w.id) + " on " + fmt::str(mb) + " after stop_and_wait of its attempt");
+    // Also on an incarnation that was fenced and readmitted: nothing of an older attempt lands once
+    // the receiver is in a newer one.
+    if (const auto& rc = receivers[r]; rc && rc->attempt && rc->attempt->attempt > w.id.attempt)
+      fail("write of payload " + fmt::str(w.id) + " on " + fmt::str(mb) + " after it was admitted to " +
+           fmt::str(rc->attempt->attempt));
     maybe_synced(r, q);
   }
 
@@ -594,6 +798,7 @@ struct basic_cluster {
     basic_cluster& w;
     std::vector<work>& q;
     std::vector<std::string>* trace;
+    commit_record owner_before{};  // the stepped owner's baseline before its step (monitor)
 
     template <class Event, class Actions>
     void on_step(const endpoint& self, const Event& ev, const Actions& actions) {
@@ -638,22 +843,40 @@ struct basic_cluster {
     void needs_operator(const endpoint&, const std::string&) { w.stuck = true; }
 
     // -- owners
+    /// Monitors: never ahead of K, and only forward (K.v's durable image is written once, B3).
     void advance_baseline(const endpoint& self, const commit_record& k) {
       if (k.version > w.log.state.record.version)
         w.fail("owner o" + std::to_string(self.index) + " advanced its baseline to " + fmt::str(k) +
                " before the commit record (K is " + fmt::str(w.log.state.record) + ")");
+      if (k.version <= owner_before.version)
+        w.fail("owner o" + std::to_string(self.index) + " advanced its baseline from " + fmt::str(owner_before) + " to " +
+               fmt::str(k) + ": not forward");
+      auto& st = w.stores[self.index];  // the frozen image becomes B (older images are dropped)
+      st.baseline = k;
+      if (st.frozen && st.frozen->target <= k.version) st.frozen.reset();
     }
-    void freeze_change_set(const endpoint&, const freeze_change_set_action&) {}  // regions abstract the bits
+    /// Monitor: only a target above the baseline is frozen; a stale prepare must not freeze "v+1" out
+    /// of the trainer's current bits (finding B3).
+    void freeze_change_set(const endpoint& self, const freeze_change_set_action& f) {
+      if (f.target <= f.base)
+        w.fail("owner o" + std::to_string(self.index) + " froze a change set v" + std::to_string(f.base) + "->v" +
+               std::to_string(f.target) + ": its target is not above its baseline");
+      // The trainer's current bits of the target, made durable (whatever the prepare names: a
+      // retry must never get here, finding B1).
+      w.stores[self.index].frozen = owner_store::frozen_image{f.target, w.trainer_flavor, w.owners[self.index].frozen_at};
+    }
     /// Every chunk at once, in seq order, then encode_finished; zero chunks when the delta base
     /// already is the target. A chunk's content names (owner, seq, target, mode, base).
     void encode(const endpoint& self, const encode_action& x) {
       const std::uint32_t o = self.index;
       const std::uint32_t n = x.base == x.target ? 0 : w.config.chunks_per_owner;
+      const auto& img = w.stores[o].frozen;  // the bits the chunks carry: the durable frozen set's
+      const std::uint64_t flavor = img && img->target == x.target ? img->flavor : 0;
       for (std::uint32_t s = 0; s < n; ++s) {
         const bool overwrite_only = s + w.config.overwrite_chunks >= n;
         const mode m = x.mode == mode::xor_mask && !overwrite_only ? mode::xor_mask : mode::overwrite;
         digest128 content{(std::uint64_t(o) << 16 | s) + 1,
-                          (x.target << 8) | (m == mode::xor_mask ? 1u : 2u) | (x.base << 32)};
+                          (x.target << 8) | (m == mode::xor_mask ? 1u : 2u) | (x.base << 32) | (flavor << 60)};
         q.push_back({node_ref::own(o), owner_event{chunk_encoded_event{x.attempt, s, content, m}}});
       }
       q.push_back({node_ref::own(o), owner_event{encode_finished_event{x.attempt, n}}});
@@ -670,7 +893,10 @@ struct basic_cluster {
     void stage_payload(const endpoint&, const payload_id&) {}
     void apply_payload(const endpoint& self, const apply_payload_action& x) {
       const std::uint32_t r = self.index;
-      pending_write pw{x.id, x.mode, x.base, x.target, w.receivers[r]->incarnation};
+      pending_write pw{x.id, x.mode, x.base, x.target, 0, w.receivers[r]->incarnation};
+      if (const auto& a = w.receivers[r]->attempt)  // the content of the copy it holds says which bits
+        for (const auto& c : a->chunks)
+          if (c.owner == x.id.owner && c.seq == x.id.seq) pw.flavor = std::uint32_t(c.content.high64 >> 60) % flavors;
       auto& d = w.device[r];
       if (w.config.ordered_device) d.push_back(pw);
       else d.insert(std::upper_bound(d.begin(), d.end(), pw), pw);
@@ -688,11 +914,22 @@ struct basic_cluster {
       while (!w.device[r].empty()) w.complete_write(r, 0, q, trace);  // waits for issued applies first
       w.sync_waiting[r] = 0;
       for (std::uint32_t i = 0; i < w.regions_per_receiver(); ++i)
-        w.regions[std::size_t(r) * w.regions_per_receiver() + i] = region_t(k.version);
+        w.regions[std::size_t(r) * w.regions_per_receiver() + i] = w.truth.at(k.version)[i];
       q.push_back({node_ref::recv(r), receiver_event{restored_event{k}}});
     }
   };
   static_assert(Effects<effects>);
+
+  /// A receiver enters `aborted` only on an abort the log holds: an abort is a decision like a
+  /// commit, fenced by the coordinator's epoch (finding B6).
+  void monitor_receiver_step(std::uint32_t r, receiver_phase before, const receiver_event& ev) {
+    if (before == receiver_phase::aborted || receivers[r]->phase != receiver_phase::aborted) return;
+    const auto* me = std::get_if<message_event>(&ev);
+    const auto* ab = me ? std::get_if<abort_msg>(&me->env.msg) : nullptr;
+    if (!ab || !std::binary_search(aborts_durable.begin(), aborts_durable.end(), ab->attempt))
+      fail("receiver r" + std::to_string(r) + " aborted " + (ab ? fmt::str(ab->attempt) : std::string("?")) +
+           " on an abort the commit log does not hold");
+  }
 
   void set_deadline(const endpoint& e, bool armed) {
     if (e.role == role::coordinator) coord_deadline = armed;
@@ -707,11 +944,16 @@ struct basic_cluster {
       if (w.node.kind == role::coordinator) {
         drive(coord, std::get<coordinator_event>(w.ev), fx);
       } else if (w.node.kind == role::owner) {
-        drive(owners.at(w.node.index), std::get<owner_event>(w.ev), fx);
+        auto& o = owners.at(w.node.index);
+        fx.owner_before = o.baseline;
+        drive(o, std::get<owner_event>(w.ev), fx);
       } else {
         auto& slot = receivers.at(w.node.index);
         if (!slot) continue;  // delivered to a dead process: lost
-        drive(*slot, std::get<receiver_event>(w.ev), fx);
+        const receiver_phase before = slot->phase;
+        const auto& ev = std::get<receiver_event>(w.ev);
+        drive(*slot, ev, fx);
+        if (slot) monitor_receiver_step(w.node.index, before, ev);
       }
     }
   }
@@ -753,16 +995,19 @@ std::optional<move> fair_move(const basic_cluster<Mut>& w, bool with_deadlines =
 using cluster = basic_cluster<no_mutation>;
 using mutated_cluster = basic_cluster<runtime_mutation>;
 
-BITREFIT_FIELDS(pending_write, id, mode, base, target, incarnation)
+BITREFIT_FIELDS(pending_write, id, mode, base, target, flavor, incarnation)
 BITREFIT_FIELDS(pending_log, request, epoch)
 BITREFIT_FIELDS(attempt_note, attempt, target, members)
+BITREFIT_FIELDS(owner_store::frozen_image, target, flavor, frozen_at)
+BITREFIT_FIELDS(owner_store, baseline, frozen)
 BITREFIT_FIELDS(fault_budget, drops, duplicates, corruptions, conflicts, crashes, failovers, log_faults, early_deadlines, aborts,
-                owner_crashes)
+                owner_crashes, sender_restarts)
 BITREFIT_FIELDS(world_config, protocol, mutation, chunks_per_owner, overwrite_chunks, transitions, xor_allowed, ordered_device,
-                drops, duplicates, corruptions, conflicts, crashes, owner_crashes, failovers, log_faults, early_deadlines, aborts)
-BITREFIT_FIELDS_T(template <class M>, basic_cluster<M>, config, log, coord, owners, receivers, incarnations, regions, device,
-                  sync_waiting, inflight, log_queue, coord_deadline, receiver_deadline, budget, max_epoch, attempts, acks,
-                  stopped, fenced, violation, stuck)
+                drops, duplicates, corruptions, conflicts, crashes, owner_crashes, failovers, log_faults, early_deadlines, aborts,
+                sender_restarts)
+BITREFIT_FIELDS_T(template <class M>, basic_cluster<M>, config, log, coord, owners, receivers, incarnations, stores,
+                  trainer_flavor, truth, regions, device, sync_waiting, inflight, log_queue, coord_deadline, receiver_deadline,
+                  budget, max_epoch, attempts, acks, stopped, fenced, aborts_durable, violation, stuck)
 
 }  // namespace bitrefit::protocol::model
 

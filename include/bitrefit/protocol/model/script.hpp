@@ -84,6 +84,7 @@ inline world_config parse_world(const std::string& args) {
     else if (k == "conflicts") c.conflicts = n();
     else if (k == "crashes") c.crashes = n();
     else if (k == "owner_crashes") c.owner_crashes = n();
+    else if (k == "sender_restarts") c.sender_restarts = n();
     else if (k == "failovers") c.failovers = n();
     else if (k == "log_faults") c.log_faults = n();
     else if (k == "early_deadlines") c.early_deadlines = n();
@@ -116,6 +117,7 @@ inline std::string world_line(const world_config& c) {
   add("conflicts", c.conflicts, 0);
   add("crashes", c.crashes, 0);
   add("owner_crashes", c.owner_crashes, 0);
+  add("sender_restarts", c.sender_restarts, 0);
   add("failovers", c.failovers, 0);
   add("log_faults", c.log_faults, 0);
   add("early_deadlines", c.early_deadlines, 0);

@@ -1,12 +1,18 @@
-// examples/cli/ops.hpp — the subcommands' work, composed from the library.
+// bitrefit/ops/checkpoint_ops.hpp — stat, diff, apply, verify and digest on checkpoints on disk.
 //
-// Reading checkpoints is io/ (one .safetensors file or a sharded directory), change detection,
-// encoding, bundles and attestation digests are codec/. This file only composes them, reports
-// progress and per-phase timings, and decides what the CLI promises: nothing is written unless
-// everything checked out.
+// The operations behind the `bitrefit` CLI (examples/cli) and the Python binding's
+// bitrefit.stat/diff/apply/verify/digest (python/): one implementation, two shells. Reading
+// checkpoints is io/ (one .safetensors file or a sharded directory); change detection, encoding,
+// bundles and attestation digests are codec/. This header only composes them, reports progress
+// and per-phase timings (ops/progress.hpp), and decides what the operations promise: nothing is
+// written unless everything checked out, and every failure is a bitrefit::error naming the file,
+// tensor and field.
 #pragma once
 
+#include <fcntl.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -20,6 +26,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "bitrefit/codec/attestation.hpp"
 #include "bitrefit/codec/bundle.hpp"
 #include "bitrefit/codec/entropy.hpp"
@@ -29,38 +37,9 @@
 #include "bitrefit/core/manifest.hpp"
 #include "bitrefit/io/checkpoint.hpp"
 #include "bitrefit/io/tensor_store.hpp"
-#include "progress.hpp"
+#include "bitrefit/ops/progress.hpp"
 
-namespace bitrefit::cli {
-
-inline const char* version_string() { return "0.1.0"; }
-
-struct phase_time {
-  std::string name;
-  double seconds = 0;
-};
-
-/// Measures named phases: `auto p = t.phase("read");` ... the phase ends when p is destroyed.
-class phase_timer {
- public:
-  class scope {
-   public:
-    scope(std::vector<phase_time>& out, std::string name)
-        : out_(out), name_(std::move(name)), start_(std::chrono::steady_clock::now()) {}
-    scope(const scope&) = delete;
-    scope& operator=(const scope&) = delete;
-    ~scope() {
-      out_.push_back({name_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()});
-    }
-
-   private:
-    std::vector<phase_time>& out_;
-    std::string name_;
-    std::chrono::steady_clock::time_point start_;
-  };
-  scope phase(std::string name) { return scope(phases, std::move(name)); }
-  std::vector<phase_time> phases;
-};
+namespace bitrefit::ops {
 
 struct codec_settings {
   int zstd_level = codec::default_zstd_level;
@@ -68,9 +47,10 @@ struct codec_settings {
   unsigned threads = 0;                                               // 0: hardware concurrency
 
   unsigned thread_count() const { return threads ? threads : std::max(1u, std::thread::hardware_concurrency()); }
-  codec::encode_options options(codec::mode_policy policy) const {
+  codec::encode_options options(codec::mode_policy policy, bool base_conditioned = true) const {
     codec::encode_options o;
     o.policy = policy;
+    o.base_conditioned = base_conditioned;
     o.zstd_level = zstd_level;
     o.max_frame_input_bytes = frame_bytes;
     return o;
@@ -85,6 +65,9 @@ struct stat_row {
   shape_t shape;
   std::uint64_t elements = 0, changed = 0;
   std::uint64_t dense_bytes = 0, overwrite_only_bytes = 0, xor_bytes = 0, chosen_bytes = 0;
+  // the codec choosing between XOR and overwrite only (frame format 1's codings, before
+  // base-conditioned items): what the chosen coding gained
+  std::uint64_t unconditioned_bytes = 0;
   double entropy_bytes = 0;
   double change_rate() const { return elements ? static_cast<double>(changed) / static_cast<double>(elements) : 0.0; }
 };
@@ -135,14 +118,10 @@ struct digest_result {
 
 inline std::uint64_t total_bytes(const io::checkpoint& c) { return c.manifest().total_bytes(); }
 
-}  // namespace bitrefit::cli
-
-namespace bitrefit::cli {
-
 /// Compares two checkpoints by canonical tensor: names, dtypes, shapes and every stored bit.
 /// Reports at most `limit` differing tensors (name order) with at most `limit` first indices each.
 inline void compare_checkpoints(const io::checkpoint& a, const io::checkpoint& b, std::uint64_t limit,
-                                verify_result& r, progress_bar& bar) {
+                                verify_result& r, progress_phase& bar) {
   const auto& ta = a.manifest().tensors();
   const auto& tb = b.manifest().tensors();
   std::uint64_t done = 0;
@@ -193,16 +172,12 @@ inline void compare_checkpoints(const io::checkpoint& a, const io::checkpoint& b
   r.equal = r.differing_tensors == 0;
 }
 
-}  // namespace bitrefit::cli
-
-namespace bitrefit::cli {
-
 namespace detail {
 
-/// Reads every byte of `tensors` once (pages mmapped data in), with a progress bar: the I/O-bound
-/// part of every subcommand, so the bar shows disk bytes and rate. Returns a checksum nobody uses
+/// Reads every byte of `tensors` once (pages mmapped data in), reporting progress: the I/O-bound
+/// part of every operation, so progress shows disk bytes and rate. Returns a checksum nobody uses
 /// except to keep the reads from being optimised away.
-inline std::uint64_t page_in(std::span<const tensor_view> tensors, progress_bar& bar, std::uint64_t& done) {
+inline std::uint64_t page_in(std::span<const tensor_view> tensors, progress_phase& bar, std::uint64_t& done) {
   std::uint64_t sum = 0;
   constexpr std::size_t page = 4096, step = std::size_t{16} << 20;
   for (auto& t : tensors) {
@@ -219,20 +194,6 @@ inline std::uint64_t page_in(std::span<const tensor_view> tensors, progress_bar&
 
 inline volatile std::uint64_t page_in_sink = 0;
 
-/// A writable in-memory copy of a checkpoint (io::tensor_store), filled tensor by tensor with a
-/// progress bar: what apply decodes into.
-inline io::tensor_store copy_into_memory(const io::checkpoint& c, progress_bar& bar) {
-  io::tensor_store store;
-  store.metadata = c.metadata();
-  std::uint64_t done = 0;
-  for (const tensor_view& t : c.tensors()) {
-    (void)store.add(t);
-    done += t.bytes().size();
-    bar.update(done);
-  }
-  bar.finish();
-  return store;
-}
 
 inline bool ends_with_separator(const std::string& p) { return !p.empty() && (p.back() == '/'); }
 
@@ -334,14 +295,14 @@ void parallel_for(std::size_t n, unsigned threads, Fn fn) {
   if (failure) std::rethrow_exception(failure);
 }
 
-/// OLD and NEW opened (phase "open") and paged in with a progress bar (phase "read"), as stat and
+/// OLD and NEW opened (phase "open") and paged in with progress (phase "read"), as stat and
 /// diff both need them before they encode.
 struct checkpoint_pair {
   std::optional<io::checkpoint> a, b;
   std::vector<tensor_view> ta, tb;
 
   void open(const std::filesystem::path& old_path, const std::filesystem::path& new_path, phase_timer& timer,
-            progress_mode pm) {
+            progress& pm) {
     {
       auto p = timer.phase("open");
       a.emplace(old_path);
@@ -350,10 +311,9 @@ struct checkpoint_pair {
     ta = a->tensors();
     tb = b->tensors();
     auto p = timer.phase("read");
-    progress_bar bar("read", total_bytes(*a) + total_bytes(*b), pm);
+    progress_phase bar(pm, "read", total_bytes(*a) + total_bytes(*b));
     std::uint64_t done = 0;
     page_in_sink = page_in(ta, bar, done) + page_in(tb, bar, done);
-    bar.finish();
   }
 };
 
@@ -365,7 +325,7 @@ struct checkpoint_pair {
 /// `diff` encodes it (tensors packed into frames of settings.frame_bytes), so totals equal what diff
 /// writes and the per-tensor payloads add up to slightly more (per-frame headers and digests).
 inline stat_result compute_stat(const std::filesystem::path& old_path, const std::filesystem::path& new_path,
-                                codec_settings settings, progress_mode pm) {
+                                codec_settings settings, progress& pm = no_progress()) {
   stat_result r;
   r.settings = settings;
   phase_timer timer;
@@ -378,22 +338,24 @@ inline stat_result compute_stat(const std::filesystem::path& old_path, const std
   const unsigned threads = settings.thread_count();
   struct mode_pass {
     codec::mode_policy policy;
+    bool base_conditioned;
     std::uint64_t stat_row::*field;
   };
-  const mode_pass passes[] = {{codec::mode_policy::overwrite_only, &stat_row::overwrite_only_bytes},
-                              {codec::mode_policy::xor_only, &stat_row::xor_bytes},
-                              {codec::mode_policy::xor_allowed, &stat_row::chosen_bytes}};
+  const mode_pass passes[] = {{codec::mode_policy::overwrite_only, false, &stat_row::overwrite_only_bytes},
+                              {codec::mode_policy::xor_only, false, &stat_row::xor_bytes},
+                              {codec::mode_policy::xor_allowed, false, &stat_row::unconditioned_bytes},
+                              {codec::mode_policy::xor_allowed, true, &stat_row::chosen_bytes}};
   // Whole model, three codings (this also checks the tensor sets agree, naming the tensor if not).
   codec::entropy_accumulator total_entropy;
   std::mutex entropy_lock;
   {
     auto p = timer.phase("encode");
-    phase_notice note("encode", 3 * (total_bytes(*a) + total_bytes(*b)), pm);
+    progress_phase note(pm, "encode", 4 * (total_bytes(*a) + total_bytes(*b)), /*counted=*/false);
     for (const auto& pass : passes) {
       codec::encode_stats st;
-      auto bundle = codec::make_delta_bundle(ta, tb, 0, 1, settings.options(pass.policy), threads, &st);
+      auto bundle = codec::make_delta_bundle(ta, tb, 0, 1, settings.options(pass.policy, pass.base_conditioned), threads, &st);
       r.total.*pass.field = st.frame_bytes;
-      if (pass.policy == codec::mode_policy::xor_allowed) {
+      if (pass.policy == codec::mode_policy::xor_allowed && pass.base_conditioned) {
         r.frames = st.frames;
         r.frame_bytes = st.frame_bytes;
         r.bundle_bytes = detail::bundle_file_bytes(bundle);
@@ -403,7 +365,7 @@ inline stat_result compute_stat(const std::filesystem::path& old_path, const std
   }
   {
     auto p = timer.phase("per-tensor");
-    phase_notice note("tensors", 3 * (total_bytes(*a) + total_bytes(*b)), pm);
+    progress_phase note(pm, "tensors", 4 * (total_bytes(*a) + total_bytes(*b)), /*counted=*/false);
     const auto& infos = a->manifest().tensors();
     r.tensors.resize(infos.size());
     detail::parallel_for(infos.size(), threads, [&](std::size_t i) {
@@ -438,7 +400,7 @@ inline stat_result compute_stat(const std::filesystem::path& old_path, const std
       }
       for (const auto& pass : passes) {
         codec::encode_stats st;
-        (void)codec::make_delta_bundle(one_a, one_b, 0, 1, settings.options(pass.policy), 1, &st);
+        (void)codec::make_delta_bundle(one_a, one_b, 0, 1, settings.options(pass.policy, pass.base_conditioned), 1, &st);
         row.*pass.field = st.frame_bytes;
         if (pass.policy == codec::mode_policy::xor_allowed) row.changed = st.changed;
       }
@@ -457,7 +419,7 @@ inline stat_result compute_stat(const std::filesystem::path& old_path, const std
 
 inline diff_result write_diff(const std::filesystem::path& old_path, const std::filesystem::path& new_path,
                               const std::string& delta, bool as_dir, bool overwrite_only, codec_settings settings,
-                              progress_mode pm) {
+                              progress& pm = no_progress()) {
   diff_result r;
   phase_timer timer;
   detail::checkpoint_pair pair;
@@ -470,7 +432,7 @@ inline diff_result write_diff(const std::filesystem::path& old_path, const std::
   codec::encode_stats st;
   {
     auto p = timer.phase("encode");
-    phase_notice note("encode", total_bytes(*a) + total_bytes(*b), pm);
+    progress_phase note(pm, "encode", total_bytes(*a) + total_bytes(*b), /*counted=*/false);
     bundle = codec::make_delta_bundle(
         ta, tb, 0, 1, settings.options(overwrite_only ? codec::mode_policy::overwrite_only : codec::mode_policy::xor_allowed),
         settings.thread_count(), &st);
@@ -497,38 +459,129 @@ inline diff_result write_diff(const std::filesystem::path& old_path, const std::
 
 // ---- apply ------------------------------------------------------------------------------------------
 
-/// Rebuilds the target into memory from BASE and the bundle (every check passes first), then writes
-/// it to `out` in BASE's form (a file when `out` ends in .safetensors or BASE is a file, else a
-/// sharded directory), atomically. `out` may be BASE itself (--in-place).
+namespace detail {
+
+/// A delta bundle opened without copying its frames: the single file, or each frame file of the
+/// directory form, memory-mapped (io::mapped_file); frames are views of the mappings.
+struct mapped_bundle {
+  std::vector<io::mapped_file> maps;
+  codec::bundle_view view;
+
+  explicit mapped_bundle(const std::filesystem::path& path) {
+    const std::string src = path.string();
+    if (std::filesystem::is_directory(path)) {
+      const auto manifest_path = path / "manifest.json";
+      const auto jb = codec::detail::read_all(manifest_path, codec::bundle_manifest_limits.max_bytes);
+      view.manifest = codec::parse_bundle_manifest(std::string_view(reinterpret_cast<const char*>(jb.data()), jb.size()), manifest_path.string());
+      maps.reserve(1 + view.manifest.frames.size());  // spans stay valid: no reallocation below
+      for (auto& e : view.manifest.frames) {
+        const auto fp = path / codec::detail::frame_file_name(e.seq);
+        if (!std::filesystem::exists(fp)) throw error(errc::integrity, "frame file missing", {.file = fp.string(), .tensor = {}, .field = {}});
+        view.frames.push_back(maps.emplace_back(fp).bytes());
+      }
+    } else {
+      view = codec::parse_bundle_file(maps.emplace_back(path).bytes(), src);
+    }
+    codec::verify_bundle_frames(view.manifest, view.frames, src);
+  }
+};
+
+/// Replaces `out` by `stage` (a file, or a directory when `dir`): rename, or for an existing
+/// directory an atomic exchange (renameat2) with the old tree deleted after; then fsync the parent.
+inline void replace_with(const std::filesystem::path& stage, const std::filesystem::path& out, bool dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool exists = fs::exists(fs::symlink_status(out, ec));
+  if (dir && exists) {
+    bool swapped = false;
+#ifdef RENAME_EXCHANGE
+    swapped = ::renameat2(AT_FDCWD, stage.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) == 0;
+#endif
+    if (swapped) {
+      fs::remove_all(stage, ec);  // now the old tree
+    } else {
+      const fs::path aside = io::detail::temporary_sibling(out);
+      if (::rename(out.c_str(), aside.c_str()) != 0) throw io::detail::os_error("cannot move old output aside", out);
+      if (::rename(stage.c_str(), out.c_str()) != 0) {
+        const int e = errno;
+        ::rename(aside.c_str(), out.c_str());
+        throw io::detail::os_error("cannot rename into place", out, e);
+      }
+      fs::remove_all(aside, ec);
+    }
+  } else if (::rename(stage.c_str(), out.c_str()) != 0) {
+    throw io::detail::os_error("cannot rename into place", out);
+  }
+  io::detail::fsync_directory(fs::absolute(out).parent_path());
+}
+
+}  // namespace detail
+
+/// Builds the target from BASE and the bundle, streaming: the output is first written from BASE's
+/// memory-mapped bytes under a temporary sibling name in BASE's form (a file when `out` ends in
+/// .safetensors or BASE is a file, else a sharded directory), then memory-mapped read-write and
+/// patched in place by codec::apply_bundle (every check passes first: tensor set, base digest,
+/// every frame; target digest after), synced, and renamed over `out`. Memory beyond the mapped
+/// BASE, output and bundle is the decoder's scratch for one frame. `out` may be BASE itself
+/// (--in-place): BASE stays mapped and valid until the rename. Nothing is left behind on failure.
 inline apply_result apply_delta(const std::filesystem::path& base_path, const std::filesystem::path& delta_path,
-                                const std::filesystem::path& out_path, progress_mode pm) {
+                                const std::filesystem::path& out_path, progress& pm = no_progress()) {
+  namespace fs = std::filesystem;
   apply_result r;
   phase_timer timer;
   std::optional<io::checkpoint> base;
-  codec::delta_bundle bundle;
-  std::filesystem::path out = out_path;
+  std::optional<detail::mapped_bundle> bundle;
+  fs::path out = out_path;
   {
     auto p = timer.phase("open");
     base.emplace(base_path);
-    bundle = codec::read_bundle(delta_path);  // structure + every frame's size and digest
+    bundle.emplace(delta_path);  // structure + every frame's size and digest
     // In place on a directory holding one model.safetensors: replace that file.
     if (out == base_path && !base->is_sharded()) out = base->shards().front().path();
   }
-  io::tensor_store work;
-  std::vector<mutable_tensor_view> targets;
+  const bool as_file = out.extension() == ".safetensors" || (!base->is_sharded() && !fs::is_directory(out));
+  if (!as_file && fs::exists(out)) {  // the same refusal as the writers, before any work
+    std::error_code ec;
+    const bool replaceable = fs::is_directory(out) && (fs::is_empty(out, ec) || fs::exists(out / io::index_file_name) ||
+                                                       fs::exists(out / io::single_file_name));
+    if (!replaceable)
+      throw error(errc::invalid_argument, "refusing to replace something that is not a checkpoint directory", {.file = out.string(), .tensor = {}, .field = {}});
+  }
+  const fs::path stage = io::detail::temporary_sibling(out);
+  struct stage_guard {
+    fs::path p;
+    bool keep = false;
+    ~stage_guard() {
+      std::error_code ec;
+      if (!keep) fs::remove_all(p, ec);
+    }
+  } guard{stage};
   {
-    auto p = timer.phase("read");
-    progress_bar bar("read", total_bytes(*base), pm);
-    work = detail::copy_into_memory(*base, bar);
-    targets = work.mutable_views();
+    auto p = timer.phase("copy");
+    const auto views = base->tensors();
+    progress_phase bar(pm, "copy", base->manifest().total_bytes());
+    io::write_options wo;
+    wo.progress = [&](std::uint64_t done, std::uint64_t) { bar.update(done); };
+    if (as_file) io::write_safetensors(stage, views, base->metadata(), wo.progress);
+    else if (base->is_sharded()) detail::write_like_shards(*base, stage, views, wo.progress);
+    else io::write_sharded_checkpoint(stage, views, base->metadata(), wo);
   }
   {
     auto p = timer.phase("apply");
-    phase_notice note("apply", total_bytes(*base), pm);
-    // Verifies tensor set, base digest and every frame before writing into the copies, and the
-    // target digest after.
+    progress_phase note(pm, "apply", total_bytes(*base), /*counted=*/false);
+    const io::checkpoint staged(stage);
+    std::vector<io::writable_mapping> maps;
+    maps.reserve(staged.shards().size());
+    std::vector<mutable_tensor_view> targets;
+    for (const auto& shard : staged.shards()) {
+      const auto& map = maps.emplace_back(shard.path());
+      for (const tensor_view& t : shard.tensors()) {
+        const auto off = static_cast<std::size_t>(t.bytes().data() - shard.file_bytes().data());
+        targets.emplace_back(t.name(), t.type(), t.shape(), map.bytes().subspan(off, t.bytes().size()));
+      }
+    }
     try {
-      codec::apply_bundle(bundle, std::span<const mutable_tensor_view>(targets), delta_path.string());
+      codec::apply_bundle(bundle->view.manifest, bundle->view.frames, std::span<const mutable_tensor_view>(targets), delta_path.string());
     } catch (const error& e) {
       // The codec speaks of "the target model" (what a delta is applied to); here that is BASE.
       if (e.code() != errc::mismatch) throw;
@@ -536,27 +589,17 @@ inline apply_result apply_delta(const std::filesystem::path& base_path, const st
       w.file = base_path.string();
       throw error(errc::mismatch, "BASE does not fit the delta " + delta_path.string() + ": " + e.message(), w);
     }
+    for (const auto& m : maps) m.sync();
   }
   {
     auto p = timer.phase("write");
-    const auto views = work.views();
-    progress_bar bar("write", base->manifest().total_bytes(), pm);
-    io::write_options wo;
-    wo.progress = [&](std::uint64_t done, std::uint64_t) { bar.update(done); };
-    const bool as_file = out.extension() == ".safetensors" || (!base->is_sharded() && !std::filesystem::is_directory(out));
-    if (as_file) {
-      io::write_safetensors(out, views, base->metadata(), wo.progress);
-    } else if (base->is_sharded()) {
-      detail::write_like_shards(*base, out, views, wo.progress);
-    } else {
-      io::write_sharded_checkpoint(out, views, base->metadata(), wo);
-    }
-    bar.finish();
+    detail::replace_with(stage, out, !as_file);
+    guard.keep = true;
   }
-  r.base_digest = bundle.manifest.base_digest;
-  r.target_digest = bundle.manifest.target_digest;
-  r.frames = bundle.frames.size();
-  r.changed = bundle.manifest.changed;
+  r.base_digest = bundle->view.manifest.base_digest;
+  r.target_digest = bundle->view.manifest.target_digest;
+  r.frames = bundle->view.frames.size();
+  r.changed = bundle->view.manifest.changed;
   r.phases = std::move(timer.phases);
   return r;
 }
@@ -564,16 +607,16 @@ inline apply_result apply_delta(const std::filesystem::path& base_path, const st
 // ---- verify / digest --------------------------------------------------------------------------------
 
 inline verify_result verify_checkpoints(const std::filesystem::path& a_path, const std::filesystem::path& b_path,
-                                        std::uint64_t limit, progress_mode pm) {
+                                        std::uint64_t limit, progress& pm = no_progress()) {
   verify_result r;
   io::checkpoint a(a_path), b(b_path);
   const auto ta = a.tensors(), tb = b.tensors();
   {
-    progress_bar bar("compare", total_bytes(a), pm);
+    progress_phase bar(pm, "compare", total_bytes(a));
     compare_checkpoints(a, b, limit, r, bar);
   }
   {
-    phase_notice note("digest", total_bytes(a) + total_bytes(b), pm);
+    progress_phase note(pm, "digest", total_bytes(a) + total_bytes(b), /*counted=*/false);
     r.a_digest = codec::attestation_digest(std::span<const tensor_view>(ta));
     r.b_digest = codec::attestation_digest(std::span<const tensor_view>(tb));
   }
@@ -582,18 +625,17 @@ inline verify_result verify_checkpoints(const std::filesystem::path& a_path, con
   return r;
 }
 
-inline digest_result digest_checkpoint(const std::filesystem::path& path, progress_mode pm) {
+inline digest_result digest_checkpoint(const std::filesystem::path& path, progress& pm = no_progress()) {
   digest_result r;
   io::checkpoint c(path);
   const auto ts = c.tensors();
   {
-    progress_bar bar("read", total_bytes(c), pm);
+    progress_phase bar(pm, "read", total_bytes(c));
     std::uint64_t done = 0;
     detail::page_in_sink = detail::page_in(ts, bar, done);
-    bar.finish();
   }
   {
-    phase_notice note("digest", total_bytes(c), pm);
+    progress_phase note(pm, "digest", total_bytes(c), /*counted=*/false);
     r.digest = codec::attestation_digest(std::span<const tensor_view>(ts));
   }
   r.tensors = ts.size();
@@ -602,4 +644,104 @@ inline digest_result digest_checkpoint(const std::filesystem::path& path, progre
   return r;
 }
 
-}  // namespace bitrefit::cli
+// ---- results as JSON: the CLI's --json output and the Python binding's dicts (one schema) ------------
+
+using ordered_json = nlohmann::ordered_json;
+
+inline ordered_json to_json(const std::vector<phase_time>& phases) {
+  ordered_json j = ordered_json::object();
+  for (auto& p : phases) j[p.name] = p.seconds;
+  return j;
+}
+
+inline ordered_json to_json(const stat_row& r, bool with_identity) {
+  ordered_json j;
+  if (with_identity) {
+    j["name"] = r.name;
+    j["dtype"] = std::string(dtype_name(r.type));
+    j["shape"] = r.shape;
+  }
+  j["elements"] = r.elements;
+  j["changed"] = r.changed;
+  j["change_rate"] = r.change_rate();
+  j["dense_bytes"] = r.dense_bytes;
+  j["overwrite_only_bytes"] = r.overwrite_only_bytes;
+  j["xor_bytes"] = r.xor_bytes;
+  j["chosen_bytes"] = r.chosen_bytes;
+  j["unconditioned_bytes"] = r.unconditioned_bytes;  // the codec without base-conditioned items
+  j["entropy_bytes"] = r.entropy_bytes;
+  if (r.changed) {
+    j["chosen_bytes_per_changed"] = static_cast<double>(r.chosen_bytes) / static_cast<double>(r.changed);
+    j["unconditioned_bytes_per_changed"] = static_cast<double>(r.unconditioned_bytes) / static_cast<double>(r.changed);
+  }
+  return j;
+}
+
+inline ordered_json to_json(const stat_result& r) {
+  ordered_json j;
+  j["equal"] = r.equal;
+  j["zstd_level"] = r.settings.zstd_level;
+  j["frame_bytes"] = r.settings.frame_bytes;
+  j["tensors"] = ordered_json::array();
+  for (auto& t : r.tensors) j["tensors"].push_back(to_json(t, true));
+  j["total"] = to_json(r.total, false);
+  j["payload"] = {{"frames", r.frames}, {"frame_bytes", r.frame_bytes}, {"bundle_bytes", r.bundle_bytes}};
+  j["seconds"] = to_json(r.phases);
+  return j;
+}
+
+inline ordered_json to_json(const diff_result& r) {
+  ordered_json j;
+  j["delta"] = r.delta_path;
+  j["base_digest"] = r.base_digest.to_hex();
+  j["target_digest"] = r.target_digest.to_hex();
+  j["tensors"] = r.tensors;
+  j["elements"] = r.elements;
+  j["changed"] = r.changed;
+  j["change_rate"] = r.elements ? static_cast<double>(r.changed) / static_cast<double>(r.elements) : 0.0;
+  j["dense_bytes"] = r.dense_bytes;
+  j["frames"] = r.frames;
+  j["frame_bytes"] = r.frame_bytes;
+  j["bundle_bytes"] = r.bundle_bytes;
+  j["seconds"] = to_json(r.phases);
+  return j;
+}
+
+inline ordered_json to_json(const apply_result& r) {
+  ordered_json j;
+  j["base_digest"] = r.base_digest.to_hex();
+  j["target_digest"] = r.target_digest.to_hex();
+  j["frames"] = r.frames;
+  j["changed"] = r.changed;
+  j["seconds"] = to_json(r.phases);
+  return j;
+}
+
+inline ordered_json to_json(const verify_result& r) {
+  ordered_json j;
+  j["equal"] = r.equal;
+  j["a_digest"] = r.a_digest.to_hex();
+  j["b_digest"] = r.b_digest.to_hex();
+  j["differing_tensors"] = r.differing_tensors;
+  j["differences"] = ordered_json::array();
+  for (auto& d : r.differences) {
+    ordered_json x;
+    x["tensor"] = d.tensor;
+    x["reason"] = d.reason;
+    x["differing_elements"] = d.differing_elements;
+    x["first_indices"] = d.first_indices;
+    j["differences"].push_back(std::move(x));
+  }
+  return j;
+}
+
+inline ordered_json to_json(const digest_result& r) {
+  ordered_json j;
+  j["digest"] = r.digest.to_hex();
+  j["tensors"] = r.tensors;
+  j["elements"] = r.elements;
+  j["bytes"] = r.bytes;
+  return j;
+}
+
+}  // namespace bitrefit::ops

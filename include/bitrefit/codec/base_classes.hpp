@@ -1,0 +1,379 @@
+// bitrefit/codec/base_classes.hpp — classes of base values (exponent buckets) and each element's
+// rank within its class: what the base-conditioned coding (conditioned.hpp) codes positions by.
+//
+// A class_spec splits the exponent field into K <= 16 contiguous buckets by K-1 strictly increasing
+// exponent thresholds: class(x) = #{ j : exponent(x) >= thresholds[j] }, the sign ignored (on AdamW
+// deltas the change rate depends on |value|'s exponent, not on the sign: bench/codec/README.md).
+// The rank of element i is the number of elements before i (in the item's range) of the same class,
+// so the elements of one class, in range order, are numbered 0, 1, 2, ... and the changed ones
+// can be coded as gaps in that numbering with the class's own statistics.
+//
+// Cost: classes need every element's exponent, i.e. one pass over the base range on both ends. It
+// runs on 64-element blocks: per block, one bit mask per threshold ("exponent >= t_j"), computed
+// with AVX-512BW or AVX2 compares where the CPU has them (scalar otherwise, same bits); class
+// counts are popcounts of those masks, and a rank is a popcount below the element's lane. The
+// encoder runs it on slices still in cache from change detection (encoder.hpp).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "bitrefit/codec/fixed_log2.hpp"
+#include "bitrefit/codec/isa.hpp"
+#include "bitrefit/codec/ulp.hpp"
+#include "bitrefit/core/error.hpp"
+
+#ifdef BITREFIT_CODEC_X86
+#include <immintrin.h>
+#endif
+
+namespace bitrefit::codec {
+
+inline constexpr unsigned max_base_classes = 16;
+
+struct class_spec {
+  std::uint8_t count = 1;  // K, 1..16
+  std::array<std::uint16_t, max_base_classes - 1> thresholds{};  // exponent field values, first K-1 used
+
+  unsigned boundaries() const noexcept { return count - 1u; }
+  /// The class of a pattern with exponent field e.
+  unsigned class_of_exponent(std::uint64_t e) const noexcept {
+    unsigned k = 0;
+    while (k < boundaries() && e >= thresholds[k]) ++k;
+    return k;
+  }
+  friend bool operator==(const class_spec& a, const class_spec& b) {
+    return a.count == b.count && std::equal(a.thresholds.begin(), a.thresholds.begin() + a.boundaries(), b.thresholds.begin());
+  }
+};
+
+/// True when `s` is well formed for format `f`: 1 <= K <= 16, thresholds strictly increasing in
+/// [1, number of exponent values).
+inline bool valid_class_spec(const class_spec& s, const float_format& f) noexcept {
+  if (s.count < 1 || s.count > max_base_classes) return false;
+  for (unsigned j = 0; j < s.boundaries(); ++j) {
+    if (s.thresholds[j] < 1 || s.thresholds[j] >= f.exponents()) return false;
+    if (j > 0 && s.thresholds[j] <= s.thresholds[j - 1]) return false;
+  }
+  return true;
+}
+
+namespace detail {
+
+/// Per 64-element block: ge[j] bit l set iff element (64·b + l) has magnitude >= t[j]; lanes past
+/// the end of the range are zero in every mask. Magnitude thresholds t[j] = threshold_j << mantissa.
+struct class_thresholds {
+  unsigned T = 0;
+  std::array<std::uint64_t, max_base_classes - 1> t{};
+  std::uint64_t mag_mask = 0;
+  unsigned E = 0;
+};
+
+inline class_thresholds thresholds_of(const float_format& f, const class_spec& s) noexcept {
+  class_thresholds c;
+  c.T = s.boundaries();
+  for (unsigned j = 0; j < c.T; ++j) c.t[j] = std::uint64_t{s.thresholds[j]} << f.mantissa_bits;
+  c.mag_mask = f.magnitude_mask;
+  c.E = f.element_size;
+  return c;
+}
+
+/// Element l of a range of W words (any alignment: tensors in mapped files need not be aligned).
+template <class W>
+BITREFIT_INLINE W load_word(const std::byte* p, std::size_t l) noexcept {
+  W w;
+  std::memcpy(&w, p + l * sizeof(W), sizeof(W));
+  return w;
+}
+
+template <class W>
+BITREFIT_INLINE void block_masks_scalar(const std::byte* p, std::size_t n, const class_thresholds& c, std::uint64_t* ge) noexcept {
+  for (unsigned j = 0; j < c.T; ++j) ge[j] = 0;
+  for (std::size_t l = 0; l < n; ++l) {
+    const std::uint64_t mag = static_cast<std::uint64_t>(load_word<W>(p, l)) & c.mag_mask;
+    for (unsigned j = 0; j < c.T && mag >= c.t[j]; ++j) ge[j] |= std::uint64_t{1} << l;
+  }
+}
+
+#ifdef BITREFIT_CODEC_X86
+__attribute__((target("avx512f,avx512bw"))) inline void block_masks_16_avx512(const std::byte* p, std::size_t nblocks,
+                                                                            const class_thresholds& c, std::uint64_t* out,
+                                                                            std::size_t stride) noexcept {
+  const __m512i mm = _mm512_set1_epi16(static_cast<short>(c.mag_mask));
+  __m512i t[max_base_classes - 1];
+  for (unsigned j = 0; j < c.T; ++j) t[j] = _mm512_set1_epi16(static_cast<short>(c.t[j]));
+  for (std::size_t b = 0; b < nblocks; ++b, p += 128, out += stride) {
+    const __m512i a0 = _mm512_and_si512(_mm512_loadu_si512(p), mm);
+    const __m512i a1 = _mm512_and_si512(_mm512_loadu_si512(p + 64), mm);
+    for (unsigned j = 0; j < c.T; ++j)
+      out[j] = std::uint64_t{_mm512_cmpge_epu16_mask(a0, t[j])} | (std::uint64_t{_mm512_cmpge_epu16_mask(a1, t[j])} << 32);
+  }
+}
+__attribute__((target("avx512f"))) inline void block_masks_32_avx512(const std::byte* p, std::size_t nblocks,
+                                                                    const class_thresholds& c, std::uint64_t* out,
+                                                                    std::size_t stride) noexcept {
+  const __m512i mm = _mm512_set1_epi32(static_cast<int>(c.mag_mask));
+  __m512i t[max_base_classes - 1];
+  for (unsigned j = 0; j < c.T; ++j) t[j] = _mm512_set1_epi32(static_cast<int>(c.t[j]));
+  for (std::size_t b = 0; b < nblocks; ++b, p += 256, out += stride) {
+    __m512i a[4];
+    for (int q = 0; q < 4; ++q) a[q] = _mm512_and_si512(_mm512_loadu_si512(p + 64 * q), mm);
+    for (unsigned j = 0; j < c.T; ++j) {
+      std::uint64_t m = 0;
+      for (int q = 0; q < 4; ++q) m |= std::uint64_t{_mm512_cmpge_epu32_mask(a[q], t[j])} << (16 * q);
+      out[j] = m;
+    }
+  }
+}
+// AVX2: magnitudes are below the sign bit, so signed compares (cmpgt with t-1) are exact.
+__attribute__((target("avx2"))) inline void block_masks_16_avx2(const std::byte* p, std::size_t nblocks,
+                                                              const class_thresholds& c, std::uint64_t* out,
+                                                              std::size_t stride) noexcept {
+  const __m256i mm = _mm256_set1_epi16(static_cast<short>(c.mag_mask));
+  __m256i t[max_base_classes - 1];
+  for (unsigned j = 0; j < c.T; ++j) t[j] = _mm256_set1_epi16(static_cast<short>(c.t[j] - 1));
+  for (std::size_t b = 0; b < nblocks; ++b, p += 128, out += stride) {
+    __m256i a[4];
+    for (int q = 0; q < 4; ++q) a[q] = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * q)), mm);
+    for (unsigned j = 0; j < c.T; ++j) {
+      // packs interleaves 128-bit halves; permute 0xD8 restores element order before movemask
+      const __m256i lo = _mm256_permute4x64_epi64(_mm256_packs_epi16(_mm256_cmpgt_epi16(a[0], t[j]), _mm256_cmpgt_epi16(a[1], t[j])), 0xD8);
+      const __m256i hi = _mm256_permute4x64_epi64(_mm256_packs_epi16(_mm256_cmpgt_epi16(a[2], t[j]), _mm256_cmpgt_epi16(a[3], t[j])), 0xD8);
+      out[j] = std::uint64_t{static_cast<std::uint32_t>(_mm256_movemask_epi8(lo))} |
+               (std::uint64_t{static_cast<std::uint32_t>(_mm256_movemask_epi8(hi))} << 32);
+    }
+  }
+}
+__attribute__((target("avx2"))) inline void block_masks_32_avx2(const std::byte* p, std::size_t nblocks,
+                                                              const class_thresholds& c, std::uint64_t* out,
+                                                              std::size_t stride) noexcept {
+  const __m256i mm = _mm256_set1_epi32(static_cast<int>(c.mag_mask));
+  __m256i t[max_base_classes - 1];
+  for (unsigned j = 0; j < c.T; ++j) t[j] = _mm256_set1_epi32(static_cast<int>(c.t[j] - 1));
+  for (std::size_t b = 0; b < nblocks; ++b, p += 256, out += stride) {
+    __m256i a[8];
+    for (int q = 0; q < 8; ++q) a[q] = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * q)), mm);
+    for (unsigned j = 0; j < c.T; ++j) {
+      std::uint64_t m = 0;
+      for (int q = 0; q < 8; ++q)
+        m |= std::uint64_t{static_cast<std::uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(a[q], t[j]))))} << (8 * q);
+      out[j] = m;
+    }
+  }
+}
+#endif
+
+/// Masks of `nblocks` whole blocks (64 elements each) starting at p: out[b*stride + j]. With V3
+/// (the caller was compiled for x86-64-v3) 16- and 32-bit elements use AVX-512BW or AVX2 compares.
+template <class W, bool V3>
+BITREFIT_INLINE void block_masks(const std::byte* bp, std::size_t nblocks, const class_thresholds& c, std::uint64_t* out,
+                                 std::size_t stride) noexcept {
+  if (c.T == 0) return;
+#ifdef BITREFIT_CODEC_X86
+  constexpr bool simd = V3 && (sizeof(W) == 2 || sizeof(W) == 4);
+#else
+  constexpr bool simd = false;
+#endif
+  if constexpr (simd) {
+#ifdef BITREFIT_CODEC_X86
+    if constexpr (sizeof(W) == 2) {
+      if (cpu_avx512bw()) block_masks_16_avx512(bp, nblocks, c, out, stride);
+      else block_masks_16_avx2(bp, nblocks, c, out, stride);
+    } else {
+      if (cpu_avx512bw()) block_masks_32_avx512(bp, nblocks, c, out, stride);
+      else block_masks_32_avx2(bp, nblocks, c, out, stride);
+    }
+#endif
+  } else {
+    for (std::size_t b = 0; b < nblocks; ++b) block_masks_scalar<W>(bp + 64 * sizeof(W) * b, 64, c, out + b * stride);
+  }
+}
+
+inline std::uint64_t below(unsigned lane) noexcept { return lane >= 64 ? ~0ull : (std::uint64_t{1} << lane) - 1; }
+
+/// Class masks of a batch of blocks in an extended layout, (T + 2) words per block:
+///   ext[0] = the block's valid lanes (every element has magnitude >= 0), ext[1 + j] = lanes with
+///   magnitude >= t_j, ext[T + 1] = 0 (no element is above the last class);
+/// so class k's lanes are ext[k] & ~ext[k + 1] and an element's class is the number of ext[1..T]
+/// words with its bit set, with no special case for the first or last class. cum[b·(T+2) + j] is
+/// the number of elements before block b of the walk with their bit set in word j (same layout).
+struct block_batch {
+  static constexpr std::size_t blocks = 128;
+  std::uint64_t ext[blocks * (max_base_classes + 1)];
+  std::uint64_t cum[blocks * (max_base_classes + 1)];
+};
+
+/// Fills `bb` for up to block_batch::blocks blocks starting at element `first` (a multiple of 64)
+/// of m; `running[j]` carries the counts of words j in 1..T across batches. Returns the blocks filled.
+template <class W, bool V3>
+BITREFIT_INLINE std::size_t fill_batch(const std::byte* base, std::size_t first, std::size_t m, const class_thresholds& c,
+                                       std::uint64_t* running, block_batch& bb) noexcept {
+  const unsigned T = c.T, X = T + 2;
+  const std::size_t left = m - first;
+  const std::size_t full = std::min(block_batch::blocks, left / 64);
+  block_masks<W, V3>(base + first * sizeof(W), full, c, bb.ext + 1, X);
+  std::size_t nb = full;
+  if (full < block_batch::blocks && left % 64) {
+    block_masks_scalar<W>(base + (first + full * 64) * sizeof(W), left % 64, c, bb.ext + full * X + 1);
+    ++nb;
+  }
+  for (std::size_t b = 0; b < nb; ++b) {
+    std::uint64_t* e = bb.ext + b * X;
+    std::uint64_t* cu = bb.cum + b * X;
+    const std::size_t start = first + b * 64;
+    e[0] = m - start >= 64 ? ~0ull : below(static_cast<unsigned>(m - start));
+    e[T + 1] = 0;
+    cu[0] = start;
+    cu[T + 1] = 0;
+    for (unsigned j = 1; j <= T; ++j) cu[j] = running[j], running[j] += static_cast<unsigned>(std::popcount(e[j]));
+  }
+  return nb;
+}
+
+template <class W, bool V3>
+BITREFIT_INLINE void rank_impl(const std::byte* base, std::size_t m, const class_thresholds& c, const std::uint32_t* positions,
+                               std::size_t n_pos, std::uint8_t* classes_out, std::uint32_t* ranks_out, std::uint64_t* totals) {
+  const unsigned T = c.T, X = T + 2;
+  std::uint64_t running[max_base_classes + 1] = {};
+  block_batch bb;
+  std::size_t k = 0;
+  for (std::size_t first = 0; first < m; first += block_batch::blocks * 64) {
+    const std::size_t nb = fill_batch<W, V3>(base, first, m, c, running, bb);
+    const std::uint64_t end = first + nb * 64;
+    // every change in the batch, without data-dependent branches: class = number of threshold
+    // words with the lane's bit; rank = (ext[cls] count below) - (ext[cls+1] count below)
+    for (; k < n_pos && positions[k] < end; ++k) {
+      const std::uint64_t p = positions[k];
+      const std::size_t b = (p - first) >> 6;
+      const unsigned lane = static_cast<unsigned>(p & 63);
+      const std::uint64_t* e = bb.ext + b * X;
+      const std::uint64_t* cu = bb.cum + b * X;
+      const std::uint64_t bl = below(lane);
+      unsigned cls = 0;
+      for (unsigned j = 1; j <= T; ++j) cls += static_cast<unsigned>((e[j] >> lane) & 1);
+      const std::uint64_t hi = cu[cls] + static_cast<unsigned>(std::popcount(e[cls] & bl));
+      const std::uint64_t lo = cu[cls + 1] + static_cast<unsigned>(std::popcount(e[cls + 1] & bl));
+      classes_out[k] = static_cast<std::uint8_t>(cls);
+      ranks_out[k] = static_cast<std::uint32_t>(totals[cls] + hi - lo);
+    }
+  }
+  // class totals of the range: N_k = G_{k-1} - G_k (G_{-1} = m, G_T = 0)
+  std::uint64_t prev = m;
+  for (unsigned j = 0; j <= T; ++j) {
+    const std::uint64_t g = j < T ? running[j + 1] : 0;
+    totals[j] += prev - g;
+    prev = g;
+  }
+}
+
+template <class W>
+BITREFIT_TARGET_V3 void rank_v3(const std::byte* base, std::size_t m, const class_thresholds& c, const std::uint32_t* positions,
+                                std::size_t n, std::uint8_t* classes_out, std::uint32_t* ranks_out, std::uint64_t* totals) {
+  rank_impl<W, true>(base, m, c, positions, n, classes_out, ranks_out, totals);
+}
+template <class W>
+void rank_generic(const std::byte* base, std::size_t m, const class_thresholds& c, const std::uint32_t* positions, std::size_t n,
+                  std::uint8_t* classes_out, std::uint32_t* ranks_out, std::uint64_t* totals) {
+  rank_impl<W, false>(base, m, c, positions, n, classes_out, ranks_out, totals);
+}
+
+/// Calls f(type tag) with the unsigned integer type of element size E (1, 2, 4, 8).
+template <class F>
+decltype(auto) with_word(std::size_t E, F&& f) {
+  switch (E) {
+    case 1: return f(std::uint8_t{});
+    case 2: return f(std::uint16_t{});
+    case 4: return f(std::uint32_t{});
+    default: return f(std::uint64_t{});
+  }
+}
+
+}  // namespace detail
+
+/// For the changed elements at `positions` (strictly ascending, < m) of `base` (m elements of format
+/// f): classes_out[k] = class of base element p_k, ranks_out[k] = totals[class] + number of elements
+/// before p_k in this range of the same class. Then totals[k] += elements of class k in the range
+/// (so a range processed in consecutive slices yields ranks relative to the first slice).
+/// @pre base 8-byte aligned or not (any), totals.size() >= spec.count, outputs >= positions.size().
+inline void rank_by_class(std::span<const std::byte> base, const float_format& f, const class_spec& spec,
+                          std::span<const std::uint32_t> positions, std::span<std::uint8_t> classes_out,
+                          std::span<std::uint32_t> ranks_out, std::span<std::uint64_t> totals) {
+  const auto c = detail::thresholds_of(f, spec);
+  const std::size_t m = base.size() / f.element_size;
+  detail::with_word(f.element_size, [&](auto w) {
+    using W = decltype(w);
+    const std::byte* p = base.data();
+    if (cpu_v3()) detail::rank_v3<W>(p, m, c, positions.data(), positions.size(), classes_out.data(), ranks_out.data(), totals.data());
+    else detail::rank_generic<W>(p, m, c, positions.data(), positions.size(), classes_out.data(), ranks_out.data(), totals.data());
+  });
+}
+
+/// Picks a class_spec for format f from a sample: `base_exponents` (histogram of the exponent
+/// field over sampled base elements, f.exponents() entries) and `changed_exponents` (the same over
+/// the sampled changed elements' base values). Minimises, over partitions of the exponent range
+/// into at most `max_classes` contiguous buckets, the ideal position cost sum_k n_k·H(c_k / n_k)
+/// scaled to the item (`scale_num / scale_den`) plus `class_overhead_q8` per class (its tables).
+/// Deterministic (integer costs). Exponents are grouped into at most 64 runs of equal weight first.
+inline class_spec choose_class_spec(const float_format& f, std::span<const std::uint64_t> base_exponents,
+                                    std::span<const std::uint64_t> changed_exponents, unsigned max_classes,
+                                    std::uint64_t scale_num, std::uint64_t scale_den, std::uint64_t class_overhead_q8) {
+  class_spec best;
+  max_classes = std::clamp(max_classes, 1u, max_base_classes);
+  // groups of consecutive exponents: start exponent, n, c
+  struct group {
+    std::uint64_t first, n, c;
+  };
+  std::vector<group> gs;
+  std::uint64_t total = 0;
+  for (auto v : base_exponents) total += v;
+  if (total == 0 || max_classes == 1) return best;
+  const std::uint64_t target = std::max<std::uint64_t>(1, total / 64);
+  for (std::size_t e = 0; e < base_exponents.size(); ++e) {
+    if (!base_exponents[e] && !changed_exponents[e]) continue;
+    if (gs.empty() || gs.back().n >= target) gs.push_back({e, 0, 0});
+    gs.back().n += base_exponents[e];
+    gs.back().c += changed_exponents[e];
+  }
+  const std::size_t G = gs.size();
+  if (G <= 1) return best;
+  // prefix sums
+  std::vector<std::uint64_t> pn(G + 1, 0), pc(G + 1, 0);
+  for (std::size_t i = 0; i < G; ++i) pn[i + 1] = pn[i] + gs[i].n, pc[i + 1] = pc[i] + gs[i].c;
+  auto cost = [&](std::size_t a, std::size_t b) {  // groups [a, b)
+    const std::uint64_t n = pn[b] - pn[a], c = std::min(pc[b] - pc[a], n);
+    const unsigned __int128 h = static_cast<unsigned __int128>(binary_entropy_q8(n, c)) * scale_num / std::max<std::uint64_t>(1, scale_den);
+    return static_cast<std::uint64_t>(h) + class_overhead_q8;
+  };
+  const std::size_t K = std::min<std::size_t>(max_classes, G);
+  constexpr std::uint64_t inf = ~0ull;
+  // dp[k][i]: best cost of groups [0, i) in k buckets; cut[k][i]: start of the last bucket
+  std::vector<std::vector<std::uint64_t>> dp(K + 1, std::vector<std::uint64_t>(G + 1, inf));
+  std::vector<std::vector<std::size_t>> cut(K + 1, std::vector<std::size_t>(G + 1, 0));
+  dp[0][0] = 0;
+  for (std::size_t k = 1; k <= K; ++k)
+    for (std::size_t i = k; i <= G; ++i)
+      for (std::size_t j = k - 1; j < i; ++j) {
+        if (dp[k - 1][j] == inf) continue;
+        const std::uint64_t v = dp[k - 1][j] + cost(j, i);
+        if (v < dp[k][i]) dp[k][i] = v, cut[k][i] = j;
+      }
+  std::size_t bk = 1;
+  for (std::size_t k = 2; k <= K; ++k)
+    if (dp[k][G] < dp[bk][G]) bk = k;
+  best.count = static_cast<std::uint8_t>(bk);
+  std::size_t i = G;
+  for (std::size_t k = bk; k > 1; --k) {
+    const std::size_t j = cut[k][i];
+    best.thresholds[k - 2] = static_cast<std::uint16_t>(gs[j].first);
+    i = j;
+  }
+  return best;
+}
+
+}  // namespace bitrefit::codec

@@ -1,0 +1,499 @@
+// bitrefit/codec/conditioned.hpp — base-conditioned item coding: changed positions coded per class
+// of the base value, new values as signed ULP distances from the base value.
+//
+// Used only where XOR is (the receiver holds exactly the base version, bit-preservingly, and the
+// whole item range): the decoder reads the base bits of the item's range. Both ends compute each
+// element's class (base_classes.hpp) from the base; the changed elements of class k, numbered in
+// range order within their class, are coded as gaps in that numbering with class k's statistics,
+// and each change's value as the signed ULP distance d from its base value (ulp.hpp), with class
+// k's statistics too (on AdamW deltas, low-exponent classes both change more often and move by more
+// ULPs). An escape carries the new pattern verbatim (sign change, NaN/inf on either side).
+//
+// Sections (both stored raw: an rANS stream does not shrink under zstd):
+//   location (location_coding::class_gaps):
+//     u8 K (1..16); K-1 varint exponent thresholds (class_spec); per class k: varint c_k (its
+//     changed elements) and, if c_k > 0: u8 shift s_k (0..31), the gap table (rans.hpp format) and
+//     varint length of class k's stream; then the K streams, class 0 first. Stream k codes the
+//     changes of class k in rank order: symbol bucket(g >> s_k), its extra bits, then the low s_k
+//     bits of g, where g = rank - previous rank - 1 (previous = -1 at the start of the class).
+//   values (value_coding::ulp_distance):
+//     per class with c_k > 0: the value table and varint length of its stream; then the streams,
+//     same order as the gaps: symbol 1 + 2·bucket(|d| - 1) + (d < 0) and its extra bits, or the
+//     escape symbol 0 and the new pattern's 8E raw bits.
+//   Tables (rans.hpp): a log-scale byte per symbol up to the last used one, normalised alike on
+//   both ends.
+//   bucket(u): u < 16 is its own symbol; else with b = floor(log2 u): symbol 16 + 2(b - 4) + bit
+//   (b-1) of u, followed by the b-1 bits below it raw (a log scale with one mantissa bit).
+//   One stream per class lets the encoder code every change in one backward pass over positions
+//   (each symbol goes to its class's coder) and the decoder run the classes' states independently.
+//
+// Decode cost: the rANS streams (one table lookup and multiply per symbol), then one pass over the
+// base range in 64-element blocks (threshold masks, one popcount per class per block) that maps
+// class ranks back to positions in ascending order. Extra receiver memory: O(changed) for the
+// decoded ranks and values (bounded by the item range, i.e. by the frame's input bound) and the
+// decoder tables (at most 2·16 tables of 2^15 16-bit slots); the base is read in place.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "bitrefit/codec/base_classes.hpp"
+#include "bitrefit/codec/buffer.hpp"
+#include "bitrefit/codec/fixed_log2.hpp"
+#include "bitrefit/codec/isa.hpp"
+#include "bitrefit/codec/rans.hpp"
+#include "bitrefit/codec/ulp.hpp"
+#include "bitrefit/core/error.hpp"
+
+namespace bitrefit::codec {
+
+namespace conditioned_detail {
+
+inline constexpr unsigned direct = 16;  // symbols 0..15 are values 0..15
+
+/// Number of bucket symbols for values below 2^bits.
+constexpr unsigned bucket_alphabet(unsigned bits) noexcept { return bits <= 4 ? (1u << bits) : direct + 2 * (bits - 4); }
+
+struct bucketed {
+  std::uint32_t symbol;
+  unsigned extra_bits;
+  std::uint64_t extra;
+};
+BITREFIT_INLINE bucketed bucket(std::uint64_t u) noexcept {
+  if (u < direct) return {static_cast<std::uint32_t>(u), 0, 0};
+  const unsigned b = static_cast<unsigned>(std::bit_width(u)) - 1;  // >= 4
+  return {direct + 2 * (b - 4) + static_cast<std::uint32_t>((u >> (b - 1)) & 1), b - 1, u & ((std::uint64_t{1} << (b - 1)) - 1)};
+}
+inline unsigned extra_bits_of(std::uint32_t sym) noexcept { return sym < direct ? 0 : 4 + (sym - direct) / 2 - 1; }
+inline std::uint64_t unbucket(std::uint32_t sym, std::uint64_t extra) noexcept {
+  if (sym < direct) return sym;
+  const unsigned b = 4 + (sym - direct) / 2;
+  return (std::uint64_t{1} << b) | (std::uint64_t{(sym - direct) & 1} << (b - 1)) | extra;
+}
+
+inline constexpr unsigned gap_alphabet = bucket_alphabet(32);  // gaps < 2^32
+inline unsigned value_alphabet(const float_format& f) noexcept {
+  return 2 * bucket_alphabet(8 * f.element_size - 1) + 1;  // escape, then |d| - 1 < 2^(8E-1) with a sign
+}
+
+inline std::uint64_t load_bits(const std::byte* p, unsigned E) noexcept {
+  std::uint64_t v = 0;
+  std::memcpy(&v, p, E);  // little-endian hosts only (the codec's frame format is little-endian)
+  return v;
+}
+inline void store_bits(std::byte* p, std::uint64_t v, unsigned E) noexcept { std::memcpy(p, &v, E); }
+
+/// Value symbol and its extra bits for a change o -> n.
+struct value_code {
+  std::uint32_t symbol;
+  unsigned extra_bits;
+  std::uint64_t extra;
+};
+BITREFIT_INLINE value_code code_value(const float_format& f, std::uint64_t o, std::uint64_t n, std::uint32_t escape_symbol) noexcept {
+  // same sign, both finite: distance; otherwise escape (ulp.hpp)
+  if (((o ^ n) & f.sign_bit) || f.magnitude(o) >= f.special || f.magnitude(n) >= f.special) [[unlikely]]
+    return {escape_symbol, 8 * f.element_size, n};
+  // branch-free (the direction of a change is a coin flip): diff = mag(n) - mag(o), |d| = |diff|,
+  // d < 0 iff the magnitude falls for a positive value or rises for a negative one
+  const auto diff = static_cast<std::int64_t>(f.magnitude(n) - f.magnitude(o));
+  const std::uint64_t neg = static_cast<std::uint64_t>(diff >> 63);  // all ones when diff < 0
+  const std::uint64_t u = ((static_cast<std::uint64_t>(diff) ^ neg) - neg) - 1;
+  const std::uint32_t negative_d = static_cast<std::uint32_t>((neg & 1) ^ (f.negative(o) ? 1u : 0u));
+  const bucketed b = bucket(u);
+  return {1 + 2 * b.symbol + negative_d, b.extra_bits, b.extra};
+}
+
+/// Table precision for a class: enough slots for its symbols, about log2 of its count (bigger
+/// tables cost header bytes; smaller ones quantise the probabilities of rare symbols).
+inline unsigned scale_bits_for(std::uint64_t count, std::size_t used) noexcept {
+  const unsigned want = std::min<unsigned>(14, static_cast<unsigned>(std::bit_width(count)) + 1);
+  return std::clamp<unsigned>(std::max<unsigned>(want, static_cast<unsigned>(std::bit_width(used))), 1, rans::max_scale_bits);
+}
+
+#ifdef BITREFIT_CODEC_X86
+/// BMI2 parallel bit deposit; only called from code compiled for x86-64-v3 (it inlines there).
+__attribute__((target("bmi2"))) inline std::uint64_t pdep64(std::uint64_t v, std::uint64_t mask) noexcept { return _pdep_u64(v, mask); }
+#endif
+
+/// Position of the r-th set bit (r < popcount(x)).
+inline unsigned select_bit(std::uint64_t x, unsigned r) noexcept {
+  for (unsigned byte = 0;; ++byte) {
+    const auto v = static_cast<std::uint8_t>(x >> (8 * byte));
+    const unsigned pc = static_cast<unsigned>(std::popcount(v));
+    if (r < pc) {
+      std::uint32_t w = v;
+      for (unsigned i = 0; i < r; ++i) w &= w - 1;
+      return 8 * byte + static_cast<unsigned>(std::countr_zero(w));
+    }
+    r -= pc;
+  }
+}
+
+}  // namespace conditioned_detail
+
+/// Encoder of base-conditioned items; holds reusable scratch (O(changed)). One per thread.
+class conditioned_encoder {
+ public:
+  /// Codes the c changes of one item. Inputs per change k (ascending position order): its base
+  /// class and class rank (rank_by_class), its old and new patterns (E bytes each, little-endian).
+  /// Appends the location and value sections to `loc` and `val`.
+  void encode(const float_format& f, const class_spec& spec, std::span<const std::uint8_t> classes,
+              std::span<const std::uint32_t> ranks, std::span<const std::byte> old_vals, std::span<const std::byte> new_vals,
+              byte_buffer& loc, byte_buffer& val) {
+    detail::with_word(f.element_size, [&](auto w) { encode_typed<decltype(w)>(f, spec, classes, ranks, old_vals, new_vals, loc, val); });
+  }
+
+  std::size_t scratch_bytes() const noexcept {
+    std::size_t n = gaps_.capacity_bytes() + vcode_.capacity_bytes() + vextra_.capacity_bytes() + (gap_hist_.capacity() + val_hist_.capacity()) * sizeof(std::uint64_t);
+    for (auto& e : gap_enc_) n += e.capacity_bytes();
+    for (auto& e : val_enc_) n += e.capacity_bytes();
+    return n;
+  }
+
+ private:
+  template <class W>
+  void encode_typed(const float_format& f, const class_spec& spec, std::span<const std::uint8_t> classes,
+                    std::span<const std::uint32_t> ranks, std::span<const std::byte> old_vals, std::span<const std::byte> new_vals,
+                    byte_buffer& loc, byte_buffer& val) {
+    using namespace conditioned_detail;
+    const std::size_t c = classes.size();
+    const unsigned K = spec.count;
+    const unsigned VA = value_alphabet(f);
+    const std::uint32_t esc = 0;
+    const std::uint8_t* cls = classes.data();
+    const std::uint32_t* rk = ranks.data();
+    const std::byte* ov = old_vals.data();
+    const std::byte* nv = new_vals.data();
+    (void)esc;
+    // pass 0: changes and last rank per class -> gap shift (mean gap >> s in [4, 8))
+    std::array<std::uint64_t, max_base_classes> count{}, last{};
+    {
+      std::uint64_t sub[4][max_base_classes] = {};  // four copies: no chain of increments to one counter
+      for (std::size_t i = 0; i < c; ++i) ++sub[i & 3][cls[i]], last[cls[i]] = rk[i];
+      for (unsigned k = 0; k < K; ++k) count[k] = sub[0][k] + sub[1][k] + sub[2][k] + sub[3][k];
+    }
+    std::array<unsigned, max_base_classes> shift{};
+    for (unsigned k = 0; k < K; ++k) {
+      if (!count[k]) continue;
+      const std::uint64_t mean = (last[k] + 1 - count[k]) / count[k];  // sum of gaps / count
+      while ((mean >> shift[k]) >= 8) ++shift[k];
+    }
+    // pass 1, in position order: gaps, value codes and the symbol histograms, stored class-major
+    // (class k's changes at [at[k], at[k+1]) in position order) so pass 2 runs class by class with
+    // its coders' states in registers. Four histogram copies (by change index mod 4) break the
+    // chain of increments to the same bin (most changes have the same symbols).
+    gaps_.resize_uninit(c);
+    vcode_.resize_uninit(c);
+    vextra_.resize_uninit(c);
+    gap_hist_.assign(4 * std::size_t{K} * gap_alphabet, 0);
+    val_hist_.assign(4 * std::size_t{K} * VA, 0);
+    std::array<std::uint64_t, max_base_classes + 1> at{};
+    for (unsigned k = 0; k < K; ++k) at[k + 1] = at[k] + count[k];
+    {
+      std::array<std::uint64_t, max_base_classes> slot{};
+      std::array<std::uint32_t, max_base_classes> next{};  // previous rank + 1
+      for (unsigned k = 0; k < K; ++k) slot[k] = at[k];
+      const std::size_t gstride = std::size_t{K} * gap_alphabet, vstride = std::size_t{K} * VA;
+      std::uint64_t* gh[4] = {gap_hist_.data(), gap_hist_.data() + gstride, gap_hist_.data() + 2 * gstride, gap_hist_.data() + 3 * gstride};
+      std::uint64_t* vh[4] = {val_hist_.data(), val_hist_.data() + vstride, val_hist_.data() + 2 * vstride, val_hist_.data() + 3 * vstride};
+      for (std::size_t i = 0; i < c; ++i) {
+        const unsigned k = cls[i];
+        const std::uint32_t g = rk[i] - next[k];
+        next[k] = rk[i] + 1;
+        const std::uint64_t j = slot[k]++;
+        gaps_[j] = g;
+        ++gh[i & 3][k * gap_alphabet + bucket(g >> shift[k]).symbol];
+        const value_code v = code_value(f, detail::load_word<W>(ov, i), detail::load_word<W>(nv, i), esc);
+        ++vh[i & 3][k * VA + v.symbol];
+        vcode_[j] = v.symbol | (v.extra_bits << 16);
+        vextra_[j] = v.extra;
+      }
+      for (std::size_t i = 0; i < gstride; ++i) gh[0][i] += gh[1][i] + gh[2][i] + gh[3][i];
+      for (std::size_t i = 0; i < vstride; ++i) vh[0][i] += vh[1][i] + vh[2][i] + vh[3][i];
+    }
+    // per class: tables, then its changes backwards (LIFO: the decoder reads symbol, then raw bits)
+    std::array<rans::table, max_base_classes> gt, vt;
+    std::array<unsigned, max_base_classes> gscale{}, vscale{};
+    std::array<std::span<const std::byte>, max_base_classes> gs, vs;
+    std::vector<rans::enc_symbol> ge, ve;
+    // stream buffers sized by the puts each class really makes (2 bytes per put at most)
+    std::array<std::uint64_t, max_base_classes> gputs{}, vputs{};
+    for (unsigned k = 0; k < K; ++k)
+      for (std::uint64_t j = at[k]; j < at[k + 1]; ++j) {
+        gputs[k] += 1 + (bucket(gaps_[j] >> shift[k]).extra_bits + shift[k] + 15) / 16;
+        vputs[k] += 1 + ((vcode_[j] >> 16) + 15) / 16;
+      }
+    for (unsigned k = 0; k < K; ++k) {
+      if (!count[k]) continue;
+      gt[k] = make_table({gap_hist_.data() + k * gap_alphabet, gap_alphabet}, count[k], gscale[k]);
+      vt[k] = make_table({val_hist_.data() + k * VA, VA}, count[k], vscale[k]);
+      ge = rans::encoder_symbols(gt[k]);
+      ve = rans::encoder_symbols(vt[k]);
+      rans::writer gw = gap_enc_[k].begin(gputs[k]), vw = val_enc_[k].begin(vputs[k]);
+      const unsigned s = shift[k];
+      const std::uint64_t low_mask = (std::uint64_t{1} << s) - 1;
+      for (std::uint64_t j = at[k + 1]; j-- > at[k];) {
+        const std::uint32_t g = gaps_[j];
+        const bucketed q = bucket(g >> s);
+        // one raw field: the bucket's extra bits above the low s bits of g
+        gw.put_raw64((q.extra << s) | (g & low_mask), q.extra_bits + s);
+        gw.put(ge[q.symbol]);
+        if (vcode_[j] >> 16) vw.put_raw64(vextra_[j], vcode_[j] >> 16);  // most changes (+-1 ULP) have none
+        vw.put(ve[vcode_[j] & 0xFFFF]);
+      }
+      gs[k] = gap_enc_[k].finish(gw);
+      vs[k] = val_enc_[k].finish(vw);
+    }
+    // sections: headers, then the streams
+    loc.push_back(static_cast<std::byte>(K));
+    for (unsigned j = 0; j + 1 < K; ++j) rans::detail::put_varint(loc, spec.thresholds[j]);
+    for (unsigned k = 0; k < K; ++k) {
+      rans::detail::put_varint(loc, count[k]);
+      if (!count[k]) continue;
+      loc.push_back(static_cast<std::byte>(shift[k]));
+      rans::write_table({gap_hist_.data() + k * gap_alphabet, gap_alphabet}, gscale[k], loc);
+      rans::detail::put_varint(loc, gs[k].size());
+      rans::write_table({val_hist_.data() + k * VA, VA}, vscale[k], val);
+      rans::detail::put_varint(val, vs[k].size());
+    }
+    for (unsigned k = 0; k < K; ++k)
+      if (count[k]) loc.append(gs[k]), val.append(vs[k]);
+  }
+
+  static rans::table make_table(std::span<const std::uint64_t> hist, std::uint64_t count, unsigned& scale) {
+    std::size_t used = 0, last = 0;
+    for (std::size_t i = 0; i < hist.size(); ++i)
+      if (hist[i]) ++used, last = i + 1;
+    scale = conditioned_detail::scale_bits_for(count, used);
+    return rans::table_of(hist.first(last), scale);
+  }
+
+  scratch_buffer<std::uint32_t> gaps_, vcode_;
+  scratch_buffer<std::uint64_t> vextra_;
+  std::vector<std::uint64_t> gap_hist_, val_hist_;
+  std::array<rans::encoder, max_base_classes> gap_enc_, val_enc_;
+};
+
+/// Decoder of base-conditioned items; holds reusable scratch (O(changed) of the largest item).
+class conditioned_decoder {
+ public:
+  /// Decodes one item of `changed` changes over a range of m elements whose base bits are `base`
+  /// (m·E bytes, host memory) into ascending positions (relative to the range) and absolute new
+  /// patterns (E bytes each). Everything read is checked: a malformed section, a rank past its
+  /// class's element count, a distance that leaves the finite range of its base value or an escape
+  /// equal to its base is errc::format at `where`; nothing is written outside the two outputs.
+  void decode(const float_format& f, std::uint64_t m, std::uint64_t changed, std::span<const std::byte> loc_section,
+              std::span<const std::byte> val_section, std::span<const std::byte> base, std::span<std::uint32_t> positions_out,
+              std::span<std::byte> values_out, const error_context& where) {
+    using namespace conditioned_detail;
+    const unsigned E = f.element_size;
+    if (base.size() != m * E) throw error(errc::invalid_argument, "conditioned decode: base bytes do not cover the item range", where);
+    if (positions_out.size() != changed || values_out.size() != changed * E)
+      throw error(errc::invalid_argument, "conditioned decode: output spans do not match the changed count", where);
+    rans::reader lr(loc_section, where);
+    class_spec spec;
+    const unsigned K = lr.u8();
+    if (K < 1 || K > max_base_classes) lr.fail("class count " + std::to_string(K) + " outside [1, 16]");
+    spec.count = static_cast<std::uint8_t>(K);
+    for (unsigned j = 0; j + 1 < K; ++j) spec.thresholds[j] = static_cast<std::uint16_t>(lr.varint(f.exponents() - 1, "class threshold"));
+    if (!valid_class_spec(spec, f)) lr.fail("class thresholds are not strictly increasing exponents");
+    state st;
+    st.K = K;
+    std::array<rans::table, max_base_classes> gt, vt;
+    std::array<std::uint64_t, max_base_classes> glen{}, vlen{};
+    for (unsigned k = 0; k < K; ++k) {
+      const std::uint64_t ck = lr.varint(changed - st.start[k], "class change count");
+      st.start[k + 1] = st.start[k] + ck;
+      if (!ck) continue;
+      st.shift[k] = lr.u8();
+      if (st.shift[k] > 31) lr.fail("gap shift " + std::to_string(st.shift[k]) + " above 31");
+      gt[k] = rans::read_table(lr, gap_alphabet, "gap table");
+      glen[k] = lr.varint(loc_section.size(), "gap stream length");
+    }
+    if (st.start[K] != changed) lr.fail("class change counts sum to " + std::to_string(st.start[K]) + ", item declares " + std::to_string(changed));
+    rans::reader vr(val_section, where);
+    const unsigned VA = value_alphabet(f);
+    for (unsigned k = 0; k < K; ++k)
+      if (st.start[k + 1] > st.start[k]) {
+        vt[k] = rans::read_table(vr, VA, "value table");
+        vlen[k] = vr.varint(val_section.size(), "value stream length");
+      }
+    ranks_.resize_uninit(changed);
+    dist_.resize_uninit(changed);
+    raw_.resize_uninit(changed);
+    for (unsigned k = 0; k < K; ++k) {
+      if (st.start[k + 1] == st.start[k]) continue;
+      decode_class(f, rans::dec_table(gt[k]), rans::dec_table(vt[k]), lr.take(glen[k], "gap stream"), vr.take(vlen[k], "value stream"),
+                   st.start[k], st.start[k + 1], st.shift[k], m, 0, where);
+    }
+    if (!lr.rest().empty() || !vr.rest().empty()) throw error(errc::format, "bytes after the last class stream", where);
+    // ranks -> positions and values: one pass over the base
+    detail::with_word(E, [&](auto w) {
+      using W = decltype(w);
+      if (cpu_v3()) scan_v3<W>(f, spec, base.data(), m, st, positions_out.data(), values_out.data(), where);
+      else scan_generic<W>(f, spec, base.data(), m, st, positions_out.data(), values_out.data(), where);
+    });
+  }
+
+  std::size_t scratch_bytes() const noexcept { return ranks_.capacity_bytes() + dist_.capacity_bytes() + raw_.capacity_bytes(); }
+
+ private:
+  struct state {
+    unsigned K = 1;
+    std::array<std::uint64_t, max_base_classes + 1> start{};
+    std::array<unsigned, max_base_classes> shift{};
+    const std::uint32_t* ranks = nullptr;
+    const std::int64_t* dist = nullptr;
+    const std::uint64_t* raw = nullptr;
+  };
+
+  // Class k's gap and value streams, decoded side by side (two independent coder states).
+  void decode_class(const float_format& f, const rans::dec_table& gt, const rans::dec_table& vt, std::span<const std::byte> gaps,
+                    std::span<const std::byte> values, std::uint64_t b, std::uint64_t e, unsigned shift, std::uint64_t m,
+                    std::uint32_t esc, const error_context& where) {
+    using namespace conditioned_detail;
+    rans::decoder gd(gaps, where), vd(values, where);
+    std::uint64_t next = 0;  // previous rank + 1
+    for (std::uint64_t i = b; i < e; ++i) {
+      const std::uint32_t gs = gd.get(gt);
+      const std::uint32_t vs = vd.get(vt);
+      // q = unbucket(gs, extra) < 2^32 (the table has <= 72 symbols); the raw field holds the
+      // extra bits above the low `shift` bits of g
+      const std::uint64_t raw = gd.get_raw64(extra_bits_of(gs) + shift);
+      const std::uint64_t g = (unbucket(gs, 0) << shift) | raw;
+      if (g >= m || next + g >= m) gd.fail("class rank outside the item's " + std::to_string(m) + " elements");
+      ranks_[i] = static_cast<std::uint32_t>(next + g);
+      next += g + 1;
+      if (vs == esc) [[unlikely]] {
+        dist_[i] = 0;
+        raw_[i] = vd.get_raw64(8 * f.element_size);
+        continue;
+      }
+      const std::uint32_t bs = (vs - 1) >> 1;  // bucket of |d| - 1; the low bit of vs - 1 is the sign
+      const std::uint64_t u = unbucket(bs, vd.get_raw64(extra_bits_of(bs)));
+      if (u >= f.magnitude_mask) vd.fail("ULP distance beyond the format's range");
+      dist_[i] = ((vs - 1) & 1) ? -static_cast<std::int64_t>(u + 1) : static_cast<std::int64_t>(u + 1);
+    }
+    gd.finish();
+    vd.finish();
+  }
+
+  template <class W, bool V3>
+  BITREFIT_INLINE void scan_impl(const float_format& f, const class_spec& spec, const std::byte* base, std::uint64_t m,
+                                 const state& st, std::uint32_t* pos_out, std::byte* val_out, const error_context& where) {
+    using namespace conditioned_detail;
+    const auto c = detail::thresholds_of(f, spec);
+    const unsigned K = st.K, T = c.T;
+    std::uint64_t next_idx[max_base_classes], end_idx[max_base_classes], count[max_base_classes] = {};
+    for (unsigned k = 0; k < K; ++k) next_idx[k] = st.start[k], end_idx[k] = st.start[k + 1];
+    const std::uint32_t* ranks = ranks_.data();
+    const std::int64_t* dist = dist_.data();
+    const std::uint64_t* raw = raw_.data();
+    std::size_t out = 0;
+    std::uint32_t lane_src[64];
+    bool bad = false;
+    const unsigned X = T + 2;
+    std::uint64_t running[max_base_classes + 1] = {};
+    detail::block_batch bb;
+    for (std::size_t first = 0; first < m; first += detail::block_batch::blocks * 64) {
+      const std::size_t nb = detail::fill_batch<W, V3>(base, first, m, c, running, bb);
+      for (std::size_t b = 0; b < nb; ++b) {
+        const std::uint64_t* e = bb.ext + b * X;
+        std::uint64_t hits = 0;
+        for (unsigned k = 0; k < K; ++k) {
+          const std::uint64_t cm = e[k] & ~e[k + 1];
+          const unsigned pc = static_cast<unsigned>(std::popcount(cm));
+          while (next_idx[k] < end_idx[k] && ranks[next_idx[k]] < count[k] + pc) {
+            const unsigned r = static_cast<unsigned>(ranks[next_idx[k]] - count[k]);
+            unsigned lane;
+#ifdef BITREFIT_CODEC_X86
+            if constexpr (V3) lane = static_cast<unsigned>(std::countr_zero(conditioned_detail::pdep64(std::uint64_t{1} << r, cm)));
+            else lane = select_bit(cm, r);
+#else
+            lane = select_bit(cm, r);
+#endif
+            hits |= std::uint64_t{1} << lane;
+            lane_src[lane] = static_cast<std::uint32_t>(next_idx[k]++);
+          }
+          count[k] += pc;
+        }
+        const std::uint64_t start = first + b * 64;
+        while (hits) {
+          const unsigned lane = static_cast<unsigned>(std::countr_zero(hits));
+          hits &= hits - 1;
+          const std::uint64_t p = start + lane;
+          const std::uint32_t i = lane_src[lane];
+          const std::uint64_t o = detail::load_word<W>(base, p);
+          std::uint64_t n;
+          if (dist[i] == 0) {
+            n = raw[i];
+            bad |= n == o;
+          } else {
+            // ulp_step, inlined: stay on o's side of zero and inside the finite range
+            const std::uint64_t mo = f.magnitude(o);
+            const std::int64_t d = dist[i];
+            const std::uint64_t steps = d < 0 ? static_cast<std::uint64_t>(-d) : static_cast<std::uint64_t>(d);
+            const bool grow = (d > 0) != f.negative(o);
+            bad |= mo >= f.special || (grow ? steps >= f.special - mo : steps > mo);
+            n = (o & f.sign_bit) | (grow ? mo + steps : mo - steps);
+          }
+          pos_out[out] = static_cast<std::uint32_t>(p);
+          const W nw = static_cast<W>(n);
+          std::memcpy(val_out + out * sizeof(W), &nw, sizeof(W));
+          ++out;
+        }
+      }
+    }
+    if (bad) throw error(errc::format, "a decoded value leaves its base value's sign or finite range, or escapes to the base value (wrong base?)", where);
+    for (unsigned k = 0; k < K; ++k)
+      if (next_idx[k] != end_idx[k]) throw error(errc::format, "class " + std::to_string(k) + " rank past the class's element count in this base", where);
+  }
+  template <class W>
+  BITREFIT_TARGET_V3 void scan_v3(const float_format& f, const class_spec& spec, const std::byte* base, std::uint64_t m,
+                                  const state& st, std::uint32_t* pos_out, std::byte* val_out, const error_context& where) {
+    scan_impl<W, true>(f, spec, base, m, st, pos_out, val_out, where);
+  }
+  template <class W>
+  void scan_generic(const float_format& f, const class_spec& spec, const std::byte* base, std::uint64_t m, const state& st,
+                    std::uint32_t* pos_out, std::byte* val_out, const error_context& where) {
+    scan_impl<W, false>(f, spec, base, m, st, pos_out, val_out, where);
+  }
+
+  scratch_buffer<std::uint32_t> ranks_;
+  scratch_buffer<std::int64_t> dist_;
+  scratch_buffer<std::uint64_t> raw_;
+};
+
+/// Ideal cost estimate (1/256 bits) of coding a sample's changes base-conditioned under `spec`:
+/// sum_k n_k·H(c_k/n_k) + the empirical entropy of each class's value symbols + their raw bits.
+/// `class_elements[k]` = n_k over the sample; `classes`, `old_vals`, `new_vals` per sampled change.
+inline std::uint64_t conditioned_cost_q8(const float_format& f, const class_spec& spec, std::span<const std::uint64_t> class_elements,
+                                         std::span<const std::uint8_t> classes, std::span<const std::byte> old_vals,
+                                         std::span<const std::byte> new_vals) {
+  using namespace conditioned_detail;
+  const unsigned K = spec.count, E = f.element_size, VA = value_alphabet(f);
+  std::vector<std::uint64_t> vh(K * VA, 0);
+  std::array<std::uint64_t, max_base_classes> ck{};
+  std::uint64_t raw_bits = 0;
+  for (std::size_t i = 0; i < classes.size(); ++i) {
+    const auto v = code_value(f, load_bits(old_vals.data() + i * E, E), load_bits(new_vals.data() + i * E, E), 0);
+    ++vh[std::size_t{classes[i]} * VA + v.symbol];
+    ++ck[classes[i]];
+    raw_bits += v.extra_bits;
+  }
+  std::uint64_t q8 = raw_bits << 8;
+  for (unsigned k = 0; k < K; ++k) {
+    q8 += binary_entropy_q8(class_elements[k], std::min(ck[k], class_elements[k]));
+    q8 += histogram_entropy_q8({vh.data() + k * VA, VA});
+  }
+  return q8;
+}
+
+}  // namespace bitrefit::codec

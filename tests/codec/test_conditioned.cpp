@@ -1,0 +1,526 @@
+// Base-conditioned coding: the rANS coder, integer log2, ULP distances (exhaustive on the 8-bit
+// formats), class ranks against a naive reference, and whole items through the encoder and the
+// applier: round trips, the choice on training-like deltas, version mismatch, wrong bases and
+// malformed sections refused with the target untouched.
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "bitrefit/codec/codec.hpp"
+
+using namespace bitrefit;
+using namespace bitrefit::codec;
+
+namespace {
+
+constexpr std::array<dtype, 6> float_dtypes{dtype::F16, dtype::BF16, dtype::F32, dtype::F64, dtype::F8_E4M3, dtype::F8_E5M2};
+
+std::uint64_t load(const std::vector<std::byte>& v, std::size_t i, std::size_t E) {
+  std::uint64_t x = 0;
+  std::memcpy(&x, v.data() + i * E, E);
+  return x;
+}
+void store(std::vector<std::byte>& v, std::size_t i, std::size_t E, std::uint64_t x) { std::memcpy(v.data() + i * E, &x, E); }
+
+// A training-like tensor: base values spread over a few binades, each element changes with a
+// probability that doubles per lower exponent (AdamW with BF16 export), by +-1 ULP mostly.
+struct delta_case {
+  dtype type;
+  std::vector<std::byte> old_b, new_b;
+  std::size_t n() const { return old_b.size() / element_size(type); }
+};
+delta_case training_like(dtype t, std::size_t n, std::uint64_t seed) {
+  const auto f = *float_format_of(t);
+  const std::size_t E = f.element_size;
+  delta_case d{t, std::vector<std::byte>(n * E), {}};
+  std::mt19937_64 g(seed);
+  const std::uint64_t top = f.exponents() / 2;  // exponent of 1.0
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint64_t e = top - 1 - g() % std::min<std::uint64_t>(6, top - 1);
+    const std::uint64_t man = g() & ((std::uint64_t{1} << f.mantissa_bits) - 1);
+    store(d.old_b, i, E, (e << f.mantissa_bits) | man | ((g() & 1) ? f.sign_bit : 0));
+  }
+  d.new_b = d.old_b;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint64_t o = load(d.old_b, i, E);
+    const std::uint64_t e = f.exponent(o);
+    const unsigned depth = static_cast<unsigned>(top - 1 - e);  // 0..5
+    if ((g() >> 40) % (1u << (6 - depth)) != 0) continue;       // p = 2^(depth-6)
+    const std::int64_t d1 = (g() % 10 == 0) ? 2 : 1;
+    const auto nb = ulp_step(f, o, (g() & 1) ? d1 : -d1);
+    if (nb) store(d.new_b, i, E, *nb);
+  }
+  return d;
+}
+
+std::vector<std::byte> encode_one(const delta_case& d, mode_policy p, encode_stats* st = nullptr) {
+  chunk_encoder<> enc(encode_options{.policy = p});
+  const chunk_piece pc{"w", d.type, d.n(), 0, d.n(), d.old_b, d.new_b};
+  byte_buffer out;
+  enc.encode({frame_kind::delta, payload_id{{1, 0}, 0, 0}, 0, 1}, std::span(&pc, 1), out, st);
+  return {out.data(), out.data() + out.size()};
+}
+
+// Applies `frame` to a copy of `base`; returns the result, or nullopt if apply threw (then the copy
+// must still equal base: checked here).
+std::optional<std::vector<std::byte>> apply_to(const std::vector<std::byte>& frame, dtype t, const std::vector<std::byte>& base) {
+  std::vector<std::byte> work = base;
+  const std::uint64_t n = base.size() / element_size(t);
+  target_map tm({mutable_tensor_view("w", t, shape_t{n}, std::span<std::byte>(work))});
+  frame_applier<> ap;
+  try {
+    ap.apply(frame, tm);
+  } catch (const error&) {
+    EXPECT_EQ(work, base) << "a refused frame changed the target";
+    return std::nullopt;
+  }
+  return work;
+}
+
+void refresh_digest(std::vector<std::byte>& f) {
+  store_digest_le(xxh3_128(std::span<const std::byte>(f).first(f.size() - frame_digest_size)), f.data() + f.size() - frame_digest_size);
+}
+
+}  // namespace
+
+// ---- rANS ------------------------------------------------------------------------------------
+
+TEST(Rans, NormaliseKeepsEverySymbolAndSumsToTheScale) {
+  std::mt19937_64 g(1);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<std::uint64_t> h(1 + g() % 100);
+    for (auto& v : h) v = (g() % 3 == 0) ? 0 : g() % (1u << (g() % 30));
+    h[g() % h.size()] += 1;
+    std::size_t used = 0;
+    for (auto v : h) used += v != 0;
+    const unsigned S = std::max<unsigned>(static_cast<unsigned>(std::bit_width(used)), 1 + static_cast<unsigned>(g() % 15));
+    if (S > rans::max_scale_bits) continue;
+    const auto t = rans::table::normalise(h, S);
+    std::uint64_t sum = 0;
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      sum += t.freq[i];
+      EXPECT_EQ(t.freq[i] == 0, h[i] == 0) << "symbol " << i;
+    }
+    EXPECT_EQ(sum, std::uint64_t{1} << S);
+  }
+}
+
+TEST(Rans, RoundTripOfSymbolsAndRawBits) {
+  std::mt19937_64 g(2);
+  for (int round = 0; round < 50; ++round) {
+    const std::size_t A = 2 + g() % 300;
+    std::vector<std::uint64_t> h(A);
+    for (auto& v : h) v = 1 + g() % 1000;
+    h[0] = 100000;  // a skewed alphabet, like +-1 ULP
+    const auto t = rans::table::normalise(h, 9 + static_cast<unsigned>(g() % 7));
+    const auto es = rans::encoder_symbols(t);
+    // a sequence of (symbol, raw bits, raw width)
+    struct step {
+      std::uint32_t sym;
+      std::uint64_t raw;
+      unsigned bits;
+    };
+    std::vector<step> seq(g() % 5000);
+    std::discrete_distribution<std::uint32_t> pick(h.begin(), h.end());
+    for (auto& s : seq) {
+      s.sym = pick(g);
+      s.bits = static_cast<unsigned>(g() % 65);
+      s.raw = s.bits == 64 ? g() : g() & ((std::uint64_t{1} << s.bits) - 1);
+    }
+    rans::encoder enc;
+    auto w = enc.begin(seq.size() * 6);
+    for (std::size_t i = seq.size(); i-- > 0;) {
+      w.put_raw64(seq[i].raw, seq[i].bits);
+      w.put(es[seq[i].sym]);
+    }
+    const auto bytes = enc.finish(w);
+    const error_context where{};
+    rans::decoder d(bytes, where);
+    const rans::dec_table dt(t);
+    for (const auto& s : seq) {
+      ASSERT_EQ(d.get(dt), s.sym);
+      ASSERT_EQ(d.get_raw64(s.bits), s.raw);
+    }
+    EXPECT_NO_THROW(d.finish());
+    // the stream's length is close to the ideal code length
+    if (seq.size() > 1000) {
+      double ideal = 0;
+      for (const auto& s : seq) ideal += s.bits + std::log2(double(std::uint64_t{1} << t.scale_bits) / t.freq[s.sym]);
+      EXPECT_LT(bytes.size(), ideal / 8 * 1.02 + 16);
+    }
+  }
+}
+
+TEST(Rans, TruncatedPaddedAndBadTablesAreRefused) {
+  const auto t = rans::table::normalise(std::vector<std::uint64_t>{5, 3, 1}, 8);
+  const auto es = rans::encoder_symbols(t);
+  rans::encoder enc;
+  auto w = enc.begin(1000);
+  for (int i = 0; i < 999; ++i) w.put(es[i % 3]);
+  const auto s = enc.finish(w);
+  const std::vector<std::byte> bytes(s.begin(), s.end());
+  const rans::dec_table dt(t);
+  const error_context where{};
+  auto decode_all = [&](std::span<const std::byte> b) {
+    rans::decoder d(b, where);
+    for (int i = 0; i < 999; ++i) d.get(dt);
+    d.finish();
+  };
+  EXPECT_NO_THROW(decode_all(bytes));
+  EXPECT_THROW(decode_all(std::span(bytes).first(bytes.size() - 1)), error);
+  auto padded = bytes;
+  padded.push_back(std::byte{0});
+  EXPECT_THROW(decode_all(padded), error);
+  EXPECT_THROW(decode_all(std::span(bytes).first(3)), error);
+  // tables: the decoder rebuilds exactly the encoder's table from the compact form
+  std::mt19937_64 g(5);
+  for (int round = 0; round < 100; ++round) {
+    std::vector<std::uint64_t> h(1 + g() % 80);
+    for (auto& v : h) v = (g() % 4 == 0) ? 0 : g() % (1u << (g() % 25));
+    h[g() % h.size()] += 1;
+    std::size_t used = 0;
+    for (auto v : h) used += v != 0;
+    const unsigned S = std::max<unsigned>(7, static_cast<unsigned>(std::bit_width(used)));
+    byte_buffer tb;
+    rans::write_table(h, S, tb);
+    const std::vector<std::byte> wire(tb.data(), tb.data() + tb.size());
+    rans::reader r(wire, where);
+    EXPECT_EQ(rans::read_table(r, 80, "table"), rans::table_of(h, S));
+    EXPECT_TRUE(r.rest().empty());
+  }
+  auto refused = [&](std::vector<std::uint8_t> bytes, std::size_t alphabet) {
+    std::vector<std::byte> b;
+    for (auto x : bytes) b.push_back(static_cast<std::byte>(x));
+    rans::reader r(b, where);
+    EXPECT_THROW(rans::read_table(r, alphabet, "table"), error);
+  };
+  refused({0, 2, 5, 5}, 16);          // scale 0
+  refused({16, 2, 5, 5}, 16);         // scale 16
+  refused({8, 3, 5, 5, 5}, 2);        // more symbols than the alphabet
+  refused({8, 2, 0, 0}, 16);          // no symbol used
+  refused({1, 3, 5, 5, 5}, 16);       // 3 symbols in 2 slots
+  refused({8, 3, 5, 5}, 16);          // ends early
+}
+
+TEST(FixedLog2, ExactPowersAndCloseElsewhere) {
+  for (unsigned k = 0; k < 64; ++k) EXPECT_EQ(log2_q32(std::uint64_t{1} << k), std::uint64_t{k} << 32);
+  std::mt19937_64 g(3);
+  std::uint64_t prev = 0;
+  for (std::uint64_t v = 1; v < 5000; ++v) {
+    const std::uint64_t l = log2_q32(v);
+    EXPECT_GE(l, prev);
+    prev = l;
+    EXPECT_NEAR(static_cast<double>(l) / 4294967296.0, std::log2(static_cast<double>(v)), 1e-6);
+  }
+  for (int i = 0; i < 1000; ++i) {
+    const std::uint64_t v = g() >> (g() % 60);
+    if (v) EXPECT_NEAR(static_cast<double>(log2_q32(v)) / 4294967296.0, std::log2(static_cast<double>(v)), 1e-6);
+  }
+  // n·H(c/n) against the floating-point formula
+  EXPECT_NEAR(binary_entropy_q8(1000000, 25000) / 256.0, 1000000 * (-(0.025 * std::log2(0.025)) - 0.975 * std::log2(0.975)), 2.0);
+}
+
+// ---- ULP distance ----------------------------------------------------------------------------
+
+TEST(Ulp, ExhaustiveOnTheEightBitFormats) {
+  for (dtype t : {dtype::F8_E4M3, dtype::F8_E5M2}) {
+    const auto f = *float_format_of(t);
+    for (std::uint64_t o = 0; o < 256; ++o)
+      for (std::uint64_t n = 0; n < 256; ++n) {
+        if (o == n) continue;
+        const auto d = ulp_distance(f, o, n);
+        const bool escape = ((o ^ n) & 0x80) || !f.finite(o) || !f.finite(n);
+        ASSERT_EQ(!d.has_value(), escape) << dtype_name(t) << " " << o << " -> " << n;
+        if (d) {
+          const auto back = ulp_step(f, o, *d);
+          ASSERT_TRUE(back.has_value());
+          ASSERT_EQ(*back, n);
+          // the distance is the difference in sign-magnitude order
+          const std::int64_t ko = (o & 0x80) ? -static_cast<std::int64_t>(o & 0x7F) : static_cast<std::int64_t>(o);
+          const std::int64_t kn = (n & 0x80) ? -static_cast<std::int64_t>(n & 0x7F) : static_cast<std::int64_t>(n);
+          ASSERT_EQ(*d, kn - ko);
+        }
+      }
+  }
+  // float8_e4m3fn: only S.1111.111 is NaN; 0x7E (448) is finite
+  const auto e4 = *float_format_of(dtype::F8_E4M3);
+  EXPECT_TRUE(e4.finite(0x7E));
+  EXPECT_FALSE(e4.finite(0x7F));
+  EXPECT_FALSE(e4.finite(0xFF));
+}
+
+TEST(Ulp, StepsNeverLeaveTheSignOrTheFiniteRange) {
+  const auto f = *float_format_of(dtype::BF16);
+  EXPECT_FALSE(ulp_step(f, 0x0000, -1));  // +0 cannot step below zero
+  EXPECT_EQ(ulp_step(f, 0x8001, 1), 0x8000u);  // -tiny -> -0.0 (toward +: magnitude falls)
+  EXPECT_FALSE(ulp_step(f, 0x8000, 1));        // -0.0 has nowhere to go toward +
+  EXPECT_FALSE(ulp_step(f, 0x7F7F, 1));        // max finite -> inf is an escape
+  EXPECT_EQ(ulp_step(f, 0xFF7F, 1), 0xFF7Eu);
+  EXPECT_FALSE(ulp_distance(f, 0x0000, 0x8000));  // +0 -> -0: sign change
+  EXPECT_FALSE(ulp_distance(f, 0x7FC1, 0x7FC2));  // NaN payloads
+  EXPECT_FALSE(ulp_distance(f, 0x3F80, 0x7F80));  // 1.0 -> inf
+  EXPECT_EQ(ulp_distance(f, 0x0001, 0x0000), -1);  // smallest subnormal -> +0
+}
+
+// ---- class ranks -----------------------------------------------------------------------------
+
+RC_GTEST_PROP(BaseClasses, RanksMatchANaiveCountInAnySlicing, ()) {
+  const dtype t = *rc::gen::elementOf(float_dtypes);
+  const auto f = *float_format_of(t);
+  const std::size_t E = f.element_size;
+  const std::size_t n = *rc::gen::inRange<std::size_t>(0, 3000);
+  std::vector<std::byte> base(n * E);
+  for (std::size_t i = 0; i < n; ++i) store(base, i, E, *rc::gen::arbitrary<std::uint64_t>());
+  class_spec spec;
+  spec.count = static_cast<std::uint8_t>(*rc::gen::inRange<unsigned>(1, std::min<unsigned>(16, static_cast<unsigned>(f.exponents()))));
+  {
+    std::vector<std::uint16_t> th;
+    while (th.size() + 1 < spec.count) {
+      const auto v = static_cast<std::uint16_t>(*rc::gen::inRange<std::uint64_t>(1, f.exponents()));
+      if (std::find(th.begin(), th.end(), v) == th.end()) th.push_back(v);
+    }
+    std::sort(th.begin(), th.end());
+    std::copy(th.begin(), th.end(), spec.thresholds.begin());
+  }
+  RC_ASSERT(valid_class_spec(spec, f));
+  std::vector<std::uint32_t> pos;
+  for (std::size_t i = 0; i < n; ++i)
+    if (*rc::gen::inRange(0, 4) == 0) pos.push_back(static_cast<std::uint32_t>(i));
+  // reference
+  std::vector<std::uint8_t> rc_cls(pos.size());
+  std::vector<std::uint32_t> rc_rank(pos.size());
+  {
+    std::vector<std::uint64_t> seen(spec.count, 0);
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const unsigned c = spec.class_of_exponent(f.exponent(load(base, i, E)));
+      if (k < pos.size() && pos[k] == i) rc_cls[k] = static_cast<std::uint8_t>(c), rc_rank[k] = static_cast<std::uint32_t>(seen[c]), ++k;
+      ++seen[c];
+    }
+  }
+  // slices of random sizes, totals carried
+  std::vector<std::uint8_t> cls(pos.size());
+  std::vector<std::uint32_t> rank(pos.size());
+  std::vector<std::uint64_t> totals(spec.count, 0);
+  std::size_t at = 0, k = 0;
+  while (at < n) {
+    const std::size_t len = std::min(n - at, *rc::gen::inRange<std::size_t>(1, 700));
+    std::vector<std::uint32_t> rel;
+    const std::size_t k0 = k;
+    while (k < pos.size() && pos[k] < at + len) rel.push_back(static_cast<std::uint32_t>(pos[k++] - at));
+    rank_by_class(std::span<const std::byte>(base).subspan(at * E, len * E), f, spec, rel, std::span(cls).subspan(k0),
+                  std::span(rank).subspan(k0), totals);
+    at += len;
+  }
+  RC_ASSERT(cls == rc_cls);
+  RC_ASSERT(rank == rc_rank);
+  std::uint64_t sum = 0;
+  for (auto v : totals) sum += v;
+  RC_ASSERT(sum == n);
+}
+
+// ---- whole items -------------------------------------------------------------------------------
+
+TEST(Conditioned, TrainingLikeDeltasChooseItAndRoundTripInEveryFloatFormat) {
+  for (dtype t : float_dtypes) {
+    const auto d = training_like(t, 200000, 7);
+    encode_stats chosen, xr;
+    const auto f = encode_one(d, mode_policy::xor_allowed, &chosen);
+    const auto fx = encode_one(d, mode_policy::xor_only, &xr);
+    EXPECT_EQ(chosen.conditioned_items, 1u) << dtype_name(t);
+    EXPECT_LT(f.size(), fx.size() * 9 / 10) << dtype_name(t) << ": base-conditioned should be well below XOR here";
+    const auto out = apply_to(f, t, d.old_b);
+    ASSERT_TRUE(out.has_value()) << dtype_name(t);
+    EXPECT_EQ(*out, d.new_b) << dtype_name(t);
+    EXPECT_EQ(f, encode_one(d, mode_policy::xor_allowed)) << "deterministic";
+    const frame_view v = frame_view::parse(f);
+    ASSERT_EQ(v.items().size(), 1u);
+    EXPECT_EQ(v.items()[0].mode, value_mode::base_conditioned);
+    EXPECT_EQ(v.items()[0].locations, location_coding::class_gaps);
+    EXPECT_EQ(v.items()[0].values, value_coding::ulp_distance);
+  }
+}
+
+TEST(Conditioned, NonFloatDtypesFallBack) {
+  for (dtype t : all_dtypes) {
+    if (is_floating(t)) continue;
+    const std::size_t E = element_size(t), n = 5000;
+    delta_case d{t, std::vector<std::byte>(n * E), {}};
+    std::mt19937_64 g(4);
+    for (auto& b : d.old_b) b = static_cast<std::byte>(g());
+    d.new_b = d.old_b;
+    for (std::size_t i = 0; i < n; i += 7) d.new_b[i * E] ^= std::byte{1};
+    encode_stats st;
+    const auto f = encode_one(d, mode_policy::conditioned_only, &st);
+    EXPECT_EQ(st.conditioned_items, 0u) << dtype_name(t);
+    EXPECT_EQ(*apply_to(f, t, d.old_b), d.new_b) << dtype_name(t);
+  }
+}
+
+TEST(Conditioned, SpecialValuesEscapeExactly) {
+  // every kind of special change in one BF16 item: sign flips of zeros, NaN payloads, infinities,
+  // subnormals, and ordinary ULP steps around them
+  const std::vector<std::pair<std::uint16_t, std::uint16_t>> pairs = {
+      {0x0000, 0x8000}, {0x8000, 0x0000}, {0x7FC1, 0x7FC2}, {0xFFC1, 0x7FC1}, {0x7F80, 0xFF80}, {0x3F80, 0x7F80},
+      {0x7F80, 0x3F80}, {0x0001, 0x0000}, {0x8001, 0x8000}, {0x007F, 0x0080}, {0x3F80, 0x3F81}, {0xBF80, 0xBF7F},
+      {0x3F80, 0xBF80}, {0x0001, 0x8001}, {0x7F7F, 0x7F7E}, {0x1234, 0x4321}};
+  delta_case d{dtype::BF16, std::vector<std::byte>(pairs.size() * 40 * 2), {}};
+  d.new_b = d.old_b;
+  for (std::size_t i = 0; i < pairs.size() * 40; ++i) {
+    const auto& [o, n] = pairs[i % pairs.size()];
+    store(d.old_b, i, 2, o);
+    store(d.new_b, i, 2, (i / pairs.size()) % 3 == 0 ? o : n);  // a third unchanged
+  }
+  encode_stats st;
+  const auto f = encode_one(d, mode_policy::conditioned_only, &st);
+  EXPECT_EQ(st.conditioned_items, 1u);
+  EXPECT_EQ(*apply_to(f, dtype::BF16, d.old_b), d.new_b);
+}
+
+TEST(Conditioned, AWrongBaseIsRefusedOrDetectedNeverHalfApplied) {
+  const auto d = training_like(dtype::BF16, 100000, 9);
+  const auto f = encode_one(d, mode_policy::conditioned_only);
+  // a base in which every element sits in the lowest class: class ranks run past class sizes
+  std::vector<std::byte> other(d.old_b.size());
+  for (std::size_t i = 0; i < d.n(); ++i) store(other, i, 2, 0x0001);
+  EXPECT_FALSE(apply_to(f, dtype::BF16, other).has_value());
+  // the receiver already at the target: -1 ULP steps from +0 etc. leave the range or it decodes
+  // something else; either way it is not the target and nothing is half-written
+  std::vector<std::byte> zeros(d.old_b.size());
+  EXPECT_FALSE(apply_to(f, dtype::BF16, zeros).has_value());
+}
+
+TEST(Conditioned, DecodingWithoutABaseIsAMismatch) {
+  const auto d = training_like(dtype::BF16, 10000, 10);
+  const auto f = encode_one(d, mode_policy::conditioned_only);
+  frame_decoder dec;
+  const frame_view v = frame_view::parse(f);
+  try {
+    dec.decode(v);
+    FAIL() << "decoded a base-conditioned item without its base";
+  } catch (const error& e) {
+    EXPECT_EQ(e.code(), errc::mismatch);
+  }
+  // a receiver that holds none of the range skips it (verified structure only)
+  const auto items = dec.decode(v, {}, [](const frame_item&) { return std::optional<std::span<const std::byte>>{}; });
+  ASSERT_EQ(items.size(), 1u);
+  EXPECT_TRUE(items[0].skipped);
+}
+
+TEST(FrameVersion, OldAndNewFramesAreRefusedByName) {
+  const auto d = training_like(dtype::BF16, 1000, 11);
+  auto f = encode_one(d, mode_policy::xor_allowed);
+  ASSERT_EQ(detail::get_le<std::uint16_t>(f.data() + 4), 2);
+  for (std::uint16_t ver : {1, 3}) {
+    auto g = f;
+    g[4] = static_cast<std::byte>(ver);
+    refresh_digest(g);
+    try {
+      (void)frame_view::parse(g);
+      FAIL() << "version " << ver << " accepted";
+    } catch (const error& e) {
+      EXPECT_EQ(e.code(), errc::unsupported);
+      EXPECT_NE(std::string(e.what()).find(ver == 1 ? "older" : "newer"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Any byte of a base-conditioned frame's sections altered (and the digest recomputed, as a
+// malicious or buggy sender could): the applier throws with the target untouched, or applies a
+// frame that decodes completely. It never reads or writes out of bounds (the sanitizer builds run
+// this too).
+RC_GTEST_PROP(Conditioned, AlteredSectionsAreRefusedOrDecodedWhole, ()) {
+  const dtype t = *rc::gen::elementOf(float_dtypes);
+  const auto d = training_like(t, *rc::gen::inRange<std::size_t>(64, 3000), *rc::gen::arbitrary<std::uint32_t>());
+  auto f = encode_one(d, mode_policy::conditioned_only);
+  const frame_view v = frame_view::parse(f);
+  RC_PRE(!v.items().empty());
+  const std::size_t body_end = f.size() - frame_digest_size;
+  const std::size_t sections = body_end - v.items()[0].location_stored_size - v.items()[0].value_stored_size;
+  const std::size_t at = *rc::gen::inRange(sections, body_end);
+  f[at] ^= static_cast<std::byte>(*rc::gen::inRange(1, 256));
+  refresh_digest(f);
+  (void)apply_to(f, t, d.old_b);  // throws (checked untouched) or applies; must not crash
+}
+
+// ---- every instruction-set variant gives the same bits -------------------------------------------
+// (the dispatch picks one per CPU; these run every variant the test machine can execute)
+
+TEST(Kernels, ClassMasksOfEveryVariantEqualTheScalarOnes) {
+  std::mt19937_64 g(12);
+  for (dtype t : {dtype::BF16, dtype::F16, dtype::F32}) {
+    const auto f = *float_format_of(t);
+    const std::size_t E = f.element_size, blocks = 37;
+    std::vector<std::byte> base(blocks * 64 * E);
+    for (auto& b : base) b = static_cast<std::byte>(g());
+    class_spec spec;
+    spec.count = 5;
+    spec.thresholds = {1, 3, static_cast<std::uint16_t>(f.exponents() / 2), static_cast<std::uint16_t>(f.exponents() - 1)};
+    const auto c = detail::thresholds_of(f, spec);
+    const unsigned T = c.T;
+    std::vector<std::uint64_t> ref(blocks * T), got(blocks * T);
+    for (std::size_t b = 0; b < blocks; ++b)
+      detail::with_word(E, [&](auto w) { detail::block_masks_scalar<decltype(w)>(base.data() + b * 64 * E, 64, c, ref.data() + b * T); });
+#ifdef BITREFIT_CODEC_X86
+    if (__builtin_cpu_supports("avx2")) {
+      std::fill(got.begin(), got.end(), 0);
+      if (E == 2) detail::block_masks_16_avx2(base.data(), blocks, c, got.data(), T);
+      else detail::block_masks_32_avx2(base.data(), blocks, c, got.data(), T);
+      EXPECT_EQ(got, ref) << "avx2 " << dtype_name(t);
+    }
+    if (cpu_avx512bw()) {
+      std::fill(got.begin(), got.end(), 0);
+      if (E == 2) detail::block_masks_16_avx512(base.data(), blocks, c, got.data(), T);
+      else detail::block_masks_32_avx512(base.data(), blocks, c, got.data(), T);
+      EXPECT_EQ(got, ref) << "avx512 " << dtype_name(t);
+    }
+    // the generic (non-v3) rank path against the dispatched one
+    std::vector<std::uint32_t> pos;
+    for (std::uint32_t i = 0; i < blocks * 64; i += 1 + g() % 9) pos.push_back(i);
+    std::vector<std::uint8_t> c1(pos.size()), c2(pos.size());
+    std::vector<std::uint32_t> r1(pos.size()), r2(pos.size());
+    std::vector<std::uint64_t> t1(spec.count, 0), t2(spec.count, 0);
+    detail::with_word(E, [&](auto w) {
+      detail::rank_generic<decltype(w)>(base.data(), blocks * 64, c, pos.data(), pos.size(), c1.data(), r1.data(), t1.data());
+    });
+    rank_by_class(base, f, spec, pos, c2, r2, t2);
+    EXPECT_EQ(c1, c2);
+    EXPECT_EQ(r1, r2);
+    EXPECT_EQ(t1, t2);
+#endif
+  }
+}
+
+TEST(Kernels, ChangeDetectionOfEveryVariantIsTheSame) {
+  std::mt19937_64 g(13);
+  for (std::size_t E : {1u, 2u, 4u, 8u})
+    for (unsigned rate : {0u, 3u, 40u, 100u}) {
+      const std::size_t m = 5000 + g() % 100;
+      std::vector<std::byte> a(m * E), b;
+      for (auto& x : a) x = static_cast<std::byte>(g());
+      b = a;
+      for (std::size_t i = 0; i < m; ++i)
+        if (g() % 100 < rate) b[i * E + g() % E] ^= static_cast<std::byte>(1 + g() % 255);
+      auto run = [&](auto fn) {
+        std::vector<std::uint32_t> pos(m);
+        std::vector<std::byte> xo(m * E), no(m * E);
+        const std::size_t c = fn(pos.data(), xo.data(), no.data());
+        pos.resize(c), xo.resize(c * E), no.resize(c * E);
+        return std::tuple{pos, xo, no};
+      };
+      detail::with_word(E, [&](auto w) {
+        using T = decltype(w);
+        const auto ref = run([&](auto* p, auto* x, auto* n) { return detail::collect_kernel<T, true, true>(a.data(), b.data(), m, p, x, n); });
+        EXPECT_EQ(run([&](auto* p, auto* x, auto* n) { return detail::collect_dispatch<T, true, true>(a.data(), b.data(), m, p, x, n); }), ref);
+#ifdef BITREFIT_CODEC_X86_AVX2
+        if constexpr (sizeof(T) == 2 || sizeof(T) == 4)
+          if (detail::cpu_has_avx512_compress())
+            EXPECT_EQ(run([&](auto* p, auto* x, auto* n) { return detail::collect_avx512<T, true, true>(a.data(), b.data(), m, p, x, n); }), ref);
+#endif
+      });
+    }
+}
