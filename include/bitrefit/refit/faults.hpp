@@ -5,6 +5,9 @@
 // process would die and drop every bit of volatile state), or the demo installs `crash` = _exit so
 // a real OS process dies there. Points:
 //   receiver_applied        a receiver, after its n-th applied (or staged) payload of an attempt
+//   coordinator_before_ack  the coordinator, on its n-th ack of a transition, before stepping it:
+//                           receivers applied (n of them acked), no compare-and-set yet
+//   coordinator_stopping    the coordinator, on its n-th obsolete message (mid stop_and_wait)
 //   coordinator_after_cas   the coordinator, after a successful compare-and-set, before announcing
 //   owner_mid_stream        an owner, after publishing its n-th frame of an attempt
 // Payload-object faults (duplicate, reorder, delay, corrupt) live in transport/faulty.hpp.
@@ -23,13 +26,15 @@ struct injected_crash : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class fault_point { receiver_applied, coordinator_after_cas, owner_mid_stream };
+enum class fault_point { receiver_applied, coordinator_after_cas, owner_mid_stream, coordinator_before_ack, coordinator_stopping };
 
 constexpr const char* fault_point_name(fault_point p) {
   switch (p) {
     case fault_point::receiver_applied: return "receiver_applied";
     case fault_point::coordinator_after_cas: return "coordinator_after_cas";
     case fault_point::owner_mid_stream: return "owner_mid_stream";
+    case fault_point::coordinator_before_ack: return "coordinator_before_ack";
+    case fault_point::coordinator_stopping: return "coordinator_stopping";
   }
   return "?";
 }

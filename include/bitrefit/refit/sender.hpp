@@ -37,6 +37,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <exception>
+#include <utility>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -60,6 +62,7 @@
 #include "bitrefit/refit/placement.hpp"
 #include "bitrefit/refit/projection.hpp"
 #include "bitrefit/refit/stats.hpp"
+#include "bitrefit/refit/takeover.hpp"
 #include "bitrefit/refit/thread_pool.hpp"
 #include "bitrefit/refit/wire.hpp"
 #include "bitrefit/transport/concepts.hpp"
@@ -146,7 +149,7 @@ class sender {
     const protocol::log_reply r = log_.apply(protocol::read_request{});
     if (r.outcome != protocol::log_outcome::ok) throw error(errc::io, "commit log unreadable at start", {.file = {}, .tensor = {}, .field = "commit_log"});
     committed_ = r.snapshot.record;
-    for (std::uint32_t i = 0; i < owners_.size(); ++i) recover_owner(i, committed_bits);
+    for (std::uint32_t i = 0; i < owners_.size(); ++i) recover_owner(i, committed_bits, r.snapshot);
     protocol::protocol_config cfg{opt_.gate, opt_.owners, opt_.receivers, opt_.attest, opt_.max_attempts};
     coord_ = protocol::coordinator(cfg, r.snapshot.epoch + 1, {}, committed_);
     step_coordinator(protocol::start_event{});
@@ -189,7 +192,9 @@ class sender {
     stats_.phases.compare_s = seconds(clock::now() - tc);
     check_placements();
     const bool any_xor = overwrite_only_.size() < manifest_.size();
-    step_coordinator(protocol::begin_transition_event{stats_.version, any_xor, expected_attestations()});
+    std::vector<digest128> frozen;  // persisted in every prepare: a successor retries exactly these bits
+    for (const auto& o : owners_) frozen.push_back(frozen_identity(o->shard));
+    step_coordinator(protocol::begin_transition_event{stats_.version, any_xor, expected_attestations(), std::move(frozen)});
     const version_t target = stats_.version;
     run_until([&] { return committed_.version >= target && !coord_.busy() && local_.empty(); });
     // receivers report apply/sync/gate times when their gate reopens (after the commit)
@@ -296,7 +301,10 @@ class sender {
     }
   }
 
-  void recover_owner(std::uint32_t i, const tensor_source& committed_bits) {
+  /// A (re)started sender rebuilds owner i from its baseline store (refit/takeover.hpp): B^{K.v},
+  /// and the frozen target of a transition its predecessor admitted but did not commit — kept on
+  /// disk (not retain_only'd away) so that the coordinator's takeover retries exactly those bits.
+  void recover_owner(std::uint32_t i, const tensor_source& committed_bits, const protocol::log_snapshot& snap) {
     auto& o = *owners_[i];
     o.generation++;
     o.persisted = 0;
@@ -312,9 +320,10 @@ class sender {
                                       std::to_string(committed_.version) + " and no trainer copy",
                   {.file = {}, .tensor = {}, .field = "baseline"});
     }
-    o.store.retain_only(committed_.version);
-    o.frozen_version = 0;
-    o.sm = protocol::owner(i, committed_);
+    const auto frozen = recover_frozen(o.store, o.shard, snap);
+    if (!frozen) o.store.retain_only(committed_.version);
+    o.frozen_version = o.persisted = frozen ? frozen->target : 0;
+    o.sm = protocol::owner::restarted(i, committed_, frozen, snap.prepared ? snap.prepared->attempt : attempt_id{});
   }
 
   void step_owner(std::uint32_t i, const protocol::owner_event& ev) {
@@ -473,6 +482,7 @@ class sender {
         protocol::drive(owners_.at(i)->sm, ev, fx);
       }
     }
+    if (abort_error_) std::rethrow_exception(std::exchange(abort_error_, nullptr));
   }
 
   // ---- the sender's Effects (protocol/driver.hpp): what the coordinator's and the owners'
@@ -482,11 +492,14 @@ class sender {
 
     // every role
     void send(const protocol::endpoint& self, const protocol::envelope& env) {
-      if (self.role == protocol::role::coordinator)
+      if (self.role == protocol::role::coordinator) {
         if (const auto* p = std::get_if<protocol::prepare_msg>(&env.msg)) {
           s.last_members_ = p->record.members.size();
           s.transition_attempts_.insert(p->record.attempt);
         }
+        if (s.opt_.faults && std::holds_alternative<protocol::obsolete_msg>(env.msg))
+          s.opt_.faults->pass(fault_point::coordinator_stopping, "coordinator");  // mid stop_and_wait
+      }
       s.route(env);
     }
     void arm_deadline(const protocol::endpoint&) { s.deadline_ = clock::now() + s.opt_.deadline; }
@@ -518,8 +531,16 @@ class sender {
     void deposed(const protocol::endpoint&) {
       throw error(errc::fenced, "this coordinator was fenced by a newer epoch", {.file = {}, .tensor = {}, .field = "epoch"});
     }
-    void aborted(const protocol::endpoint&, const attempt_id&) {
-      throw error(errc::protocol, "transition aborted by the operator", {.file = {}, .tensor = {}, .field = {}});
+    void aborted(const protocol::endpoint&, const attempt_id& a) {
+      // Thrown once the step performed all of its actions (settle): the coordinator still re-arms
+      // its idle timer so that the fenced members' restores and rejoins converge.
+      if (const auto& lost = s.coord_.lost_owner)  // the takeover found an owner's frozen image lost or replaced
+        s.abort_error_ = std::make_exception_ptr(error(errc::mismatch, "owner " + std::to_string(*lost) + " lost the frozen change set of v" +
+                                        std::to_string(s.committed_.version + 1) + " (attempt " + a.to_string() + "; its baseline store no longer holds the bits the prepare " +
+                                        "record names): the transition ended by abort, nothing committed; refit again",
+                    {.file = {}, .tensor = {}, .field = "frozen"}));
+      else
+        s.abort_error_ = std::make_exception_ptr(error(errc::protocol, "transition aborted by the operator", {.file = {}, .tensor = {}, .field = {}}));
     }
     void needs_operator(const protocol::endpoint&, const std::string& why) {
       throw error(errc::protocol, "the coordinator needs an operator: " + why, {.file = {}, .tensor = {}, .field = {}});
@@ -592,6 +613,8 @@ class sender {
       } catch (const error&) {
         continue;  // not a protocol message: lost, as far as the protocol is concerned
       }
+      if (opt_.faults && std::holds_alternative<protocol::ack_msg>(env.msg))
+        opt_.faults->pass(fault_point::coordinator_before_ack, "coordinator");  // receivers applied, no compare-and-set yet
       step_coordinator(protocol::message_event{env});
     }
     for (auto& bytes : transport_.receive(placement_mailbox, std::chrono::milliseconds(0))) {
@@ -703,6 +726,7 @@ class sender {
   protocol::completion_queue<protocol::coordinator_event> coord_later_;
   protocol::completion_queue<std::pair<std::uint32_t, protocol::owner_event>> owner_later_;
   bool settling_ = false;
+  std::exception_ptr abort_error_;  // an abort, reported once its step's actions are all performed
   std::optional<clock::time_point> deadline_;
   std::set<std::uint32_t> restore_waiting_;
   std::optional<protocol::commit_record> restored_k_;
