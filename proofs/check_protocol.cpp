@@ -1,7 +1,7 @@
 // check_protocol — run the exhaustive checker on the protocol's cluster world with given bounds.
 //
 //   check_protocol [key=value ...] [--exact] [--no-liveness] [--scenario=FILE]
-// keys: receivers owners chunks transitions max_attempts crashes owner_crashes failovers drops duplicates
+// keys: receivers owners chunks transitions max_attempts crashes owner_crashes sender_restarts failovers drops duplicates aborts attest=0|1
 //       corruptions conflicts log_faults early_deadlines ordered_device=0|1 causal_payloads=0|1 gate=sync|async
 //       mutation=<name> max_states
 // Prints one JSON object: bounds, verdict, unique states, transitions, depth, goal and terminal
@@ -63,6 +63,9 @@ int main(int argc, char** argv) {
     else if (k == "max_attempts") b.max_attempts = n();
     else if (k == "crashes") b.crashes = n();
     else if (k == "owner_crashes") b.owner_crashes = n();
+    else if (k == "sender_restarts") b.sender_restarts = n();
+    else if (k == "aborts") b.aborts = n();
+    else if (k == "attest") b.attest = n() != 0;
     else if (k == "failovers") b.failovers = n();
     else if (k == "drops") b.drops = n();
     else if (k == "duplicates") b.duplicates = n();

@@ -74,9 +74,11 @@ struct cluster {
   std::vector<std::unique_ptr<receiver_slot>> rx;
   std::unique_ptr<sender_t> tx;
   refit::sender_options sopt;
+  bool attest = true;  // receivers attest and the coordinator checks (off: only the protocol keeps bits exact)
 
-  explicit cluster(protocol::gate_policy g, transport::fault_rules rules = {}, std::uint32_t max_attempts = 0)
-      : gate(g), net(transport::inprocess_transport{}, rules) {
+  explicit cluster(protocol::gate_policy g, transport::fault_rules rules = {}, std::uint32_t max_attempts = 0,
+                   bool attest_ = true)
+      : gate(g), net(transport::inprocess_transport{}, rules), attest(attest_) {
     sopt.gate = g;
     sopt.owners = 2;
     sopt.receivers = receivers;
@@ -86,6 +88,7 @@ struct cluster {
     sopt.poll = 1ms;
     sopt.max_attempts = max_attempts;
     sopt.trace_dir = trace.path.string();
+    sopt.attest = attest;
     sopt.transition_timeout = 60s;
     tx = make_sender();
     tx->start(truth.source());
@@ -124,6 +127,7 @@ struct cluster {
       o.poll = 1ms;
       o.deadline = 300ms;
       o.trace_dir = trace.path.string();
+      o.attest = attest;
       o.persist_incarnation = [&slot](std::uint64_t n) { slot.incarnation = n; };
       o.on_commit = [&slot](const protocol::commit_record& k) { slot.at.store(k.version, std::memory_order_release); };
       receiver_t rcv(*slot.store, net, log, o, faults);
@@ -534,4 +538,121 @@ TEST(RefitDurability, NoCommitBeforeEveryOwnersTargetImageIsDurable) {
   EXPECT_EQ(log.early->load(), 0) << "a compare-and-set named a version some owner could not recover";
   for (auto& t : truth.m.tensors())
     EXPECT_TRUE(std::equal(engine.bytes(t.name).begin(), engine.bytes(t.name).end(), truth.bits.at(t.name).begin())) << t.name;
+}
+
+// ---- sender takeover (finding B1, DESIGN op 7) ----------------------------------------------------
+// The whole sender process (coordinator + owners) dies in transition v2 at an engine crash point;
+// a successor built from the commit log and the owners' baseline stores alone takes over while the
+// trainer has moved on (its bits for "v2" are no longer the frozen ones). v2 must commit exactly
+// the bits its first attempt froze (memcmp of every receiver against that full copy) — never the
+// trainer's newer bits, never a mix — in both gate modes, with attestation on and OFF (off, only
+// the protocol stands between a wrong takeover and silent corruption). v3 then carries the
+// trainer's current bits. Reverting the engine's takeover (recover_owner's retain_only(K.v) and a
+// fresh owner) makes every case here fail: the retry finds no frozen set and the transition aborts.
+namespace {
+
+using bits_t = std::map<std::string, std::vector<std::byte>>;
+
+struct takeover_case {
+  const char* what;
+  const char* point;
+  std::uint64_t n;          // the n-th pass of `point` crashes the sender
+  bool receiver_crash;      // a receiver dies mid-attempt first (so the coordinator stops the attempt)
+};
+
+void sender_dies_and_is_taken_over(protocol::gate_policy gate, bool attest, const takeover_case& k) {
+  SCOPED_TRACE(std::string(k.what) + (attest ? ", attestation on" : ", attestation off"));
+  cluster c(gate, {}, 0, attest);
+  c.refit_once();
+  c.expect_all_bit_exact(1);
+  c.truth.step();
+  const bits_t frozen = c.truth.bits;  // what v2's first attempt freezes
+  if (k.receiver_crash) c.faults.arm("receiver_applied", 3, "receiver/1");
+  c.faults.arm(k.point, k.n, "coordinator");
+  EXPECT_THROW(c.tx->refit(c.truth.source()), bitrefit::testing::injected_crash);
+  c.faults.disarm_all();
+  c.tx.reset();  // the sender process is gone, with every volatile bit (its owners' frozen sets too)
+  c.truth.step();
+  const bits_t moved = c.truth.bits;  // the trainer kept training
+  c.tx = c.make_sender();
+  c.tx->start(nullptr);
+  c.truth.bits = frozen;
+  c.expect_all_bit_exact(2);  // the takeover finished v2 with the frozen bits
+  c.truth.bits = moved;
+  const auto st = c.tx->refit(c.truth.source());
+  EXPECT_TRUE(st.committed);
+  EXPECT_EQ(st.version, 3u);
+  c.expect_all_bit_exact(3);
+}
+
+const takeover_case takeover_cases[] = {
+    // (a) ../shared/findings/protocol/failover_mid_attempt.cpp: some receivers applied (and one
+    // acked) the attempt, no compare-and-set yet
+    {"(a) after the first ack, before compare-and-set", "coordinator_before_ack", 1, false},
+    {"(a') every receiver applied, before compare-and-set", "coordinator_before_ack", 3, false},
+    // (b) a receiver died mid-attempt; the sender dies while stopping the attempt
+    {"(b) during stop_and_wait", "coordinator_stopping", 1, true},
+    // (c) K names v2 already; the successor announces it
+    {"(c) after compare-and-set, before announcing", "coordinator_after_cas", 1, false},
+};
+
+}  // namespace
+
+TEST_P(Refit, SenderTakeoverCommitsExactlyTheFrozenBitsAttestationOn) {
+  for (const auto& k : takeover_cases) sender_dies_and_is_taken_over(GetParam(), true, k);
+}
+TEST_P(Refit, SenderTakeoverCommitsExactlyTheFrozenBitsAttestationOff) {
+  for (const auto& k : takeover_cases) sender_dies_and_is_taken_over(GetParam(), false, k);
+}
+
+// The frozen image of v2 is lost or replaced (other bits of v2) in owner 0's store when the
+// successor starts: no attempt can deliver the admitted bits, so the transition ends by abort with
+// an error naming the owner — nothing commits, receivers restore K = v1 — and the next refit
+// commits the trainer's v2 bit-exactly.
+TEST_P(Refit, SenderTakeoverWithoutTheFrozenImageAbortsNeverCommitsOtherBits) {
+  for (bool replaced : {false, true})
+    for (bool attest : {true, false}) {
+      SCOPED_TRACE(std::string(replaced ? "replaced" : "lost") + (attest ? ", attestation on" : ", attestation off"));
+      cluster c(GetParam(), {}, 0, attest);
+      c.refit_once();
+      c.expect_all_bit_exact(1);
+      const bits_t v1 = c.truth.bits;
+      c.truth.step();
+      c.faults.arm("coordinator_before_ack", 1, "coordinator");
+      EXPECT_THROW(c.tx->refit(c.truth.source()), bitrefit::testing::injected_crash);
+      c.faults.disarm_all();
+      c.truth.step();
+      durability::baseline_image other;  // owner 0's tensors with the trainer's newer bits
+      for (const tensor_info* t : c.tx->shard(0).owned()) other[t->name] = c.truth.bits.at(t->name);
+      c.tx.reset();
+      c.stores[0].save(2, replaced ? other : durability::baseline_image{});
+      c.tx = c.make_sender();
+      std::vector<std::uint64_t> restores_before;
+      for (auto& r : c.rx) restores_before.push_back(r->restores.load());
+      c.tx->start(nullptr);
+      try {
+        c.tx->refit(c.truth.source());
+        ADD_FAILURE() << "the takeover must abort, not commit";
+      } catch (const error& e) {
+        EXPECT_EQ(e.code(), errc::mismatch);
+        EXPECT_NE(std::string(e.what()).find("owner 0 lost the frozen change set of v2"), std::string::npos) << e.what();
+      }
+      EXPECT_EQ(durability::read_log(c.log).snapshot.record.version, 1u);
+      const bits_t moved = c.truth.bits;
+      // Every member was fenced by the abort: it restores K = v1 densely (its `at` still says v1
+      // meanwhile, so wait for the restore itself) and rejoins as a new incarnation.
+      const auto restored_by = std::chrono::steady_clock::now() + 60s;
+      auto all_restored = [&] {
+        for (std::size_t r = 0; r < c.rx.size(); ++r)
+          if (c.rx[r]->restores.load() <= restores_before[r] || c.rx[r]->at.load() != 1) return false;
+        return true;
+      };
+      while (!all_restored() && std::chrono::steady_clock::now() < restored_by) c.tx->pump(5ms);
+      ASSERT_TRUE(all_restored()) << "aborted members did not restore K = v1";
+      c.truth.bits = v1;
+      c.expect_all_bit_exact(1);  // aborted members restored K = v1
+      c.truth.bits = moved;
+      EXPECT_TRUE(c.tx->refit(c.truth.source()).committed);
+      c.expect_all_bit_exact(2);
+    }
 }

@@ -31,8 +31,10 @@
 #include <chrono>
 #include <thread>
 #include <deque>
+#include <exception>
 #include <filesystem>
 #include <functional>
+#include <utility>
 #include <map>
 #include <memory>
 #include <set>
@@ -56,6 +58,7 @@
 #include "bitrefit/refit/restore_server.hpp"
 #include "bitrefit/refit/sender_effects.hpp"
 #include "bitrefit/refit/stats.hpp"
+#include "bitrefit/refit/takeover.hpp"
 #include "bitrefit/transport/concepts.hpp"
 #include "bitrefit/wire/control.hpp"
 #include "bitrefit/wire/engine.hpp"
@@ -152,7 +155,7 @@ class sender {
     committed_ = r.snapshot.record;
     const std::uint64_t epoch = r.snapshot.epoch + 1;
     if (const auto dir = wire::trace_dir_from(opt_.trace_dir); !dir.empty()) trace_ = std::make_unique<sender_trace>(dir, epoch, opt_.owners);
-    for (std::uint32_t i = 0; i < owners_.size(); ++i) recover_owner(i, committed_bits, epoch);
+    for (std::uint32_t i = 0; i < owners_.size(); ++i) recover_owner(i, committed_bits, r.snapshot, epoch);
     const protocol::protocol_config cfg{opt_.gate, opt_.owners, opt_.receivers, opt_.attest, opt_.max_attempts};
     coord_ = protocol::coordinator(cfg, epoch, {}, committed_);
     if (trace_)
@@ -199,7 +202,9 @@ class sender {
     stats_.phases.compare_s = seconds(clock::now() - tc);
     check_placements();
     const bool any_xor = opt_.xor_deltas && overwrite_only_.size() < manifest_.size();
-    step_coordinator(protocol::begin_transition_event{stats_.version, any_xor, expected_attestations()});
+    std::vector<digest128> frozen;  // persisted in every prepare: a successor retries exactly these bits
+    for (const auto& o : owners_) frozen.push_back(frozen_identity(o->shard));
+    step_coordinator(protocol::begin_transition_event{stats_.version, any_xor, expected_attestations(), std::move(frozen)});
     const version_t target = stats_.version;
     run_until([&] { return committed_.version >= target && !coord_.busy() && local_.empty(); });
     // receivers report apply/sync/gate times when their gate reopens (after the commit)
@@ -326,7 +331,10 @@ class sender {
     }
   }
 
-  void recover_owner(std::uint32_t i, const tensor_source& committed_bits, std::uint64_t epoch) {
+  /// A (re)started sender rebuilds owner i from its baseline store (refit/takeover.hpp): B^{K.v},
+  /// and the frozen target of a transition its predecessor admitted but did not commit — kept on
+  /// disk (not retain_only'd away) so that the coordinator's takeover retries exactly those bits.
+  void recover_owner(std::uint32_t i, const tensor_source& committed_bits, const protocol::log_snapshot& snap, std::uint64_t epoch) {
     auto& o = *owners_[i];
     quiesce(o);
     o.persisted = 0;
@@ -342,9 +350,10 @@ class sender {
                                       std::to_string(committed_.version) + " and no trainer copy",
                   {.file = {}, .tensor = {}, .field = "baseline"});
     }
-    o.store.retain_only(committed_.version);
-    o.frozen_version = 0;
-    o.sm = protocol::owner(i, committed_);
+    const auto frozen = recover_frozen(o.store, o.shard, snap);
+    if (!frozen) o.store.retain_only(committed_.version);
+    o.frozen_version = o.persisted = frozen ? frozen->target : 0;
+    o.sm = protocol::owner::restarted(i, committed_, frozen, snap.prepared ? snap.prepared->attempt : attempt_id{});
     if (trace_)
       trace_->owners.at(i)->line({{"init", {{"role", "owner"}, {"id", i}, {"epoch", epoch}, {"baseline", wire::value_to_json(committed_)}}}});
   }
@@ -476,6 +485,7 @@ class sender {
         protocol::drive(owners_.at(i)->sm, ev, fx);
       }
     }
+    if (abort_error_) std::rethrow_exception(std::exchange(abort_error_, nullptr));
   }
 
   /// Owners and the coordinator share this process: their messages go through a local queue.
@@ -514,6 +524,8 @@ class sender {
                            [](const auto& b) { return wire::decode(b); },
                            [&](const protocol::envelope& env) {
                              any = true;
+                             if (std::holds_alternative<protocol::ack_msg>(env.msg))
+                               crash_.pass("coordinator_before_ack", "coordinator");  // receivers applied, no compare-and-set yet
                              step_coordinator(protocol::message_event{env});
                            });
     wire::for_each_decoded(transport_.receive(wire::placement_mailbox, std::chrono::milliseconds(0)), wire::placement_mailbox,
@@ -598,6 +610,7 @@ class sender {
   protocol::completion_queue<protocol::coordinator_event> coord_later_;
   protocol::completion_queue<std::pair<std::uint32_t, protocol::owner_event>> owner_later_;
   bool settling_ = false;
+  std::exception_ptr abort_error_;  // an abort, reported once its step's actions are all performed
   std::optional<clock::time_point> deadline_;
   restore_server<T> restores_;
   std::unique_ptr<sender_trace> trace_;

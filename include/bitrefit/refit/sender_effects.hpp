@@ -17,6 +17,7 @@
 //   on_step         the trace line (wire/trace.hpp), written before any effect
 #pragma once
 
+#include <exception>
 #include <string>
 #include <variant>
 
@@ -38,11 +39,13 @@ struct sender_effects {
 
   // ---- every role
   void send(const protocol::endpoint& self, const protocol::envelope& env) {
-    if (self.role == protocol::role::coordinator)
+    if (self.role == protocol::role::coordinator) {
       if (const auto* p = std::get_if<protocol::prepare_msg>(&env.msg)) {
         s.last_members_ = p->record.members.size();
         s.transition_attempts_.insert(p->record.attempt);
       }
+      if (std::holds_alternative<protocol::obsolete_msg>(env.msg)) s.crash_.pass("coordinator_stopping", "coordinator");  // mid stop_and_wait
+    }
     s.route(env);
   }
   void arm_deadline(const protocol::endpoint&) { s.deadline_ = Sender::clock::now() + s.opt_.deadline; }
@@ -69,8 +72,17 @@ struct sender_effects {
   void deposed(const protocol::endpoint&) {
     throw error(errc::fenced, "this coordinator was fenced by a newer epoch", {.file = {}, .tensor = {}, .field = "epoch"});
   }
-  void aborted(const protocol::endpoint&, const attempt_id&) {
-    throw error(errc::protocol, "transition aborted by the operator", {.file = {}, .tensor = {}, .field = {}});
+  void aborted(const protocol::endpoint&, const attempt_id& a) {
+    // Reported once the step performed all of its actions (settle): the coordinator still re-arms
+    // its idle timer so that the fenced members' restores and rejoins converge.
+    if (const auto& lost = s.coord_.lost_owner)  // the takeover found an owner's frozen image lost or replaced
+      s.abort_error_ = std::make_exception_ptr(error(
+          errc::mismatch,
+          "owner " + std::to_string(*lost) + " lost the frozen change set of v" + std::to_string(s.committed_.version + 1) + " (attempt " +
+              a.to_string() + "; its baseline store no longer holds the bits the prepare record names): the transition ended by abort, nothing committed; refit again",
+          {.file = {}, .tensor = {}, .field = "frozen"}));
+    else
+      s.abort_error_ = std::make_exception_ptr(error(errc::protocol, "transition aborted by the operator", {.file = {}, .tensor = {}, .field = {}}));
   }
   void needs_operator(const protocol::endpoint&, const std::string& why) {
     throw error(errc::protocol, "the coordinator needs an operator: " + why, {.file = {}, .tensor = {}, .field = {}});

@@ -33,6 +33,7 @@ struct cluster_bounds {
   std::uint32_t max_attempts = 2;  // per transition
   std::uint32_t crashes = 0;
   std::uint32_t owner_crashes = 0;
+  std::uint32_t sender_restarts = 0;  // coordinator + owners restart from log and stores (frozen images kept/lost/replaced)
   std::uint32_t failovers = 0;
   std::uint32_t drops = 0;
   std::uint32_t duplicates = 0;
@@ -40,6 +41,8 @@ struct cluster_bounds {
   std::uint32_t conflicts = 0;
   std::uint32_t log_faults = 0;
   std::uint32_t early_deadlines = 0;
+  std::uint32_t aborts = 0;        // operator aborts (the transition ends; the trainer begins it again)
+  bool attest = true;              // receivers' attestations checked before commit (off: wrong bits commit)
   bool ordered_device = false;     // device writes land in issue order (default: any order)
   /// Prepare first: a payload, open or flush of attempt τ is not delivered to receiver r while τ's
   /// prepare to r is still in flight (causal order). OFF by default: the network may reorder them,
@@ -55,7 +58,7 @@ struct cluster_bounds {
     c.protocol.gate = gate;
     c.protocol.owners = owners;
     c.protocol.receivers = receivers;
-    c.protocol.attest = true;
+    c.protocol.attest = attest;
     c.protocol.max_attempts = max_attempts;
     c.mutation = mutation;
     c.chunks_per_owner = chunks;
@@ -68,10 +71,11 @@ struct cluster_bounds {
     c.conflicts = conflicts;
     c.crashes = crashes;
     c.owner_crashes = owner_crashes;
+    c.sender_restarts = sender_restarts;
     c.failovers = failovers;
     c.log_faults = log_faults;
     c.early_deadlines = early_deadlines;
-    c.aborts = 0;
+    c.aborts = aborts;
     return c;
   }
 };
@@ -114,6 +118,7 @@ class basic_cluster_world {
         case move_kind::conflict:
         case move_kind::crash:
         case move_kind::owner_crash:
+        case move_kind::sender_restart:
         case move_kind::failover:
         case move_kind::log_failed:
         case move_kind::log_unknown_applied:
@@ -147,7 +152,12 @@ class basic_cluster_world {
     return false;
   }
   std::optional<std::string> check_invariants() const { return w_.check_invariants(); }
-  bool transition_done() const { return w_.transition_done(); }
+  /// The checker's goal: not only "K reached the last version" but the world settled — every live
+  /// receiver serves exactly K's bits with its gate open, the coordinator's roster holds every live
+  /// incarnation at K and every owner reported K (model::cluster::settled). Liveness then says
+  /// that from every reachable state this stays reachable: no stale roster (finding B2), no
+  /// receiver left behind.
+  bool transition_done() const { return w_.settled(); }
 
   friend bool operator==(const basic_cluster_world& a, const basic_cluster_world& b) { return a.w_ == b.w_; }
 
