@@ -25,6 +25,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <new>
 #include <optional>
 #include <string>
 
@@ -33,6 +34,7 @@
 #include "bitrefit/durability/concepts.hpp"
 #include "bitrefit/layout/concepts.hpp"
 #include "bitrefit/protocol/driver.hpp"
+#include "bitrefit/protocol/format.hpp"
 #include "bitrefit/protocol/receiver.hpp"
 #include "bitrefit/refit/faults.hpp"
 #include "bitrefit/refit/placement.hpp"
@@ -56,11 +58,20 @@ struct receiver_options {
   std::function<void()> drain;                              // async: in-flight requests of v finish
   /// Called when the gate reopens: the parameters are exactly K (after a commit or a restore).
   std::function<void(const protocol::commit_record&)> on_commit;
+  /// Called for every input this receiver drops, with the error that names why: a control
+  /// message that does not decode (refit/wire.hpp: errc::format naming the field), one its state
+  /// machine ignores (errc::protocol, the message spelled out: a stale attempt or epoch, another
+  /// incarnation, a repeat), a payload copy that does not verify (the frame's error, file = its
+  /// key: forged, truncated, oversized, replayed from another attempt, for tensors not served), a
+  /// restore reply or frame that does not verify. The receiver drops the input and keeps running;
+  /// a payload copy is fetched again later. For logs and metrics; must not throw.
+  std::function<void(const error&)> on_refused;
 };
 
 /// Counters a receiver keeps (tests and the demo read them).
 struct receiver_counters {
   std::uint64_t delivered = 0, undelivered = 0, applied = 0, duplicates_seen = 0, restores = 0;
+  std::uint64_t refused_control = 0;  // control messages that did not decode or that the protocol ignored
 };
 
 template <layout::Loader Ld, transport::Transport T, durability::CommitLog L>
@@ -88,11 +99,19 @@ class receiver {
       protocol::envelope env;
       try {
         env = wire::decode(bytes);
-      } catch (const error&) {
+      } catch (const error& e) {
+        ++counters_.refused_control;
+        refuse(e);
         continue;
       }
       any = true;
+      const protocol::receiver before = sm_;
       step_sm(protocol::message_event{env});
+      if (first_step_actions_ == 0 && sm_ == before) {  // the machine ignored it
+        ++counters_.refused_control;
+        refuse(error(errc::protocol, "ignored by the protocol (stale attempt or epoch, another incarnation, or a repeat): " + protocol::fmt::str(env),
+                     {.file = wire::mailbox(self_endpoint()), .tensor = {}, .field = "message"}));
+      }
     }
     any |= poll_payloads();
     if (restoring_) progress_restore();
@@ -134,7 +153,12 @@ class receiver {
 
   void step_sm(const protocol::receiver_event& ev) {
     effects fx{*this};
+    first_step_ = true;
     protocol::drive_until_quiet(sm_, ev, fx, later_);
+  }
+
+  void refuse(const error& e) {
+    if (opt_.on_refused) opt_.on_refused(e);
   }
 
   // ---- the receiver's Effects (protocol/driver.hpp): what its actions do in this engine.
@@ -142,6 +166,15 @@ class receiver {
   // that issued them performed all of its actions).
   struct effects {
     receiver& s;
+
+    /// Observation before the actions run (protocol/driver.hpp, 1): how many the event's own step
+    /// produced (step() reports a control message that changed nothing as ignored).
+    template <class Event, class Actions>
+    void on_step(const protocol::endpoint&, const Event&, const Actions& actions) {
+      if (!s.first_step_) return;
+      s.first_step_ = false;
+      s.first_step_actions_ = actions.size();
+    }
 
     void send(const protocol::endpoint&, const protocol::envelope& env) {
       s.transport_.post(wire::mailbox(env.to), wire::encode(env));
@@ -229,9 +262,16 @@ class receiver {
         v = store_.verify(*bytes, key.stream.name + "/" + transport::frame_object_name(key.owner, key.seq));
         if (v.header.kind != codec::frame_kind::delta || v.header.id.attempt != a || v.header.id.owner != key.owner ||
             v.header.id.seq != key.seq)
-          throw error(errc::mismatch, "frame id differs from its key");
-      } catch (const error&) {
+          throw error(errc::mismatch, "frame id " + v.header.id.to_string() + (v.header.kind != codec::frame_kind::delta ? " (dense)" : "") +
+                                          " differs from its key (a replayed or misplaced copy)",
+                      {.file = key.stream.name + "/" + transport::frame_object_name(key.owner, key.seq), .tensor = {}, .field = "id"});
+      } catch (const error& e) {
         ++counters_.undelivered;  // corrupt or foreign copy: fetched again on a later poll
+        refuse(e);
+        continue;
+      } catch (const std::bad_alloc&) {  // (the decoder names its own; this is the fetch's)
+        ++counters_.undelivered;
+        refuse(error(errc::integrity, "out of memory reading this copy", {.file = key.stream.name + "/" + transport::frame_object_name(key.owner, key.seq), .tensor = {}, .field = "size"}));
         continue;
       }
       if (repeat) ++counters_.duplicates_seen;
@@ -275,16 +315,22 @@ class receiver {
   void progress_restore() {
     for (auto& bytes : transport_.receive(restore_reply_mailbox(opt_.index), std::chrono::milliseconds(0))) {
       try {
-        const auto x = nlohmann::json::parse(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-        const protocol::commit_record k{x.at("version").get<std::uint64_t>(), baseline_id{x.at("baseline").get<std::uint64_t>()}};
-        const auto chunks = x.at("chunks").get<std::vector<std::uint32_t>>();
+        const error_context where{.file = restore_reply_mailbox(opt_.index), .tensor = {}, .field = {}};
+        const auto x = io::parse_json(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
+                                      durability::json_io::control_json_limits, where);
+        const protocol::commit_record k{io::json_integer_at<std::uint64_t>(x, "version", where), baseline_id{io::json_integer_at<std::uint64_t>(x, "baseline", where)}};
+        std::vector<std::uint32_t> chunks;
+        for (const auto& c : x.at("chunks")) chunks.push_back(io::json_integer<std::uint32_t>(c, {.file = where.file, .tensor = {}, .field = "chunks"}));
         if (restore_from(k, chunks)) {
           restoring_ = false;
           ++counters_.restores;
           step_sm(protocol::restored_event{k});
           return;
         }
-      } catch (const std::exception&) {
+      } catch (const error& e) {
+        refuse(e);
+      } catch (const std::exception& e) {
+        refuse(error(errc::format, std::string("restore reply does not parse: ") + e.what(), {.file = restore_reply_mailbox(opt_.index), .tensor = {}, .field = "restore"}));
       }
     }
     if (restoring_ && restore_asked_ && clock::now() - *restore_asked_ > opt_.deadline) ask_restore();
@@ -303,8 +349,9 @@ class receiver {
             if (!bytes) return false;
             const verified_frame v = pass == 0 ? store_.verify(*bytes, src) : store_.apply(*bytes, src);
             if (v.header.kind != codec::frame_kind::dense || v.header.target_version != k.version) return false;
-          } catch (const error&) {
+          } catch (const error& e) {
             ++counters_.undelivered;
+            refuse(e);
             return false;  // a pass-1 failure means a copy changed between passes: ask again
           }
         }
@@ -341,6 +388,8 @@ class receiver {
   std::optional<attempt_id> report_attempt_;
   double apply_s_ = 0, sync_s_ = 0, gate_closed_s_ = 0;
   receiver_counters counters_;
+  bool first_step_ = false;             // the next on_step is the event's own step (not a completion)
+  std::size_t first_step_actions_ = 0;  // actions of that step
 };
 
 }  // namespace bitrefit::refit

@@ -52,8 +52,10 @@
 #include "bitrefit/core/error.hpp"
 #include "bitrefit/core/manifest.hpp"
 #include "bitrefit/durability/concepts.hpp"
+#include "bitrefit/io/json.hpp"
 #include "bitrefit/protocol/coordinator.hpp"
 #include "bitrefit/protocol/driver.hpp"
+#include "bitrefit/protocol/format.hpp"
 #include "bitrefit/protocol/owner.hpp"
 #include "bitrefit/refit/faults.hpp"
 #include "bitrefit/refit/concepts.hpp"
@@ -91,6 +93,12 @@ struct sender_options {
   std::uint32_t max_attempts = 0;  // 0: retry until commit (DESIGN); else needs_operator after that many
   fault_injector* faults = nullptr;
   std::function<void()> idle;  // called once per loop iteration (the demo reaps and restarts processes)
+  /// Called for every control input the trainer side drops, with the error that names why: a
+  /// message that does not decode (refit/wire.hpp: errc::format naming the field), one the
+  /// coordinator ignores (errc::protocol, the message spelled out: a stale attempt or epoch, an
+  /// unknown member, a fenced or old incarnation, a repeat), a placement, stats or restore request
+  /// that does not parse. The input is dropped; the engine keeps running. Must not throw.
+  std::function<void(const error&)> on_refused;
 };
 
 template <transport::Transport T, durability::CommitLog L, durability::BaselineStore B,
@@ -611,43 +619,64 @@ class sender {
       protocol::envelope env;
       try {
         env = wire::decode(bytes);
-      } catch (const error&) {
-        continue;  // not a protocol message: lost, as far as the protocol is concerned
+      } catch (const error& e) {
+        refuse(e);  // not a protocol message: lost, as far as the protocol is concerned
+        continue;
       }
+      const protocol::coordinator before = coord_;
       step_coordinator(protocol::message_event{env});
+      if (coord_ == before)  // the machine ignored it
+        refuse(error(errc::protocol, "ignored by the protocol (stale attempt or epoch, unknown member, old incarnation, or a repeat): " + protocol::fmt::str(env),
+                     {.file = "coordinator", .tensor = {}, .field = "message"}));
     }
-    for (auto& bytes : transport_.receive(placement_mailbox, std::chrono::milliseconds(0))) {
-      try {
-        const auto x = nlohmann::json::parse(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-        announced_placements_[x.at("receiver").get<std::uint32_t>()] = {x.at("low").get<std::uint64_t>(), x.at("high").get<std::uint64_t>()};
-      } catch (const std::exception&) {
-      }
-    }
-    for (auto& bytes : transport_.receive(stats_mailbox, std::chrono::milliseconds(0))) {
-      try {
-        const auto x = nlohmann::json::parse(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+    for (auto& bytes : transport_.receive(placement_mailbox, std::chrono::milliseconds(0)))
+      side_message(bytes, placement_mailbox, [&](const nlohmann::json& x) {
+        announced_placements_[io::json_integer_at<std::uint32_t>(x, "receiver", {})] = {io::json_integer_at<std::uint64_t>(x, "low", {}),
+                                                                                      io::json_integer_at<std::uint64_t>(x, "high", {})};
+      });
+    for (auto& bytes : transport_.receive(stats_mailbox, std::chrono::milliseconds(0)))
+      side_message(bytes, stats_mailbox, [&](const nlohmann::json& x) {
         const attempt_id a = durability::json_io::attempt_from(x.at("attempt"));
-        if (!transition_attempts_.count(a)) continue;
-        auto& rep = receiver_reports_[x.at("receiver").get<std::uint32_t>()];
-        rep.apply_s = x.at("apply_s").get<double>();
-        rep.sync_s = x.at("sync_s").get<double>();
-        rep.gate_closed_s = x.at("gate_closed_s").get<double>();
-      } catch (const std::exception&) {
-      }
-    }
+        if (!transition_attempts_.count(a)) return;
+        const auto r = io::json_integer_at<std::uint32_t>(x, "receiver", {});
+        receiver_report rep;
+        for (auto [key, field] : {std::pair{"apply_s", &rep.apply_s}, {"sync_s", &rep.sync_s}, {"gate_closed_s", &rep.gate_closed_s}}) {
+          const nlohmann::json& v = x.at(key);
+          if (!v.is_number()) throw error(errc::format, "not a number", {.file = stats_mailbox, .tensor = {}, .field = key});
+          *field = v.get<double>();
+        }
+        receiver_reports_[r] = rep;
+      });
     return any;
+  }
+
+  void refuse(const error& e) {
+    if (opt_.on_refused) opt_.on_refused(e);
+  }
+
+  /// A placement, stats or restore request (JSON, bounded like every control message): `use` reads
+  /// it; anything that does not parse or fit is refused by name and dropped.
+  template <class Use>
+  void side_message(const transport::bytes& bytes, const std::string& mailbox, Use&& use) {
+    try {
+      use(io::parse_json(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), durability::json_io::control_json_limits,
+                         {.file = mailbox, .tensor = {}, .field = {}}));
+    } catch (const error& e) {
+      refuse(error(e.code(), e.message(), {.file = mailbox, .tensor = e.where().tensor, .field = e.where().field}));
+    } catch (const nlohmann::json::exception& e) {  // a field of the wrong JSON type (x.at on a non-object, ...)
+      refuse(error(errc::format, std::string("does not fit: ") + e.what(), {.file = mailbox, .tensor = {}, .field = "message"}));
+    }
   }
 
   // ---- dense restore ----------------------------------------------------------------------------
 
   void serve_restores() {
-    for (auto& bytes : transport_.receive(restore_mailbox, std::chrono::milliseconds(0))) {
-      try {
-        const auto x = nlohmann::json::parse(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-        restore_waiting_.insert(x.at("receiver").get<std::uint32_t>());
-      } catch (const std::exception&) {
-      }
-    }
+    for (auto& bytes : transport_.receive(restore_mailbox, std::chrono::milliseconds(0)))
+      side_message(bytes, restore_mailbox, [&](const nlohmann::json& x) {
+        const auto r = io::json_integer_at<std::uint32_t>(x, "receiver", {});
+        if (r >= opt_.receivers) throw error(errc::format, "no such receiver", {.file = {}, .tensor = {}, .field = "receiver"});
+        restore_waiting_.insert(r);
+      });
     if (restore_waiting_.empty()) return;
     std::vector<protocol::commit_record> baselines;
     for (auto& o : owners_) baselines.push_back(o->sm.baseline);
