@@ -37,7 +37,8 @@ run_tree() {
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1" -DBITREFIT_CUDA=OFF -DBITREFIT_BUILD_PROOFS=OFF \
     -DBITREFIT_SANITIZE="$sanitizers" -DBITREFIT_LABELS_TARGET="$(echo "$labels" | tr ' ' ';')" "$@" >"$dir/configure.log" 2>&1 ||
     { cat "$dir/configure.log"; return 1; }
-  cmake --build "$dir" --target labelled_tests --parallel "$jobs"
+  # (set -e does not apply inside a function called from `||`: every failure returns explicitly)
+  cmake --build "$dir" --target labelled_tests --parallel "$jobs" || { echo "== $name: build FAILED"; return 1; }
   local built=$SECONDS
   # ThreadSanitizer of clang 14 cannot map its shadow under high-entropy ASLR (vm.mmap_rnd_bits=32,
   # "unexpected memory mapping"): run its tests with ASLR off where the kernel lets us.

@@ -31,6 +31,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <new>
 #include <optional>
 #include <string>
 
@@ -41,6 +42,7 @@
 #include "bitrefit/durability/concepts.hpp"
 #include "bitrefit/layout/concepts.hpp"
 #include "bitrefit/protocol/driver.hpp"
+#include "bitrefit/protocol/format.hpp"
 #include "bitrefit/protocol/receiver.hpp"
 #include "bitrefit/refit/placement.hpp"
 #include "bitrefit/refit/receiver_store.hpp"
@@ -66,6 +68,14 @@ struct receiver_options {
   /// Record every step of this receiver (wire/trace.hpp) in this directory; empty:
   /// $BITREFIT_TRACE_DIR if set, else off.
   std::string trace_dir;
+  /// Called for every input this receiver drops, with the error that names why: a control
+  /// message that does not decode (refit/wire.hpp: errc::format naming the field), one its state
+  /// machine ignores (errc::protocol, the message spelled out: a stale attempt or epoch, another
+  /// incarnation, a repeat), a payload copy that does not verify (the frame's error, file = its
+  /// key: forged, truncated, oversized, replayed from another attempt, for tensors not served), a
+  /// restore reply or frame that does not verify. The receiver drops the input and keeps running;
+  /// a payload copy is fetched again later. For logs and metrics; must not throw.
+  std::function<void(const error&)> on_refused;
 };
 
 /// Counters a receiver keeps (tests and the demo read them).
@@ -73,6 +83,7 @@ struct receiver_counters {
   std::uint64_t delivered = 0, undelivered = 0, applied = 0, duplicates_seen = 0, restores = 0;
   std::uint64_t undecodable = 0;  // control / engine messages that did not decode (logged, dropped)
   std::uint64_t decodes = 0;      // payload frames parsed and decoded (once each when applied on arrival)
+  std::uint64_t refused_control = 0;  // control messages that did not decode or that the protocol ignored
 };
 
 template <layout::Loader Ld, transport::Transport T, durability::CommitLog L, CrashPoints Crash = no_crash_points>
@@ -99,11 +110,22 @@ class receiver {
   void step(std::chrono::milliseconds wait) {
     bool any = false;
     const std::string inbox = wire::mailbox(self_endpoint());
-    wire::for_each_decoded(transport_.receive(inbox, wait), inbox, counters_.undecodable, [](const auto& b) { return wire::decode(b); },
-                           [&](const protocol::envelope& env) {
-                             any = true;
-                             step_sm(protocol::message_event{env});
-                           });
+    wire::for_each_decoded(
+        transport_.receive(inbox, wait), inbox, counters_.undecodable, [](const auto& b) { return wire::decode(b); },
+        [&](const protocol::envelope& env) {
+          any = true;
+          const protocol::receiver before = sm_;
+          step_sm(protocol::message_event{env});
+          if (first_step_actions_ == 0 && sm_ == before) {  // the machine ignored it
+            ++counters_.refused_control;
+            refuse(error(errc::protocol, "ignored by the protocol (stale attempt or epoch, another incarnation, or a repeat): " + protocol::fmt::str(env),
+                         {.file = inbox, .tensor = {}, .field = "message"}));
+          }
+        },
+        [this](const error& e) {
+          ++counters_.refused_control;
+          refuse(e);
+        });
     any |= poll_payloads();
     if (restoring_) progress_restore();
     if (deadline_ && clock::now() >= *deadline_) {
@@ -147,7 +169,12 @@ class receiver {
 
   void step_sm(const protocol::receiver_event& ev) {
     effects fx{*this};
+    first_step_ = true;
     protocol::drive_until_quiet(sm_, ev, fx, later_);
+  }
+
+  void refuse(const error& e) {
+    if (opt_.on_refused) opt_.on_refused(e);
   }
 
   // ---- the receiver's Effects (protocol/driver.hpp): what its actions do in this engine.
@@ -156,9 +183,15 @@ class receiver {
   struct effects {
     receiver& s;
 
+    /// Observation before the actions run (protocol/driver.hpp, 1): the trace line, and how many
+    /// actions the event's own step produced (step() reports a control message that changed
+    /// nothing as ignored).
     template <class Event, class Actions>
     void on_step(const protocol::endpoint&, const Event& ev, const Actions& actions) {
       if (s.trace_) s.trace_->step(ev, actions);  // off: one null check
+      if (!s.first_step_) return;
+      s.first_step_ = false;
+      s.first_step_actions_ = actions.size();
     }
 
     void send(const protocol::endpoint&, const protocol::envelope& env) {
@@ -249,9 +282,16 @@ class receiver {
         const verified_frame& v = inspected->second;
         if (v.header.kind != codec::frame_kind::delta || v.header.id.attempt != a || v.header.id.owner != key.owner ||
             v.header.id.seq != key.seq)
-          throw error(errc::mismatch, "frame id differs from its key");
-      } catch (const error&) {
+          throw error(errc::mismatch, "frame id " + v.header.id.to_string() + (v.header.kind != codec::frame_kind::delta ? " (dense)" : "") +
+                                          " differs from its key (a replayed or misplaced copy)",
+                      {.file = key.stream.name + "/" + transport::frame_object_name(key.owner, key.seq), .tensor = {}, .field = "id"});
+      } catch (const error& e) {
         ++counters_.undelivered;  // corrupt or foreign copy: fetched again on a later poll
+        refuse(e);
+        continue;
+      } catch (const std::bad_alloc&) {  // (the decoder names its own; this is the fetch's)
+        ++counters_.undelivered;
+        refuse(error(errc::integrity, "out of memory reading this copy", {.file = key.stream.name + "/" + transport::frame_object_name(key.owner, key.seq), .tensor = {}, .field = "size"}));
         continue;
       }
       if (repeat) ++counters_.duplicates_seen;
@@ -302,7 +342,8 @@ class receiver {
                              restoring_ = false;
                              ++counters_.restores;
                              step_sm(protocol::restored_event{offer.record});
-                           });
+                           },
+                           [this](const error& e) { refuse(e); });
     if (restoring_ && restore_asked_ && clock::now() - *restore_asked_ > opt_.deadline) ask_restore();
   }
   /// Verifies every dense frame of K first (nothing written if one is missing or corrupt), then
@@ -321,8 +362,9 @@ class receiver {
             // each decoded once and written
             const verified_frame v = pass == 0 ? store_.inspect(*bytes, src).second : store_.apply(*bytes, src);
             if (v.header.kind != codec::frame_kind::dense || v.header.target_version != k.version) return false;
-          } catch (const error&) {
+          } catch (const error& e) {
             ++counters_.undelivered;
+            refuse(e);
             return false;  // a pass-1 failure means a copy changed between passes: ask again
           }
         }
@@ -360,6 +402,8 @@ class receiver {
   double apply_s_ = 0, sync_s_ = 0, gate_closed_s_ = 0;
   mutable receiver_counters counters_;
   std::unique_ptr<wire::trace_file_writer> trace_;
+  bool first_step_ = false;             // the next on_step is the event's own step (not a completion)
+  std::size_t first_step_actions_ = 0;  // actions of that step
 };
 
 }  // namespace bitrefit::refit

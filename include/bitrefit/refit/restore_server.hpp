@@ -8,6 +8,8 @@
 // which K's frames are published (once per K; the previous K's are discarded).
 #pragma once
 
+#include <functional>
+
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -23,10 +25,18 @@ template <transport::Transport T>
 class restore_server {
  public:
   /// Takes the requests that arrived; an undecodable one is counted, logged and dropped.
-  void take_requests(T& transport, std::uint64_t& undecodable) {
+  /// Takes the waiting restore requests; one that does not decode, or names no receiver of this
+  /// configuration (receiver >= receivers), is counted in `undecodable` and refused by name.
+  void take_requests(T& transport, std::uint64_t& undecodable, std::uint32_t receivers,
+                     const std::function<void(const error&)>& refused = {}) {
     wire::for_each_decoded(transport.receive(wire::restore_mailbox, std::chrono::milliseconds(0)), wire::restore_mailbox,
-                           undecodable, [](const auto& b) { return wire::decode<wire::restore_request>(b); },
-                           [&](const wire::restore_request& q) { waiting_.insert(q.receiver); });
+                           undecodable, [receivers](const auto& b) {
+                             auto q = wire::decode<wire::restore_request>(b);
+                             if (q.receiver >= receivers)
+                               throw error(errc::format, "no such receiver", {.file = {}, .tensor = {}, .field = "receiver"});
+                             return q;
+                           },
+                           [&](const wire::restore_request& q) { waiting_.insert(q.receiver); }, refused);
   }
 
   bool pending() const noexcept { return !waiting_.empty(); }

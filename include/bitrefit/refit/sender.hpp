@@ -47,8 +47,10 @@
 #include "bitrefit/core/error.hpp"
 #include "bitrefit/core/manifest.hpp"
 #include "bitrefit/durability/concepts.hpp"
+#include "bitrefit/io/json.hpp"
 #include "bitrefit/protocol/coordinator.hpp"
 #include "bitrefit/protocol/driver.hpp"
+#include "bitrefit/protocol/format.hpp"
 #include "bitrefit/protocol/owner.hpp"
 #include "bitrefit/refit/concepts.hpp"
 #include "bitrefit/refit/encode_pipeline.hpp"
@@ -91,6 +93,13 @@ struct sender_options {
   /// Record every step of the coordinator and the owners (wire/trace.hpp) in this directory;
   /// empty: $BITREFIT_TRACE_DIR if set, else off.
   std::string trace_dir;
+  /// Called for every control input the trainer side drops, with the error that names why: a
+  /// message that does not decode (wire/: errc::format naming the field), one the coordinator
+  /// ignores (errc::protocol, the message spelled out: a stale attempt or epoch, an unknown
+  /// member, a fenced or old incarnation, a repeat), a placement, stats or restore request that
+  /// does not decode or names no receiver of this configuration. The input is dropped; the engine
+  /// keeps running. Must not throw.
+  std::function<void(const error&)> on_refused;
 };
 
 /// Counters the sender keeps (tests and the demo read them).
@@ -520,29 +529,39 @@ class sender {
   bool receive_control(std::chrono::milliseconds wait) {
     bool any = false;
     const std::string inbox = wire::mailbox(protocol::endpoint::coord());
-    wire::for_each_decoded(transport_.receive(inbox, wait), inbox, counters_.undecodable,
-                           [](const auto& b) { return wire::decode(b); },
-                           [&](const protocol::envelope& env) {
-                             any = true;
-                             if (std::holds_alternative<protocol::ack_msg>(env.msg))
-                               crash_.pass("coordinator_before_ack", "coordinator");  // receivers applied, no compare-and-set yet
-                             step_coordinator(protocol::message_event{env});
-                           });
+    const auto refused = [this](const error& e) { refuse(e); };
+    wire::for_each_decoded(
+        transport_.receive(inbox, wait), inbox, counters_.undecodable, [](const auto& b) { return wire::decode(b); },
+        [&](const protocol::envelope& env) {
+          any = true;
+          if (std::holds_alternative<protocol::ack_msg>(env.msg))
+            crash_.pass("coordinator_before_ack", "coordinator");  // receivers applied, no compare-and-set yet
+          const protocol::coordinator before = coord_;
+          step_coordinator(protocol::message_event{env});
+          if (coord_ == before)  // the machine ignored it
+            refuse(error(errc::protocol, "ignored by the protocol (stale attempt or epoch, unknown member, old incarnation, or a repeat): " + protocol::fmt::str(env),
+                         {.file = inbox, .tensor = {}, .field = "message"}));
+        },
+        refused);
     wire::for_each_decoded(transport_.receive(wire::placement_mailbox, std::chrono::milliseconds(0)), wire::placement_mailbox,
                            counters_.undecodable, [](const auto& b) { return wire::decode<wire::placement_announcement>(b); },
-                           [&](const wire::placement_announcement& p) { announced_placements_[p.receiver] = p.digest; });
+                           [&](const wire::placement_announcement& p) { announced_placements_[p.receiver] = p.digest; }, refused);
     wire::for_each_decoded(transport_.receive(wire::stats_mailbox, std::chrono::milliseconds(0)), wire::stats_mailbox,
                            counters_.undecodable, [](const auto& b) { return wire::decode<wire::stats_report>(b); },
                            [&](const wire::stats_report& x) {
                              if (!transition_attempts_.count(x.attempt)) return;
                              receiver_reports_[x.receiver] = {x.apply_s, x.sync_s, x.gate_closed_s};
-                           });
+                           }, refused);
     return any;
+  }
+
+  void refuse(const error& e) {
+    if (opt_.on_refused) opt_.on_refused(e);
   }
 
   /// Dense restores (restore_server.hpp): served only while every owner's baseline is K.
   void serve_restores() {
-    restores_.take_requests(transport_, counters_.undecodable);
+    restores_.take_requests(transport_, counters_.undecodable, opt_.receivers, [this](const error& e) { refuse(e); });
     if (!restores_.pending()) return;
     std::vector<protocol::commit_record> baselines;
     std::vector<std::uint32_t> chunks;

@@ -18,6 +18,7 @@
 #include <concepts>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -132,7 +133,8 @@ M decode(std::span<const std::byte> bytes) {
 /// bitrefit::error) is counted in `undecodable`, logged once with the mailbox's name and the
 /// error, and dropped: it counts as lost, which every exchange here tolerates.
 template <class Items, class Decode, class Use>
-void for_each_decoded(Items&& items, std::string_view mailbox, std::uint64_t& undecodable, Decode decode_one, Use use) {
+void for_each_decoded(Items&& items, std::string_view mailbox, std::uint64_t& undecodable, Decode decode_one, Use use,
+                      const std::function<void(const error&)>& refused = {}) {
   for (auto& bytes : items) {
     std::optional<decltype(decode_one(bytes))> m;
     try {
@@ -141,6 +143,7 @@ void for_each_decoded(Items&& items, std::string_view mailbox, std::uint64_t& un
       ++undecodable;
       std::fprintf(stderr, "bitrefit: dropped an undecodable message on mailbox '%.*s': %s\n", int(mailbox.size()),
                    mailbox.data(), e.what());
+      if (refused) refused(error(e.code(), e.message(), {.file = std::string(mailbox), .tensor = e.where().tensor, .field = e.where().field}));
       continue;
     }
     use(*m);
