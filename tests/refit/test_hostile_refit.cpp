@@ -28,6 +28,7 @@
 #include "bitrefit/refit/receiver.hpp"
 #include "bitrefit/refit/sender.hpp"
 #include "bitrefit/transport/inprocess.hpp"
+#include "bitrefit/wire/control.hpp"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define HOSTILE_UNDER_SANITIZER 1
@@ -169,12 +170,12 @@ class hostile_transport {
   static std::vector<transport::bytes> stale_twins(const transport::bytes& genuine) {
     protocol::envelope env;
     try {
-      env = refit::wire::decode(genuine);
+      env = wire::decode(genuine);
     } catch (const error&) {
       return {};
     }
     std::vector<transport::bytes> out;
-    auto emit = [&](protocol::envelope e) { out.push_back(refit::wire::encode(e)); };
+    auto emit = [&](protocol::envelope e) { out.push_back(wire::encode(e)); };
     std::visit(
         [&](const auto& m) {
           using M = std::decay_t<decltype(m)>;
@@ -385,7 +386,7 @@ TEST(HostileRefit, EveryHostileInputIsRefusedByNameAndEveryRefitCommitsBitExact)
 // name, never converted (nlohmann's get<> would wrap "-1" to 4294967295 or hit undefined behaviour
 // on 1e300); oversized and deeply nested messages are refused before a tree is built.
 TEST(HostileWire, IntegersAreCheckedAndSizeAndNestingBounded) {
-  auto decode = [](const std::string& text) { return refit::wire::decode(std::as_bytes(std::span(text.data(), text.size()))); };
+  auto decode = [](const std::string& text) { return wire::decode(std::as_bytes(std::span(text.data(), text.size()))); };
   auto field_of = [&](const std::string& text) -> std::string {
     try {
       decode(text);
@@ -402,7 +403,7 @@ TEST(HostileWire, IntegersAreCheckedAndSizeAndNestingBounded) {
   }
   const protocol::envelope ok{protocol::endpoint::coord(), protocol::endpoint::receiver_(2),
                               protocol::roll_call_msg{5}};
-  const auto good = refit::wire::encode(ok);
+  const auto good = wire::encode(ok);
   const std::string text(reinterpret_cast<const char*>(good.data()), good.size());
   EXPECT_EQ(decode(text), ok);
   auto with = [&](const std::string& from, const std::string& to) {
@@ -420,11 +421,11 @@ TEST(HostileWire, IntegersAreCheckedAndSizeAndNestingBounded) {
   EXPECT_EQ(field_of(with("\"epoch\":5", "\"epoch\":18446744073709551616")), "epoch");
   EXPECT_EQ(field_of(with("\"wire\":1", "\"wire\":1.0")), "wire");
   EXPECT_EQ(field_of(std::string(100, '[') + std::string(100, ']')), "json.depth");
-  EXPECT_EQ(field_of("{\"pad\":\"" + std::string(durability::json_io::control_json_limits.max_bytes, 'x') + "\"}"), "json.size");
+  EXPECT_EQ(field_of("{\"pad\":\"" + std::string(wire::control_json_limits.max_bytes, 'x') + "\"}"), "json.size");
   // every message type's numbers go through the same checks (a payload id with a negative seq)
   const protocol::envelope p{protocol::endpoint::owner_(1), protocol::endpoint::receiver_(0),
                              protocol::payload_msg{payload_id{{3, 4}, 1, 2}, 7, 8, protocol::mode::overwrite, digest128{7, 8}}};
-  const auto pb = refit::wire::encode(p);
+  const auto pb = wire::encode(p);
   std::string pt(reinterpret_cast<const char*>(pb.data()), pb.size());
   pt.replace(pt.find("[3,4,1,2]"), 9, "[3,4,1,-2]");
   EXPECT_EQ(field_of(pt), "id.seq");

@@ -160,9 +160,10 @@ class loader_frame_applier {
   static frame_check check_items(const L& l, const codec::frame_view& f, std::string_view source) {
     frame_check c{f.header(), f.digest(), false, 0};
     for (const codec::frame_item& it : f.items()) {
-      error_context where{.file = std::string(source), .tensor = it.tensor, .field = {}};
+      error_context where{.file = std::string(source), .tensor = it.tensor, .field = "tensor"};
       const tensor_info* t = l.canonical().find(it.tensor);
       if (!t) throw error(errc::mismatch, "frame names a tensor this engine does not serve", where);
+      where.field = {};
       if (t->type != it.type) {
         where.field = "dtype";
         throw error(errc::mismatch, "frame item is " + std::string(dtype_name(it.type)) + " but the engine's canonical tensor is " + std::string(dtype_name(t->type)), where);

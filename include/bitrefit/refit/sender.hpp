@@ -362,9 +362,16 @@ class sender {
     const auto frozen = recover_frozen(o.store, o.shard, snap);
     if (!frozen) o.store.retain_only(committed_.version);
     o.frozen_version = o.persisted = frozen ? frozen->target : 0;
-    o.sm = protocol::owner::restarted(i, committed_, frozen, snap.prepared ? snap.prepared->attempt : attempt_id{});
-    if (trace_)
-      trace_->owners.at(i)->line({{"init", {{"role", "owner"}, {"id", i}, {"epoch", epoch}, {"baseline", wire::value_to_json(committed_)}}}});
+    const attempt_id newest_prepared = snap.prepared ? snap.prepared->attempt : attempt_id{};
+    o.sm = protocol::owner::restarted(i, committed_, frozen, newest_prepared);
+    if (trace_) {  // what owner::restarted was given, so that the replay starts from the same owner
+      wire::json init{{"role", "owner"}, {"id", i}, {"epoch", epoch}, {"baseline", wire::value_to_json(committed_)},
+                      {"newest_prepared", wire::value_to_json(newest_prepared)}};
+      if (frozen)
+        init["frozen"] = {{"target", frozen->target}, {"identity", wire::value_to_json(frozen->identity)},
+                          {"frozen_at", wire::value_to_json(frozen->frozen_at)}};
+      trace_->owners.at(i)->line({{"init", init}});
+    }
   }
 
   void step_owner(std::uint32_t i, const protocol::owner_event& ev) {

@@ -233,7 +233,17 @@ class checker {
       if (b.contains("init")) {
         const json& i = b.at("init");
         epoch = i.at("epoch").get<std::uint64_t>();
-        o.emplace(i.at("id").get<std::uint32_t>(), wire::value_from_json<protocol::commit_record>(i.at("baseline")));
+        // a (re)started sender's owner: owner::restarted from what its baseline store and the log
+        // held (refit/takeover.hpp); older traces carry only the baseline
+        std::optional<protocol::owner::durable_frozen> frozen;
+        if (i.contains("frozen")) {
+          const json& z = i.at("frozen");
+          frozen = protocol::owner::durable_frozen{z.at("target").get<version_t>(), wire::value_from_json<digest128>(z.at("identity")),
+                                                   wire::value_from_json<attempt_id>(z.at("frozen_at"))};
+        }
+        const attempt_id newest = i.contains("newest_prepared") ? wire::value_from_json<attempt_id>(i.at("newest_prepared")) : attempt_id{};
+        o.emplace(protocol::owner::restarted(i.at("id").get<std::uint32_t>(), wire::value_from_json<protocol::commit_record>(i.at("baseline")),
+                                             frozen, newest));
         owners_of_epoch_[epoch].insert(f.path.filename().string());
         history.push_back({l.seq, o->baseline});
         continue;
