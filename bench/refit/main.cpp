@@ -2,7 +2,7 @@
 //
 //   bitrefit-bench-refit [--methods dense,overwrite,bitrefit] [--link 200mbit,1gbit]
 //                        [--changes adamw:3,0,0.01,0.03,0.05] [--model-mib 1024] [--receivers 3]
-//                        [--transport dir] [--net auto|netns|loopback] [--out DIR]
+//                        [--transport dir,relay,s3] [--net auto|netns|loopback] [--out DIR]
 //   /usr/bin/python3 bench/refit/plot.py DIR        # PNGs, the paper-style table, the projection
 //
 // One binary, four roles. The orchestrator (default role) builds the link (link.hpp: two network
