@@ -2,7 +2,7 @@
 //
 //   bitrefit-bench-refit [--methods dense,overwrite,bitrefit] [--link 200mbit,1gbit]
 //                        [--changes adamw:3,0,0.01,0.03,0.05] [--model-mib 1024] [--receivers 3]
-//                        [--transport dir] [--net auto|netns|loopback] [--out DIR]
+//                        [--transport dir,relay,s3] [--net auto|netns|loopback] [--out DIR]
 //   /usr/bin/python3 bench/refit/plot.py DIR        # PNGs, the paper-style table, the projection
 //
 // One binary, four roles. The orchestrator (default role) builds the link (link.hpp: two network
@@ -118,7 +118,7 @@ net_setup make_net(const options& o) {
 /// One method over one link: service, receivers, trainer. Returns the trainer's JSON lines.
 std::vector<std::string> run_session(const options& o, const net_setup& net, const std::string& self, const fs::path& work,
                                      const std::string& link, const std::string& method, int rep) {
-  const fs::path dir = work / (o.transport + "-" + link + "-" + method + "-" + std::to_string(rep));
+  const fs::path dir = work / (o.transport + "-" + link + "-" + method + "-" + std::to_string(rep));  // also the s3 key prefix
   fs::remove_all(dir);
   fs::create_directories(dir);
   const fs::path log = dir / "session.log";
@@ -142,9 +142,14 @@ std::vector<std::string> run_session(const options& o, const net_setup& net, con
   };
   try {
     const fs::path port_file = dir / "port";
-    services.push_back(spawn(in_ns(rollout_ns, service_command(o.transport, self, dir.string(), port_file.string())), log));
-    const auto until = steady::now() + 30s;
+    services.push_back(spawn(in_ns(rollout_ns, service_command(o, o.transport, self, dir.string(), port_file.string())), log));
+    const auto until = steady::now() + 120s;  // moto takes seconds to start on a loaded machine
     while (!fs::exists(port_file)) {
+      int st = 0;
+      if (::waitpid(services.back(), &st, WNOHANG) == services.back()) {
+        services.back() = -1;
+        throw error(errc::io, "the rollout-side service exited at start; see the log", {.file = log.string(), .tensor = {}, .field = {}});
+      }
       if (steady::now() > until) throw error(errc::io, "the rollout-side service did not start", {.file = log.string(), .tensor = {}, .field = {}});
       std::this_thread::sleep_for(20ms);
     }
@@ -261,8 +266,16 @@ int run_orchestrator(const options& o, int argc, char** argv) {
   std::signal(SIGTERM, [](int) { interrupted = true; });
   const auto steps = parse_changes(o.changes);
   for (const auto& l : o.links) parse_link_rate(l);  // fail early on a bad rate
-  if (std::find(known_transports.begin(), known_transports.end(), o.transport) == known_transports.end())
-    usage("transport '" + o.transport + "' is not built on this branch (known: dir)");
+  std::vector<std::string> transports;  // the ones this machine can run, in the order asked
+  for (const auto& t : o.transports) {
+    if (std::find(known_transports.begin(), known_transports.end(), t) == known_transports.end())
+      usage("unknown transport '" + t + "' (known: dir, relay, s3)");
+    if (const auto why = transport_unavailable(t); !why.empty())
+      std::fprintf(stderr, "bitrefit-bench-refit: SKIPPING transport %s: %s\n", t.c_str(), why.c_str());
+    else
+      transports.push_back(t);
+  }
+  if (transports.empty()) usage("none of the transports asked for can run here");
   const std::string self = fs::read_symlink("/proc/self/exe").string();
   const fs::path out = o.out;
   fs::create_directories(out);
@@ -276,10 +289,10 @@ int run_orchestrator(const options& o, int argc, char** argv) {
   const net_setup net = make_net(o);
   const auto man = manifest_of(sim::llama_like(dims_for_bytes(o.model_mib << 20)));
   std::fprintf(stderr,
-               "bitrefit-bench-refit: model %.1f MiB BF16 (%llu params), %d receivers, transport %s, net %s, links %zu, "
+               "bitrefit-bench-refit: model %.1f MiB BF16 (%llu params), %d receivers, transports %zu, net %s, links %zu, "
                "methods %zu, %zu versions per session\n",
                double(man.total_bytes()) / 1048576.0, static_cast<unsigned long long>(man.total_elements()), o.receivers,
-               o.transport.c_str(), net.label.c_str(), o.links.size(), o.methods.size(), steps.size());
+               transports.size(), net.label.c_str(), o.links.size(), o.methods.size(), steps.size());
   std::vector<json> runs;
   if (o.append) {  // earlier invocations' runs stay, and count in results.csv and the summary
     std::ifstream in(out / "runs.jsonl");
@@ -290,11 +303,14 @@ int run_orchestrator(const options& o, int argc, char** argv) {
   int status = 0;
   try {
     for (int rep = 0; rep < o.repeat; ++rep)
+      for (const auto& tr : transports)
       for (const auto& link : o.links)
         for (const auto& method : o.methods) {
-          std::fprintf(stderr, "== session: %s over %s (%s), repeat %d/%d\n", method.c_str(), link.c_str(), o.transport.c_str(), rep + 1,
+          options so = o;  // the session's roles get this one transport
+          so.transport = tr;
+          std::fprintf(stderr, "== session: %s over %s (%s), repeat %d/%d\n", method.c_str(), link.c_str(), tr.c_str(), rep + 1,
                        o.repeat);
-          for (const auto& line : run_session(o, net, self, work, link, method, rep)) {
+          for (const auto& line : run_session(so, net, self, work, link, method, rep)) {
             json j = json::parse(line);
             j["repeat"] = rep;
             jsonl << j.dump() << "\n";
@@ -309,20 +325,23 @@ int run_orchestrator(const options& o, int argc, char** argv) {
   write_csv(out / "results.csv", runs);
   if (o.workdir.empty() && !o.keep) fs::remove_all(work);
   // the side-by-side ratios, per link and change step
-  std::map<std::tuple<std::string, std::string, std::string>, std::vector<double>> times;
-  for (const auto& r : runs) times[{r["inputs"]["link"], r["change"]["step"], r["inputs"]["method"]}].push_back(r["total_s"].get<double>());
-  std::map<std::tuple<std::string, std::string, std::string>, double> t;  // best of the repeats (as plot.py)
+  using case_key = std::tuple<std::string, std::string, std::string, std::string>;  // transport, link, step, method
+  std::map<case_key, std::vector<double>> times;
+  for (const auto& r : runs)
+    times[{r["inputs"]["transport"], r["inputs"]["link"], r["change"]["step"], r["inputs"]["method"]}].push_back(r["total_s"].get<double>());
+  std::map<case_key, double> t;  // best of the repeats (as plot.py)
   for (auto& [k, v] : times) t[k] = *std::min_element(v.begin(), v.end());
-  std::fprintf(stderr, "%-10s %-16s %10s %10s %10s %12s %14s\n", "link", "change", "dense s", "overwrite s", "bitrefit s", "dense/bitref",
+  std::fprintf(stderr, "%-6s %-10s %-16s %10s %10s %10s %12s %14s\n", "trans", "link", "change", "dense s", "overwrite s", "bitrefit s", "dense/bitref",
                "bitref/overwr");
+  for (const auto& tr : transports)
   for (const auto& link : o.links)
     for (const auto& s : steps) {
       auto get = [&](const char* m) {
-        auto it = t.find({link, s.label(), m});
+        auto it = t.find({tr, link, s.label(), m});
         return it == t.end() ? 0.0 : it->second;
       };
       const double d = get("dense"), w = get("overwrite"), b = get("bitrefit");
-      std::fprintf(stderr, "%-10s %-16s %10.3f %10.3f %10.3f %12.1f %14.2f\n", link.c_str(), s.label().c_str(), d, w, b,
+      std::fprintf(stderr, "%-6s %-10s %-16s %10.3f %10.3f %10.3f %12.1f %14.2f\n", tr.c_str(), link.c_str(), s.label().c_str(), d, w, b,
                    b > 0 ? d / b : 0.0, w > 0 ? b / w : 0.0);
     }
   std::fprintf(stderr, "bitrefit-bench-refit: %zu runs -> %s/runs.jsonl, %s/results.csv\n", runs.size(), out.c_str(), out.c_str());
@@ -340,6 +359,10 @@ int main(int argc, char** argv) {
     if (o.role == "trainer") return run_trainer(o);
     if (o.role == "rollout") return run_rollout(o);
     if (o.role == "store") return run_store(o);
+    if (o.role == "relay-root" || o.role == "s3-server") {
+      install_stop_handler();
+      return o.role == "relay-root" ? run_relay_root(o, stop_requested) : run_s3_server(o, stop_requested);
+    }
     usage("unknown role " + o.role);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bitrefit-bench-refit (%s): %s\n", o.role.c_str(), e.what());

@@ -15,7 +15,8 @@ struct options {
   std::vector<std::string> methods{"dense", "overwrite", "bitrefit"};
   std::vector<std::string> links{"200mbit", "1gbit"};
   std::string changes = "adamw:3,0,0.01,0.03,0.05";  // the version sequence every method replays
-  std::string transport = "dir";
+  std::vector<std::string> transports{"dir"};  // --transport dir,relay,s3: one set of sessions each
+  std::string transport = "dir";               // the transport of this session (roles get one)
   std::uint64_t model_mib = 1024;  // BF16 bytes of the model (about model_mib * 2^19 parameters)
   int receivers = 3;
   std::string mode = "sync";  // sync | async (gate policy)
@@ -37,7 +38,7 @@ struct options {
   bool append = false;  // add to DIR/runs.jsonl instead of starting it afresh (e.g. dense once, engine methods repeated)
   int session_timeout_s = 3600;
   // --- internal: roles started by the orchestrator ---
-  std::string role = "orchestrator";  // orchestrator | trainer | rollout | store
+  std::string role = "orchestrator";  // orchestrator | trainer | rollout | store | relay-root | s3-server
   std::string method;                 // trainer/rollout: the one method of this session
   std::string link;                   // trainer: the one link of this session
   std::string net_label;              // trainer: how the link is made (for the JSON)
@@ -46,14 +47,14 @@ struct options {
   std::string session;                // session directory
   std::string shape_dev;              // trainer, netns mode: its veth end to shape with tc
   int index = 0;                      // rollout: receiver index
-  std::string port_file;              // store: where it writes the port it listens on
+  std::string port_file;              // store, relay-root, s3-server: where it writes the port it listens on
 };
 
 [[noreturn]] inline void usage(const std::string& why) {
   std::fprintf(stderr,
                "bitrefit-bench-refit: %s\n"
                "usage: bitrefit-bench-refit [--methods dense,overwrite,bitrefit] [--link 200mbit,1gbit]\n"
-               "         [--changes adamw:3,0,0.01,0.03,0.05] [--transport dir] [--model-mib 1024]\n"
+               "         [--changes adamw:3,0,0.01,0.03,0.05] [--transport dir,relay,s3] [--model-mib 1024]\n"
                "         [--receivers 3] [--mode sync|async] [--net auto|netns|loopback] [--owners 2]\n"
                "         [--threads 2] [--frame-kib 8192] [--zstd-level 3] [--poll-ms 2] [--deadline-ms 60000]\n"
                "         [--seed 42] [--attest on|off] [--repeat 1] [--out DIR] [--append] [--workdir DIR] [--keep]\n"
@@ -97,7 +98,11 @@ inline options parse_options(int argc, char** argv) {
     if (a == "--methods") o.methods = split(next(), ',');
     else if (a == "--link") o.links = split(next(), ',');
     else if (a == "--changes" || a == "--change") o.changes = next();
-    else if (a == "--transport") o.transport = next();
+    else if (a == "--transport") {
+      o.transports = split(next(), ',');
+      if (o.transports.empty()) usage("--transport needs at least one of dir, relay, s3");
+      o.transport = o.transports.front();
+    }
     else if (a == "--model-mib") o.model_mib = num();
     else if (a == "--receivers") o.receivers = static_cast<int>(num());
     else if (a == "--mode") o.mode = next();

@@ -12,6 +12,9 @@ Writes into DIR:
     targets.md           issue 17's targets, each measured in this run: met or missed
     projection.md        the calibrated cost model: validation on our runs, and the paper's configurations
     summary.json         all of the above as data
+With several transports (--transport dir,relay,s3) each transport's files go to DIR/<transport>/,
+and DIR gets transports.png (time vs change rate, every method on every transport) and
+transports.md (the table across transports).
 Needs matplotlib (Debian python3-matplotlib) and numpy.
 """
 
@@ -202,6 +205,10 @@ def transfer_share(r):
     return min(r["wire_s"] / r["total_s"], 1.0) if r["total_s"] > 0 else None
 
 
+def fmt_x(x, spec, unit=""):
+    return "—" if x is None else format(x, spec) + unit
+
+
 def fmt_s(x):
     return "—" if x is None else (f"{x:.3f}" if x < 10 else f"{x:.1f}")
 
@@ -327,9 +334,9 @@ def projection(runs):
     for p in proj:
         paper = (f"{p['paper_refit_s']:.0f} s vs {p['paper_dense_s'] / 60:.1f} min ({p['paper_speedup']:.0f}×)" if "paper_refit_s" in p
                  else f"{costmodel.PAPER['speedup_range'][0]}–{costmodel.PAPER['speedup_range'][1]}× (30B–1T, 3–5 %)")
-        md.append(f"| {p['model']} | {100 * p['rate']:.0f} % | {fmt_s(p['dense_s'])} | {fmt_s(p['bitrefit_s'])} | {p['speedup']:.0f}× | "
+        md.append(f"| {p['model']} | {100 * p['rate']:.0f} % | {fmt_s(p['dense_s'])} | {fmt_s(p['bitrefit_s'])} | {fmt_x(p['speedup'], '.0f', '×')} | "
                   f"{100 * (p['bitrefit_transfer_share'] or 0):.0f} % | {fmt_s(p['overwrite_s'])} | "
-                  f"{p['xor_vs_overwrite_bytes']:.2f} | {paper} |")
+                  f"{fmt_x(p['xor_vs_overwrite_bytes'], '.2f')} | {paper} |")
     md += ["", f"Paper: transfer {100 * costmodel.PAPER['transfer_share_range'][0]:.0f}–{100 * costmodel.PAPER['transfer_share_range'][1]:.0f} % "
                "of refit latency; XOR 38–40 % fewer payload bytes than overwrite-only (bytes ratio 0.60–0.62).", "",
            "Assumptions:", ""] + [f"- {a}" for a in costmodel.ASSUMPTIONS]
@@ -338,11 +345,76 @@ def projection(runs):
     return "\n".join(md), {"validation": rows, "mape": mape, "calibration": cal.to_json(), "projection": proj, "link_bits_per_s": link_bits}
 
 
-def main():
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    d = sys.argv[1]
-    runs = load(d)
+def transport_order(runs):
+    seen = []
+    for r in runs:
+        t = r["inputs"]["transport"]
+        if t not in seen:
+            seen.append(t)
+    return seen
+
+
+TRANSPORT_STYLES = {"dir": "-", "relay": "--", "s3": ":"}
+TRANSPORT_MARKERS = {"dir": "o", "relay": "s", "s3": "D"}
+
+
+def plot_transports(runs, out):
+    """One panel per link: refit time against change rate, per method (colour) and transport (line style)."""
+    links = link_order(runs)
+    fig, axes = plt.subplots(1, len(links), figsize=(6 * len(links), 4.6), squeeze=False)
+    for ax, link in zip(axes[0], links):
+        for t in transport_order(runs):
+            tr = [r for r in runs if r["inputs"]["transport"] == t]
+            idx = by_key(tr)
+            for m in METHODS:
+                pts = sorted((100 * rate_of(idx, link, st), idx[(link, st, m)]["total_s"]) for st in step_order(tr)
+                             if (link, st, m) in idx and rate_of(idx, link, st) is not None)
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], TRANSPORT_STYLES.get(t, "-."), marker=TRANSPORT_MARKERS.get(t, "x"),
+                            color=COLORS[m], ms=4, label=f"{m} / {t}")
+        ax.set_yscale("log")
+        ax.set_xlabel("elements changed (%)  (synthetic and AdamW steps)")
+        ax.set_ylabel("refit time (s)")
+        ax.set_title(f"{link} link: dir (solid), relay (dashed), s3 (dotted)", fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=6, ncol=3)
+    fig.suptitle(f"Refit time per transport — {model_label(runs)}, {runs[0]['inputs']['receivers']} receivers, {runs[0]['inputs']['net']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "transports.png"), dpi=110)
+    plt.close(fig)
+
+
+def transports_table(runs):
+    """Markdown: per link, rows = change step, for each transport: dense, overwrite, bitrefit time and the two ratios."""
+    ts = transport_order(runs)
+    idx = {t: by_key([r for r in runs if r["inputs"]["transport"] == t]) for t in ts}
+    lines = []
+    for link in link_order(runs):
+        lines.append(f"**{link} link** ({runs[0]['inputs']['net']}, {model_label(runs)}, {runs[0]['inputs']['receivers']} receivers); "
+                     "per transport: dense s / overwrite s / bitrefit s (dense÷bitrefit, bitrefit÷overwrite, bitrefit transfer share)\n")
+        lines.append("| change | rate | " + " | ".join(ts) + " |")
+        lines.append("|---|---|" + "---|" * len(ts))
+        for st in step_order(runs):
+            rate = next((rate_of(idx[t], link, st) for t in ts if rate_of(idx[t], link, st) is not None), None)
+            cells = []
+            for t in ts:
+                d, w, b = (idx[t].get((link, st, m)) for m in METHODS)
+                if not b:
+                    cells.append("—")
+                    continue
+                dd = f"{fmt_s(d['total_s'])}" if d else "—"
+                ww = f"{fmt_s(w['total_s'])}" if w else "—"
+                sp = f"{d['total_s'] / b['total_s']:.1f}×" if d else "—"
+                bo = f"{b['total_s'] / w['total_s']:.2f}" if w else "—"
+                cells.append(f"{dd} / {ww} / **{fmt_s(b['total_s'])}** ({sp}, {bo}, {100 * transfer_share(b):.0f} %)")
+            lines.append(f"| {st} | {'—' if rate is None else f'{100 * rate:.2f} %'} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def report(runs, d):
+    """Every output of one transport's runs into directory d."""
+    os.makedirs(d, exist_ok=True)
     plot_time_vs_change(runs, d)
     plot_phases(runs, d)
     plot_bytes(runs, d)
@@ -357,10 +429,31 @@ def main():
         f.write(pmd + "\n")
     with open(os.path.join(d, "summary.json"), "w") as f:
         json.dump({"targets": tdata, **pdata}, f, indent=1)
-    print(tab)
-    print()
-    print(tmd)
-    print(pmd)
+    return tab, tmd, pmd
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    d = sys.argv[1]
+    runs = load(d)
+    ts = transport_order(runs)
+    if len(ts) == 1:  # one transport: everything in DIR
+        for text in report(runs, d):
+            print(text)
+            print()
+        return
+    # several: each transport's outputs in DIR/<transport>/, the comparison across them in DIR
+    for t in ts:
+        print(f"==== transport {t} -> {os.path.join(d, t)}")
+        for text in report([r for r in runs if r["inputs"]["transport"] == t], os.path.join(d, t)):
+            print(text)
+            print()
+    plot_transports(runs, d)
+    tt = transports_table(runs)
+    with open(os.path.join(d, "transports.md"), "w") as f:
+        f.write(tt + "\n")
+    print(tt)
 
 
 if __name__ == "__main__":

@@ -69,10 +69,18 @@ int dense_rollout(const options& o, const model_manifest& m, Net net) {
   layout::canonical_store buf(m);
   const auto plan = dense_plan(m, o.frame_kib << 10);
   const std::string ready = json{{"receiver", o.index}}.dump();
-  net.post("bench/ready", as_span(ready));
   const std::string mailbox = "bench/dense/" + std::to_string(o.index);
+  bool got_job = false;
+  auto last_ready = steady::now() - 1h;
   while (!stop_requested) {
+    // "ready" until the first job: a message can be lost on a transport that routes only along
+    // links that exist (the trainer's duplicates are harmless)
+    if (!got_job && steady::now() - last_ready > 500ms) {
+      net.post("bench/ready", as_span(ready));
+      last_ready = steady::now();
+    }
     for (const auto& msg : net.receive(mailbox, std::chrono::milliseconds(o.poll_ms))) {
+      got_job = true;
       const json job = parse_json(msg);
       const std::uint64_t version = job.at("version");
       const transport::stream_key stream{job.at("stream").get<std::string>()};
@@ -109,7 +117,7 @@ int dense_rollout(const options& o, const model_manifest& m, Net net) {
 inline int run_rollout(const options& o) {
   install_stop_handler();
   const model_manifest m = manifest_of(sim::llama_like(dims_for_bytes(o.model_mib << 20)));
-  transport_endpoint ep{o.transport, o.host, o.port, nullptr, std::chrono::milliseconds(o.poll_ms)};
+  transport_endpoint ep{o.transport, o.host, o.port, nullptr, std::chrono::milliseconds(o.poll_ms), o.session, o.index, o.receivers};
   return with_transport(ep, [&](auto net) {
     return o.method == "dense" ? dense_rollout(o, m, std::move(net)) : engine_rollout(o, m, std::move(net));
   });

@@ -316,7 +316,7 @@ inline int run_trainer(const options& o) {
   link_control lc(o, link, limiter);
   if (!o.shape_dev.empty()) shape_egress(o.shape_dev, link_rate{"unlimited", 0});
   std::ofstream out(fs::path(o.session) / "runs.jsonl", std::ios::app);
-  transport_endpoint ep{o.transport, o.host, o.port, limiter, std::chrono::milliseconds(o.poll_ms)};
+  transport_endpoint ep{o.transport, o.host, o.port, limiter, std::chrono::milliseconds(o.poll_ms), o.session, -1, o.receivers};
   return with_transport(ep, [&](auto net) {
     return o.method == "dense" ? dense_trainer(o, w, lc, std::move(net), out) : engine_trainer(o, w, lc, std::move(net), out);
   });

@@ -24,6 +24,7 @@
 #include "bitrefit/durability/etcd_commit_log.hpp"
 #include "bitrefit/durability/filesystem.hpp"
 #include "bitrefit/durability/s3_baseline_store.hpp"
+#include "bitrefit/transport/any_transport.hpp"
 #include "bitrefit/transport/object_store.hpp"
 #include "bitrefit/transport/s3_store.hpp"
 
@@ -72,43 +73,8 @@ struct store_flags {
   }
 };
 
-/// Any Transport, chosen at run time (copies share the one model).
-class any_transport {
- public:
-  template <transport::Transport T>
-    requires(!std::same_as<T, any_transport>)
-  explicit any_transport(T t) : p_(std::make_shared<model<T>>(std::move(t))) {}
-  void publish(const transport::frame_key& k, std::span<const std::byte> b) { p_->publish(k, b); }
-  std::vector<transport::frame_key> list(const transport::stream_key& s) { return p_->list(s); }
-  std::optional<transport::bytes> fetch(const transport::frame_key& k) { return p_->fetch(k); }
-  void discard(const transport::stream_key& s) { p_->discard(s); }
-  void post(const std::string& m, std::span<const std::byte> b) { p_->post(m, b); }
-  std::vector<transport::bytes> receive(const std::string& m, std::chrono::milliseconds w) { return p_->receive(m, w); }
-
- private:
-  struct iface {
-    virtual ~iface() = default;
-    virtual void publish(const transport::frame_key&, std::span<const std::byte>) = 0;
-    virtual std::vector<transport::frame_key> list(const transport::stream_key&) = 0;
-    virtual std::optional<transport::bytes> fetch(const transport::frame_key&) = 0;
-    virtual void discard(const transport::stream_key&) = 0;
-    virtual void post(const std::string&, std::span<const std::byte>) = 0;
-    virtual std::vector<transport::bytes> receive(const std::string&, std::chrono::milliseconds) = 0;
-  };
-  template <class T>
-  struct model final : iface {
-    explicit model(T x) : t(std::move(x)) {}
-    void publish(const transport::frame_key& k, std::span<const std::byte> b) override { t.publish(k, b); }
-    std::vector<transport::frame_key> list(const transport::stream_key& s) override { return t.list(s); }
-    std::optional<transport::bytes> fetch(const transport::frame_key& k) override { return t.fetch(k); }
-    void discard(const transport::stream_key& s) override { t.discard(s); }
-    void post(const std::string& m, std::span<const std::byte> b) override { t.post(m, b); }
-    std::vector<transport::bytes> receive(const std::string& m, std::chrono::milliseconds w) override { return t.receive(m, w); }
-    T t;
-  };
-  std::shared_ptr<iface> p_;
-};
-static_assert(transport::Transport<any_transport>);
+/// Any Transport, chosen at run time (its home is the library: transport/any_transport.hpp).
+using transport::any_transport;
 
 /// Any CommitLog, chosen at run time.
 class any_commit_log {

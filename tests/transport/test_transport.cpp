@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "bitrefit/transport/any_transport.hpp"
 #include "bitrefit/transport/faulty.hpp"
 #include "bitrefit/transport/inprocess.hpp"
 #include "bitrefit/transport/object_store.hpp"
@@ -29,6 +30,28 @@ fs::path fresh_dir(const std::string& name) {
 }  // namespace
 
 TEST(Transport, InProcessLaws) { check_transport_laws(inprocess_transport{}); }
+
+// any_transport forwards every call, so it must pass the very laws of the model it holds.
+TEST(Transport, AnyTransportLaws) {
+  check_transport_laws(any_transport(inprocess_transport{}));
+  const auto dir = fresh_dir("any-transport");
+  check_transport_laws(any_transport(directory_transport(directory_store(dir))));
+  fs::remove_all(dir);
+}
+
+TEST(Transport, AnyTransportCopiesShareTheOneModel) {
+  any_transport a(inprocess_transport{});
+  any_transport b = a;
+  const frame_key k = key_of({{1, 1}, 0, 0});
+  a.publish(k, make_bytes(64, 1));
+  const auto got = b.fetch(k);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(*got, make_bytes(64, 1));  // bits, not "it ran"
+  b.post("m", make_bytes(3, 2));
+  const auto msgs = a.receive("m", std::chrono::milliseconds(0));
+  ASSERT_EQ(msgs.size(), 1u);
+  EXPECT_EQ(msgs[0], make_bytes(3, 2));
+}
 
 TEST(Transport, DirectoryLaws) {
   auto dir = fresh_dir("laws");
