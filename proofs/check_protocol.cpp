@@ -3,6 +3,7 @@
 //   check_protocol [key=value ...] [--exact] [--no-liveness] [--scenario=FILE]
 // keys: receivers owners chunks transitions max_attempts crashes owner_crashes failovers drops duplicates
 //       corruptions conflicts log_faults early_deadlines ordered_device=0|1 causal_payloads=0|1 gate=sync|async
+//       membership=0|1 (liveness goal: the world settles, members and roster included; 0: K reached the goal)
 //       mutation=<name> max_states threads (0 = every core; the counts do not depend on it)
 // Prints one JSON object: bounds, verdict, unique states, transitions, depth, goal and terminal
 // states, seconds, and on a violation the message and the counterexample length. With --scenario the
@@ -74,6 +75,7 @@ int main(int argc, char** argv) {
     else if (k == "early_deadlines") b.early_deadlines = n();
     else if (k == "ordered_device") b.ordered_device = n() != 0;
     else if (k == "causal_payloads") b.causal_payloads = n() != 0;
+    else if (k == "membership") b.membership_liveness = n() != 0;
     else if (k == "threads") opt.threads = n();
     else if (k == "max_states") opt.max_states = std::strtoull(v.c_str(), nullptr, 10);
     else if (k == "gate") b.gate = v == "async" ? protocol::gate_policy::asynchronous : protocol::gate_policy::synchronous;

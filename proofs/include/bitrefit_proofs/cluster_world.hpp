@@ -47,6 +47,12 @@ struct cluster_bounds {
   /// messages"). Before that fix the checker found the transition could never end with this off
   /// (proofs/README.md, "Findings"); turning it on only shrinks the state space.
   bool causal_payloads = false;
+  /// The liveness goal. ON (default): the world *settles* (model::cluster::settled): K reached the
+  /// last version, nothing in flight, every live receiver — a restarted one included — is a member
+  /// again, serving K with its gate open and exactly K's bits, and the coordinator's roster holds
+  /// exactly the live incarnations at K (a dead incarnation kept in it is a failure). OFF: only
+  /// "the transitions ended" (K reached the last version, coordinator idle), the older goal.
+  bool membership_liveness = true;
   protocol::gate_policy gate = protocol::gate_policy::synchronous;
   protocol::protocol_mutation mutation = protocol::protocol_mutation::none;
 
@@ -82,7 +88,8 @@ template <class W>
 class basic_cluster_world {
  public:
   explicit basic_cluster_world(const cluster_bounds& b)
-      : w_(b.world()), max_attempts_(b.max_attempts), causal_payloads_(b.causal_payloads) {}
+      : w_(b.world()), max_attempts_(b.max_attempts), causal_payloads_(b.causal_payloads),
+        membership_liveness_(b.membership_liveness) {}
 
   const W& world() const noexcept { return w_; }
 
@@ -147,7 +154,8 @@ class basic_cluster_world {
     return false;
   }
   std::optional<std::string> check_invariants() const { return w_.check_invariants(); }
-  bool transition_done() const { return w_.transition_done(); }
+  /// The checker's goal (see cluster_bounds::membership_liveness).
+  bool transition_done() const { return membership_liveness_ ? w_.settled() : w_.transition_done(); }
 
   friend bool operator==(const basic_cluster_world& a, const basic_cluster_world& b) { return a.w_ == b.w_; }
 
@@ -155,6 +163,7 @@ class basic_cluster_world {
   W w_;
   std::uint32_t max_attempts_ = 2;
   bool causal_payloads_ = false;
+  bool membership_liveness_ = true;
 };
 
 using cluster_world = basic_cluster_world<protocol::model::cluster>;
