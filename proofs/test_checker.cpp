@@ -140,6 +140,14 @@ void expect_pinned(const pinned& p) {
 
 #include "pinned_counts.inc"
 
+// Three receivers (issue 19): the 3-receiver bounds that fit CI today, with the membership goal.
+// 1 owner x 1 payload, 1 transition, 1 dropped copy of any message.
+TEST(Protocol, ThreeReceiversOneDrop) {
+  expect_pinned({"3 receivers, 1 drop (1 owner)",
+                 with(base(), [](auto& b) { b.receivers = 3; b.owners = 1; b.chunks = 1; b.transitions = 1; b.drops = 1; }),
+                 251836, 1308536, 67});
+}
+
 // Fingerprint mode deduplicates by hash_of alone, exact mode by ==. If a hash_append left out a
 // field that == compares, two reachable states differing only there would merge under fingerprints
 // and the counts would differ (the field lists are also checked at compile time, BITREFIT_HASH_FIELDS).
