@@ -3,7 +3,8 @@
 //   check_protocol [key=value ...] [--exact] [--no-liveness] [--scenario=FILE]
 // keys: receivers owners chunks transitions max_attempts crashes owner_crashes sender_restarts failovers drops duplicates aborts attest=0|1
 //       corruptions conflicts log_faults early_deadlines ordered_device=0|1 causal_payloads=0|1 gate=sync|async
-//       mutation=<name> max_states
+//       membership=0|1 (liveness goal: the world settles, members and roster included; 0: K reached the goal)
+//       mutation=<name> max_states threads (0 = every core; the counts do not depend on it)
 // Prints one JSON object: bounds, verdict, unique states, transitions, depth, goal and terminal
 // states, seconds, and on a violation the message and the counterexample length. With --scenario the
 // counterexample is written as a scenario file that tests/protocol's runner replays.
@@ -22,11 +23,13 @@ template <class W>
 int run(const proofs::cluster_bounds& b, const proofs::check_options& opt, const std::string& scenario_file) {
   const auto r = proofs::check(proofs::basic_cluster_world<W>(b), opt);
   std::printf("{\"world\": \"%s\", \"verdict\": \"%s\", \"states\": %llu, \"transitions\": %llu, \"depth\": %u, "
-              "\"goal_states\": %llu, \"terminal_states\": %llu, \"seconds\": %.2f, \"collision_bound\": %.3g, "
+              "\"goal_states\": %llu, \"terminal_states\": %llu, \"seconds\": %.2f, \"states_per_second\": %.0f, "
+              "\"threads\": %u, \"collision_bound\": %.3g, "
               "\"counterexample_moves\": %zu",
               protocol::model::world_line(b.world()).c_str(), proofs::to_string(r.outcome),
               (unsigned long long)r.states, (unsigned long long)r.transitions, r.depth,
-              (unsigned long long)r.goal_states, (unsigned long long)r.terminal_states, r.seconds, r.collision_bound,
+              (unsigned long long)r.goal_states, (unsigned long long)r.terminal_states, r.seconds,
+              r.seconds > 0 ? double(r.states) / r.seconds : 0.0, r.threads, r.collision_bound,
               r.counterexample.size());
   if (!r.ok()) {
     std::string msg;
@@ -75,6 +78,8 @@ int main(int argc, char** argv) {
     else if (k == "early_deadlines") b.early_deadlines = n();
     else if (k == "ordered_device") b.ordered_device = n() != 0;
     else if (k == "causal_payloads") b.causal_payloads = n() != 0;
+    else if (k == "membership") b.membership_liveness = n() != 0;
+    else if (k == "threads") opt.threads = n();
     else if (k == "max_states") opt.max_states = std::strtoull(v.c_str(), nullptr, 10);
     else if (k == "gate") b.gate = v == "async" ? protocol::gate_policy::asynchronous : protocol::gate_policy::synchronous;
     else if (k == "mutation") {

@@ -140,6 +140,14 @@ void expect_pinned(const pinned& p) {
 
 #include "pinned_counts.inc"
 
+// Three receivers (issue 19): the 3-receiver bounds that fit CI today, with the membership goal.
+// 1 owner x 1 payload, 1 transition, 1 dropped copy of any message.
+TEST(Protocol, ThreeReceiversOneDrop) {
+  expect_pinned({"3 receivers, 1 drop (1 owner)",
+                 with(base(), [](auto& b) { b.receivers = 3; b.owners = 1; b.chunks = 1; b.transitions = 1; b.drops = 1; }),
+                 251836, 1308536, 67});
+}
+
 // Fingerprint mode deduplicates by hash_of alone, exact mode by ==. If a hash_append left out a
 // field that == compares, two reachable states differing only there would merge under fingerprints
 // and the counts would differ (the field lists are also checked at compile time, BITREFIT_HASH_FIELDS).
@@ -215,5 +223,61 @@ void expect_caught(const mutation_case& m) {
 }
 
 #include "mutation_cases.inc"
+
+// ---- 5. liveness covers membership (cluster_bounds::membership_liveness): a live, restarted
+// receiver is eventually readmitted and the roster holds exactly the live incarnations. A
+// coordinator that ignores a newer incarnation's join (the roster keeps the dead one) still lets K
+// reach the last version, so the older goal ("the transition ended") cannot see it; the membership
+// goal must.
+TEST(Liveness, CatchesARosterThatKeepsADeadIncarnation) {
+  cluster_bounds b;
+  b.receivers = 1;
+  b.owners = 1;
+  b.chunks = 1;
+  b.transitions = 1;
+  b.crashes = 1;
+  b.mutation = M::keep_dead_incarnation;
+  const auto r = check(proofs::mutated_cluster_world(b));
+  std::cout << report("mutation keep_dead_incarnation", r) << std::endl;
+  ASSERT_EQ(r.outcome, verdict::end_unreachable);
+  const auto end = proofs::replay(proofs::mutated_cluster_world(b), r.counterexample);
+  // The trap starts where r0 dies. Run a fair, fault-free scheduler from there (it restarts r0,
+  // delivers everything, fires timers): the live r0#1 stays out of the roster for good.
+  auto w = end.world();
+  for (int i = 0; i < 400; ++i)
+    if (auto m = protocol::model::fair_move(w)) w.apply(*m);
+    else break;
+  ASSERT_TRUE(w.receivers[0].has_value());
+  EXPECT_NE(w.roster_stale(), std::nullopt);
+  EXPECT_FALSE(w.settled());
+  std::cout << proofs::counterexample_scenario<protocol::model::mutated_cluster>(b, r.counterexample, r.violation)
+            << std::endl;
+  b.membership_liveness = false;
+  EXPECT_TRUE(check(proofs::mutated_cluster_world(b)).ok()) << "the transition-only goal now sees it too";
+}
+
+// ---- 6. the parallel search is deterministic: any thread count gives the same counts, the same
+// first violation and the same counterexample.
+TEST(Engine, ThreadCountChangesNothing) {
+  cluster_bounds b = small([](auto& b) { b.duplicates = 1; });
+  std::optional<proofs::check_result<protocol::model::move>> first;
+  for (unsigned t : {1u, 2u, 3u}) {
+    const auto r = check(cluster_world(b), check_options{true, false, 20'000'000, t});
+    ASSERT_TRUE(r.ok()) << r.violation;
+    if (!first) { first = r; continue; }
+    EXPECT_EQ(r.states, first->states) << t << " threads";
+    EXPECT_EQ(r.transitions, first->transitions) << t << " threads";
+    EXPECT_EQ(r.depth, first->depth) << t << " threads";
+    EXPECT_EQ(r.goal_states, first->goal_states) << t << " threads";
+  }
+  b.mutation = M::dedup_off;
+  std::vector<protocol::model::move> ce;
+  for (unsigned t : {1u, 2u, 3u}) {
+    const auto r = check(proofs::mutated_cluster_world(b), check_options{true, false, 20'000'000, t});
+    ASSERT_EQ(r.outcome, verdict::invariant_violated);
+    if (t == 1) ce = r.counterexample;
+    else EXPECT_EQ(r.counterexample, ce) << t << " threads";
+  }
+}
 
 }  // namespace

@@ -7,6 +7,7 @@ packages=(
   libzstd-dev zstd libxxhash-dev nlohmann-json3-dev librange-v3-dev libboost-dev libssl-dev
   libgtest-dev libgmock-dev librapidcheck-dev
   libcurl4-openssl-dev libpugixml-dev etcd-server spin iproute2
+  libmimalloc-dev  # the model checker's allocator (proofs/)
   clang-14 libclang-rt-14-dev llvm-14  # sanitizer + libFuzzer builds (scripts/sanitize.sh); llvm-symbolizer
   python3-dev pybind11-dev libdlpack-dev python3-numpy python3-torch python3-matplotlib
 )

@@ -554,6 +554,7 @@ struct basic_coordinator {
     if (r >= roster.size()) return;
     auto& e = roster[r];
     if (e.known && m.from.incarnation < e.incarnation) return;  // an older incarnation: counts for nothing
+    if (e.known && m.from.incarnation > e.incarnation && mutated(protocol_mutation::keep_dead_incarnation)) return;
     if (e.known && e.evicted && m.from.incarnation == e.incarnation) {
       announce_to(out, r);  // fenced: tell it, so it restores and rejoins as a new incarnation
       return;

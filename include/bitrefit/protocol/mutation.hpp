@@ -36,6 +36,8 @@ enum class protocol_mutation : std::uint8_t {
   unfenced_abort,                  // coordinator sends abort without persisting it; receivers ignore its epoch
   refreeze_at_restart,             // a sender restart deletes the frozen images (retain_only(K.v)) and owners
                                    // re-freeze the trainer's current bits for a retry (finding B1's engine)
+  keep_dead_incarnation,           // coordinator: a join from a newer incarnation of a known receiver is
+                                   // ignored; the roster keeps the dead one, the live one is never readmitted
 };
 
 inline constexpr protocol_mutation all_mutations[] = {
@@ -51,6 +53,7 @@ inline constexpr protocol_mutation all_mutations[] = {
     protocol_mutation::join_confirmed_by_any_announce,
     protocol_mutation::unfenced_abort,
     protocol_mutation::refreeze_at_restart,
+    protocol_mutation::keep_dead_incarnation,
 };
 
 constexpr std::string_view to_string(protocol_mutation m) noexcept {
@@ -68,6 +71,7 @@ constexpr std::string_view to_string(protocol_mutation m) noexcept {
     case protocol_mutation::join_confirmed_by_any_announce: return "join_confirmed_by_any_announce";
     case protocol_mutation::unfenced_abort: return "unfenced_abort";
     case protocol_mutation::refreeze_at_restart: return "refreeze_at_restart";
+    case protocol_mutation::keep_dead_incarnation: return "keep_dead_incarnation";
   }
   return "?";
 }

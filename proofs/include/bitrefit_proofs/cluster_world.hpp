@@ -50,6 +50,12 @@ struct cluster_bounds {
   /// messages"). Before that fix the checker found the transition could never end with this off
   /// (proofs/README.md, "Findings"); turning it on only shrinks the state space.
   bool causal_payloads = false;
+  /// The liveness goal. ON (default): the world *settles* (model::cluster::settled): K reached the
+  /// last version, nothing in flight, every live receiver — a restarted one included — is a member
+  /// again, serving K with its gate open and exactly K's bits, and the coordinator's roster holds
+  /// exactly the live incarnations at K (a dead incarnation kept in it is a failure). OFF: only
+  /// "the transitions ended" (K reached the last version, coordinator idle), the older goal.
+  bool membership_liveness = true;
   protocol::gate_policy gate = protocol::gate_policy::synchronous;
   protocol::protocol_mutation mutation = protocol::protocol_mutation::none;
 
@@ -86,7 +92,8 @@ template <class W>
 class basic_cluster_world {
  public:
   explicit basic_cluster_world(const cluster_bounds& b)
-      : w_(b.world()), max_attempts_(b.max_attempts), causal_payloads_(b.causal_payloads) {}
+      : w_(b.world()), max_attempts_(b.max_attempts), causal_payloads_(b.causal_payloads),
+        membership_liveness_(b.membership_liveness) {}
 
   const W& world() const noexcept { return w_; }
 
@@ -156,8 +163,9 @@ class basic_cluster_world {
   /// receiver serves exactly K's bits with its gate open, the coordinator's roster holds every live
   /// incarnation at K and every owner reported K (model::cluster::settled). Liveness then says
   /// that from every reachable state this stays reachable: no stale roster (finding B2), no
-  /// receiver left behind.
-  bool transition_done() const { return w_.settled(); }
+  /// receiver left behind. cluster_bounds::membership_liveness = false keeps the old goal (K at
+  /// the last version) for comparison.
+  bool transition_done() const { return membership_liveness_ ? w_.settled() : w_.transition_done(); }
 
   friend bool operator==(const basic_cluster_world& a, const basic_cluster_world& b) { return a.w_ == b.w_; }
 
@@ -165,6 +173,7 @@ class basic_cluster_world {
   W w_;
   std::uint32_t max_attempts_ = 2;
   bool causal_payloads_ = false;
+  bool membership_liveness_ = true;
 };
 
 using cluster_world = basic_cluster_world<protocol::model::cluster>;
