@@ -4,7 +4,7 @@
 //
 //   bitrefit-demo [--refits N] [--receivers R] [--kill-every K] [--params P] [--mode sync|async]
 //                 [--json] [--dir D] [--threads T] [--owners O] [--frame-kib F] [--deadline-ms MS]
-//                 [--restart-trainer-every K] [--crash-owner-every K] [--fanout K]
+//                 [--restart-trainer-every K] [--crash-owner-every K] [--crash-sender-every K] [--fanout K]
 //                 [--transport dir|s3|relay] [--s3-endpoint URL] [--s3-bucket NAME]
 //                 [--commit-log file|etcd] [--etcd-endpoints URL[,URL]] [--etcd-prefix P]
 //
@@ -30,7 +30,10 @@
 // every K refits (--restart-trainer-every, default 10) the refit engine (coordinator + owners) is
 // torn down and started again from the durable state alone — no trainer copy — taking over with a
 // new epoch; and with --crash-owner-every K an owner dies mid-stream every K refits and recovers
-// K.v's baseline from its store while the coordinator retries the attempt.
+// K.v's baseline from its store while the coordinator retries the attempt; with
+// --crash-sender-every K the whole sender (coordinator and owners) dies every K refits after some
+// receivers applied and before compare-and-set, and a new one takes over from the commit log and the
+// owners' stores alone, committing exactly the bits frozen at that refit (finding B1).
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -74,6 +77,7 @@ struct options {
   int deadline_ms = 5000;
   int restart_trainer_every = 10;  // restart the refit engine from durable state before refit K+1, 2K+1, ...
   int crash_owner_every = 0;       // an owner crashes mid-stream in refit K, 2K, ...
+  int crash_sender_every = 0;      // the whole sender dies before commit in refit K, 2K, ... and is taken over
   std::uint64_t seed = 42;
   bool keep = false;
   std::string trace;  // record every machine's steps here (wire/trace.hpp); check with bitrefit-check-trace
@@ -90,7 +94,7 @@ struct options {
                "usage: bitrefit-demo [--refits N] [--receivers R] [--kill-every K] [--params P[K|M|G]]\n"
                "                     [--mode sync|async] [--json] [--dir D] [--threads T] [--owners O]\n"
                "                     [--frame-kib F] [--deadline-ms MS] [--seed S] [--keep]\n"
-               "                     [--restart-trainer-every K] [--crash-owner-every K] [--trace DIR]\n"
+               "                     [--restart-trainer-every K] [--crash-owner-every K] [--crash-sender-every K] [--trace DIR]\n"
                "                     [--transport dir|s3|relay] [--fanout K] [--s3-endpoint URL] [--s3-bucket NAME]\n"
                "                     [--commit-log file|etcd] [--etcd-endpoints URL[,URL]] [--etcd-prefix P]\n",
                why.c_str());
@@ -142,6 +146,7 @@ options parse(int argc, char** argv) {
     else if (a == "--seed") o.seed = parse_count(next());
     else if (a == "--restart-trainer-every") o.restart_trainer_every = static_cast<int>(parse_count(next()));
     else if (a == "--crash-owner-every") o.crash_owner_every = static_cast<int>(parse_count(next()));
+    else if (a == "--crash-sender-every") o.crash_sender_every = static_cast<int>(parse_count(next()));
     else if (a == "--keep") o.keep = true;
     else if (a == "--trace") o.trace = next();
     else if (a == "--transport") o.net.stores.transport = next();
@@ -385,7 +390,7 @@ int run_trainer(options o) {
   std::uint32_t chunks = 0;
   for (std::uint32_t i = 0; i < o.owners; ++i) chunks += tx->shard(i).chunk_count();
 
-  std::uint64_t committed = 0, payload_total = 0, dense_total = 0, retries = 0, trainer_restarts = 0, owner_crashes = 0;
+  std::uint64_t committed = 0, payload_total = 0, dense_total = 0, retries = 0, trainer_restarts = 0, owner_crashes = 0, sender_crashes = 0;
   bool all_exact = true;
   for (int k = 1; k <= o.refits; ++k) {
     bool restarted = false;
@@ -421,8 +426,32 @@ int run_trainer(options o) {
       // after some, but not all, of this refit's payloads are applied
       write_number_durably(dir / "kill" / ("receiver-" + std::to_string(victim)), std::max<std::uint32_t>(1, chunks / 2));
     }
-    const auto st = tx->refit(source);
-    owner_crashes += trainer_faults.fired() - fired_before;
+    // --crash-sender-every: the whole sender process (coordinator and owners) dies once some
+    // receivers applied the first attempt and before compare-and-set (finding B1's point (a)).
+    const bool sender_crash = o.crash_sender_every > 0 && k % o.crash_sender_every == 0;
+    if (sender_crash) trainer_faults.arm("coordinator_before_ack", 1, "coordinator");
+    const version_t target = tx->committed().version + 1;
+    refit::transition_stats st;
+    bool sender_crashed = false;
+    try {
+      st = tx->refit(source);
+    } catch (const testing::injected_crash&) {
+      if (!sender_crash) throw;
+      // A new sender takes over from the commit log and the owners' baseline stores alone (no
+      // trainer copy): it retries exactly the frozen change set in overwrite mode, so K names
+      // the bits frozen at this refit — checked below, like every refit, against `dense`.
+      trainer_faults.disarm_all();
+      tx.reset();
+      tx = make_sender();
+      tx->start();
+      if (!tx->wait_for_members(std::chrono::minutes(5))) throw error(errc::protocol, "rollout processes did not rejoin the taken-over sender");
+      ++sender_crashes;
+      sender_crashed = true;
+      st.version = tx->committed().version;
+      st.committed = st.version == target;
+      st.attempts = 2;
+    }
+    owner_crashes += trainer_faults.fired() - fired_before - (sender_crashed ? 1 : 0);
     // The check: every rollout process at the committed version, by attestation and by bytes.
     const auto tc = std::chrono::steady_clock::now();
     std::vector<tensor_view> views;
@@ -513,6 +542,7 @@ int run_trainer(options o) {
                          {"retries", retries},
                          {"trainer_restarts", trainer_restarts},
                          {"owner_crashes", owner_crashes},
+                         {"sender_crashes", sender_crashes},
                          {"payload_bytes_total", payload_total},
                          {"dense_bytes_total", dense_total},
                          {"dense_to_payload_ratio", ratio},
