@@ -46,7 +46,8 @@
 #include <thread>
 #include <vector>
 
-#include "bitrefit/refit/sender.hpp"  // the engine's mailbox names (restore replies)
+#include "bitrefit/io/atomic_file.hpp"
+#include "bitrefit/refit/sender.hpp"
 #include "bitrefit/transport/any_transport.hpp"
 #include "bitrefit/transport/concepts.hpp"
 #include "bitrefit/transport/directory_store.hpp"
@@ -155,7 +156,7 @@ inline int run_relay_root(const options& o, const std::atomic<bool>& stop) {
   n.advertise_host = "127.0.0.1";  // children of members are in the rollout namespace too
   relay::tree_transport root(n);
   const std::string port = std::to_string(root.listening().port);
-  transport::detail::atomic_write(o.port_file, std::as_bytes(std::span(port.data(), port.size())), false);
+  bitrefit::io::write_file_atomically(o.port_file, std::as_bytes(std::span(port.data(), port.size())), false);
   while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   root.stop();
   return 0;
@@ -255,7 +256,7 @@ inline int run_s3_server(const options& o, const std::atomic<bool>& stop) {
       }
     }
     const std::string ps = std::to_string(port);
-    transport::detail::atomic_write(o.port_file, std::as_bytes(std::span(ps.data(), ps.size())), false);
+    bitrefit::io::write_file_atomically(o.port_file, std::as_bytes(std::span(ps.data(), ps.size())), false);
     while (!stop && ::waitpid(pid, nullptr, WNOHANG) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   } catch (...) {
     kill_moto();
@@ -313,7 +314,7 @@ decltype(auto) with_transport(const transport_endpoint& ep, Fn&& fn) {
     n.root = {ep.host, static_cast<std::uint16_t>(ep.port)};
     if (ep.index >= 0) {
       const auto r = static_cast<std::uint32_t>(ep.index);
-      n.mailboxes = {"receiver/" + std::to_string(r), bitrefit::refit::restore_reply_mailbox(r), "bench/dense/" + std::to_string(r)};
+      n.mailboxes = {"receiver/" + std::to_string(r), bitrefit::wire::restore_reply_mailbox(r), "bench/dense/" + std::to_string(r)};
     }
     relay::tree_transport t(n);
     relay_rendezvous(ep, t);
