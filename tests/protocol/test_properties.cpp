@@ -136,7 +136,9 @@ TEST(ClusterProperties, BrokenVariantsAreCaught) {
       {protocol_mutation::delta_against_uncommitted_base, {.duplicates = 2}},
       {protocol_mutation::refreeze_at_restart, {.sender_restarts = 1}},
   };
-  for (auto [m, min] : must_catch) {
+  for (const auto& [mutation, bounds] : must_catch) {
+    const auto m = mutation;  // (clang 14 cannot capture a structured binding)
+    const auto min = bounds;
     const bool passed = run_property(std::string("mutation ") + std::string(to_string(m)) + " (expected to FAIL)",
                                      [m, min] { cluster_property<model::mutated_cluster>(m, min); });
     EXPECT_FALSE(passed) << "mutation " << to_string(m) << " was not caught";

@@ -92,10 +92,10 @@ struct cluster {
     sopt.transition_timeout = 60s;
     tx = make_sender();
     tx->start(truth.source());
-    for (std::uint32_t r = 0; r < receivers; ++r) {
-      rx.push_back(std::make_unique<receiver_slot>());
-      rx.back()->thread = std::thread([this, r] { run_receiver(r); });
-    }
+    // every slot exists before any receiver thread reads rx (a push_back may move the vector's
+    // elements under a running thread: ThreadSanitizer reported it)
+    for (std::uint32_t r = 0; r < receivers; ++r) rx.push_back(std::make_unique<receiver_slot>());
+    for (std::uint32_t r = 0; r < receivers; ++r) rx[r]->thread = std::thread([this, r] { run_receiver(r); });
     EXPECT_TRUE(tx->wait_for_members(60s));  // returns as soon as all are known; generous under load
     expect_all_bit_exact(0);
   }

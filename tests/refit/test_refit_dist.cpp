@@ -113,10 +113,9 @@ struct dist_cluster {
   void deploy() {
     tx = make_sender();
     tx->start(truth.source());
-    for (std::uint32_t r = 0; r < receivers; ++r) {
-      rx.push_back(std::make_unique<rx_slot>());
-      rx.back()->thread = std::thread([this, r] { run_receiver(r); });
-    }
+    // every slot exists before any receiver thread reads rx (a push_back may move its elements)
+    for (std::uint32_t r = 0; r < receivers; ++r) rx.push_back(std::make_unique<rx_slot>());
+    for (std::uint32_t r = 0; r < receivers; ++r) rx[r]->thread = std::thread([this, r] { run_receiver(r); });
     ASSERT_TRUE(tx->wait_for_members(60s));
     expect_all_bit_exact(0);
   }

@@ -504,7 +504,9 @@ TEST_F(RelayNode, AsyncOperationsTakeCallbacksFuturesAndCoroutines) {
   auto f = m.async_receive("receiver/0", 3s, asio::use_future);
   owner.post("receiver/0", pattern(5, 2));
   EXPECT_EQ(f.get().at(0), pattern(5, 2));
-  // use_awaitable, on the caller's own io_context
+#if defined(BOOST_ASIO_HAS_CO_AWAIT)
+  // use_awaitable, on the caller's own io_context (Boost 1.74's Asio has no coroutines under clang
+  // 14 with libstdc++: the sanitizer builds skip this part)
   asio::io_context user;
   bytes fetched;
   std::vector<bytes> received;
@@ -525,6 +527,7 @@ TEST_F(RelayNode, AsyncOperationsTakeCallbacksFuturesAndCoroutines) {
   EXPECT_EQ(fetched, pattern(100'000, 9));
   ASSERT_EQ(received.size(), 1u);
   EXPECT_EQ(received[0], pattern(5, 3));
+#endif
 }
 
 // ---- authentication and misbehaving peers ---------------------------------------------------------

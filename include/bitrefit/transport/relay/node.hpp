@@ -653,10 +653,11 @@ class node : public std::enable_shared_from_this<node> {
     for (auto& [id, c] : peers_)
       if (c.k == kind::child && c.ln->is_open()) children.push_back({id, c.subtree, c.listen});
     // a newer connection of a node replaces its older one (a restarted process, a rejoin)
-    for (auto& [id, c] : peers_)
+    for (auto& [peer_id, c] : peers_)
       if (c.k == kind::child && c.name == h.name && c.ln->is_open()) {
         log("child " + h.name + " reconnected; closing its older link");
         c.ln->close("replaced by a newer connection of the same node");
+        const auto id = peer_id;  // (clang 14 cannot capture a structured binding)
         std::erase_if(children, [&](const child_view& v) { return v.id == id; });
       }
     const placement where = place(children, opt_.fanout);
