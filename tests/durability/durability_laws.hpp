@@ -124,7 +124,8 @@ inline bool same_bits(const std::optional<baseline_image>& got, const baseline_i
   if (!got || got->size() != want.size()) return false;
   for (auto& [n, b] : want) {
     auto it = got->find(n);
-    if (it == got->end() || it->second.size() != b.size() || std::memcmp(it->second.data(), b.data(), b.size()) != 0) return false;
+    // byte vectors: compares bits (memcmp of an empty one would pass null pointers: UBSan)
+    if (it == got->end() || it->second.size() != b.size() || (!b.empty() && std::memcmp(it->second.data(), b.data(), b.size()) != 0)) return false;
   }
   return true;
 }
