@@ -403,6 +403,13 @@ inline bundle_manifest parse_bundle_manifest(std::string_view text, std::string_
   return bundle_manifest::from_json(io::parse_json(text, bundle_manifest_limits, {.file = std::string(source), .tensor = {}, .field = "manifest"}), source);
 }
 
+/// Reads and parses the directory form's manifest.json (bounded by bundle_manifest_limits).
+inline bundle_manifest read_bundle_manifest(const std::filesystem::path& dir) {
+  const auto manifest_path = dir / "manifest.json";
+  const auto jb = detail::read_all(manifest_path, bundle_manifest_limits.max_bytes);
+  return parse_bundle_manifest(std::string_view(reinterpret_cast<const char*>(jb.data()), jb.size()), manifest_path.string());
+}
+
 /// Parses the single-file form held in `all` (e.g. a memory-mapped bundle file): header, manifest
 /// digest and JSON (bounded by bundle_manifest_limits), and the frame layout (sizes, no trailing
 /// bytes). Every length is checked against the bytes present before it is used. Frame digests are
@@ -448,9 +455,7 @@ inline delta_bundle read_bundle(const std::filesystem::path& path) {
   const std::string src = path.string();
   if (!std::filesystem::is_directory(path)) return read_bundle_bytes(detail::read_all(path), src);
   delta_bundle b;
-  const auto manifest_path = path / "manifest.json";
-  const auto jb = detail::read_all(manifest_path, bundle_manifest_limits.max_bytes);
-  b.manifest = parse_bundle_manifest(std::string_view(reinterpret_cast<const char*>(jb.data()), jb.size()), manifest_path.string());
+  b.manifest = read_bundle_manifest(path);
   for (auto& e : b.manifest.frames) {
     const auto fp = path / detail::frame_file_name(e.seq);
     if (!std::filesystem::exists(fp)) throw error(errc::integrity, "frame file missing", {.file = fp.string(), .tensor = {}, .field = {}});

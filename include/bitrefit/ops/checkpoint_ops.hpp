@@ -470,9 +470,7 @@ struct mapped_bundle {
   explicit mapped_bundle(const std::filesystem::path& path) {
     const std::string src = path.string();
     if (std::filesystem::is_directory(path)) {
-      const auto manifest_path = path / "manifest.json";
-      const auto jb = codec::detail::read_all(manifest_path, codec::bundle_manifest_limits.max_bytes);
-      view.manifest = codec::parse_bundle_manifest(std::string_view(reinterpret_cast<const char*>(jb.data()), jb.size()), manifest_path.string());
+      view.manifest = codec::read_bundle_manifest(path);
       maps.reserve(1 + view.manifest.frames.size());  // spans stay valid: no reallocation below
       for (auto& e : view.manifest.frames) {
         const auto fp = path / codec::detail::frame_file_name(e.seq);
