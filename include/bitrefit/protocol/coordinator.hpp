@@ -652,6 +652,13 @@ struct basic_coordinator {
     for (std::uint32_t r = 0; r < config.receivers; ++r) announce_to(out, r);
     out.push_back(committed_action{committed});
     out.push_back(arm_deadline_action{});  // until every owner and receiver confirmed K (see reannounce)
+    end_transition();
+  }
+
+  /// The transition is over (committed or aborted): back to idle with nothing of it left. The one
+  /// place a transition's per-attempt state is dropped, so a commit and an abort cannot disagree on
+  /// what "over" means.
+  void end_transition() {
     phase = coordinator_phase::idle;
     target.reset();
     attempt.reset();
@@ -713,13 +720,7 @@ struct basic_coordinator {
                                                                      std::to_string(attempt->target) +
                                                                      ": no attempt can deliver the admitted bits"
                                                                : std::string("aborted by the operator")});
-    phase = coordinator_phase::idle;
-    target.reset();
-    attempt.reset();
-    manifests.clear();
-    arrived.clear();
-    acked.clear();
-    stopped.clear();
+    end_transition();
     if (lagging()) out.push_back(arm_deadline_action{});
   }
 };
