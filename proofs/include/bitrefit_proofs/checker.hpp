@@ -97,6 +97,20 @@ std::uint64_t fingerprint_of(const W& w) {
   else return static_cast<std::uint64_t>(std::hash<W>{}(w));
 }
 
+/// A world with symmetry (interchangeable parts, e.g. receivers) names a canonical fingerprint:
+/// `w.canonicalize()` renames w in place to a canonical image of its symmetry class and returns
+/// that image's fingerprint, the same for every world of the class. The checker then keys states
+/// by it (exact mode: by the canonical image) but keeps and expands the REAL successors, so every
+/// stored state is one reached by the recorded moves and counterexamples replay unchanged; only
+/// states equivalent to one already seen are not explored again (proofs/README.md, "Symmetry
+/// reduction": sound when the permutations commute with the moves and leave the invariants and
+/// the goal unchanged).
+template <class W>
+concept symmetric_world = requires(W& w, const W& cw) {
+  { w.canonicalize() } -> std::convertible_to<std::uint64_t>;
+  { cw.symmetric() } -> std::convertible_to<bool>;  // reduction switched on for this run
+};
+
 namespace detail {
 /// Fingerprint -> state id, open addressing (linear probing), no per-entry allocation. Lookups are
 /// safe from many threads while nobody inserts (the checker alternates the two phases).
@@ -288,6 +302,15 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
     std::optional<W> state;
     bool goal = false;
     std::optional<std::string> violation;
+    std::optional<W> key;  // exact mode with symmetry: the canonical image (the table's key)
+  };
+  // Fingerprint (and, exact with symmetry, the key) of a state; may rename `w` (symmetry).
+  bool reduce = false;
+  if constexpr (symmetric_world<W>) reduce = initial.symmetric();
+  auto fingerprint_in_place = [&](W& w) -> std::uint64_t {
+    if constexpr (symmetric_world<W>)
+      if (reduce) return w.canonicalize();
+    return opt.exact ? 0 : fingerprint_of(w);
   };
   struct expanded {
     std::vector<successor> succ;
@@ -296,7 +319,11 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
   std::vector<std::pair<std::uint32_t, W>> frontier, next;
   {
     W w0 = initial;
-    intern(w0, opt.exact ? 0 : fingerprint_of(w0));
+    {
+      W k0 = initial;
+      const std::uint64_t fp0 = fingerprint_in_place(k0);
+      intern(k0, fp0);
+    }
     parent.push_back(none);
     via.emplace_back();
     goal.push_back(w0.transition_done() ? 1 : 0);
@@ -330,13 +357,21 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
         for (const auto& m : w.enabled_moves()) {
           W succ = w;
           succ.apply(m);
-          successor s{m, opt.exact ? 0 : fingerprint_of(succ), std::nullopt, false, std::nullopt};
+          successor s{m, fingerprint_in_place(succ), std::nullopt, false, std::nullopt, std::nullopt};
           const bool fresh = !known(succ, s.fp) && (opt.exact || kept[t].insert(s.fp).second);
+          if (reduce) {
+            // succ may be the canonical image now: the state kept is the real successor.
+            if (opt.exact) s.key.emplace(succ);
+            if (fresh) {
+              succ = w;
+              succ.apply(m);
+            }
+          }
           if (fresh) {
             s.goal = succ.transition_done();
             s.violation = succ.check_invariants();
           }
-          if (fresh || opt.exact) s.state.emplace(std::move(succ));  // exact mode: the state is the key
+          if (fresh || (opt.exact && !s.key)) s.state.emplace(std::move(succ));  // exact mode: the state is the key
           o.succ.push_back(std::move(s));
         }
       };
@@ -347,7 +382,7 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
         if (out[k].succ.empty()) ++res.terminal_states;
         for (auto& s : out[k].succ) {
           ++res.transitions;
-          const auto [sid, fresh] = opt.exact ? intern(*s.state, 0) : by_fingerprint.insert(s.fp, std::uint32_t(parent.size()));
+          const auto [sid, fresh] = opt.exact ? intern(s.key ? *s.key : *s.state, 0) : by_fingerprint.insert(s.fp, std::uint32_t(parent.size()));
           if (opt.liveness) edges.emplace_back(id, sid);
           if (!fresh) continue;
           parent.push_back(id);
