@@ -16,11 +16,13 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "bitrefit/protocol/model/script.hpp"
 #include "bitrefit_proofs/checker.hpp"
+#include "bitrefit_proofs/compact.hpp"
 #include "bitrefit_proofs/symmetry.hpp"
 
 namespace bitrefit::proofs {
@@ -99,7 +101,7 @@ class basic_cluster_world {
  public:
   explicit basic_cluster_world(const cluster_bounds& b)
       : w_(b.world()), max_attempts_(b.max_attempts), causal_payloads_(b.causal_payloads),
-        membership_liveness_(b.membership_liveness), symmetry_(b.symmetry && b.receivers >= 2) {
+        membership_liveness_(b.membership_liveness), symmetry_(b.symmetry && b.receivers >= 2 && b.receivers <= 5) {
     if (symmetry_) (void)permutations();  // built once, before any worker thread reads them
   }
 
@@ -179,26 +181,50 @@ class basic_cluster_world {
 
   /// Renames receiver r to p[r] throughout the world (symmetry.hpp); tests of the reduction.
   void rename_receivers(const std::vector<std::uint32_t>& p) { permute_receivers(w_, p); }
+  /// The world's state as compact bytes (compact.hpp; checker.hpp, compact_world). The bounds and
+  /// switches of this view are not encoded: they are the same for every state of one search.
+  void encode(std::vector<std::uint8_t>& out) const { compact::encode(w_, out); }
+  void decode(const std::uint8_t* p, const std::uint8_t* end) {
+    if (compact::decode(p, end, w_) != end) throw std::runtime_error("cluster_world: trailing bytes after a state");
+  }
   /// Symmetry reduction on (checker.hpp, symmetric_world)?
   bool symmetric() const noexcept { return symmetry_; }
-  /// Renames the receivers in place to the image with the smallest fingerprint among all
-  /// receivers! renamings (ties: the first permutation in lexicographic order, identity first) and
+  /// Renames the receivers in place to the image with the smallest fingerprint among the
+  /// renamings that sort receivers by their own state's signature (symmetry.hpp,
+  /// receiver_signature; ties: the first permutation in lexicographic order, identity first) and
   /// returns that fingerprint: equal for every world of one symmetry class (up to 64-bit hash
   /// collisions, the same bound as fingerprint deduplication). The identity image is the world
-  /// itself (its containers are kept sorted, which test_proofs checks).
-  std::uint64_t canonicalize() {
-    const std::uint64_t h0 = protocol::hash_of(w_);
-    if (!symmetry_) return h0;
+  /// itself (its containers are kept sorted, which test_proofs checks). `leave_canonical` false:
+  /// the world is left as whichever image was hashed last (the checker's fingerprint mode needs
+  /// only the number; it saves a renaming).
+  std::uint64_t canonicalize(bool leave_canonical = true) {
+    if (!symmetry_) return protocol::hash_of(w_);
     const auto& ps = permutations();
-    std::uint64_t best = h0;
+    const std::uint32_t n = w_.config.protocol.receivers;
+    // Candidates: the renamings that sort receivers by signature (receiver r goes to p[r]; a
+    // smaller signature to a smaller id). Usually one; ties (receivers whose own states are equal)
+    // leave several, and the fingerprint is the smallest over them. Every world of a class has the
+    // same candidate images, so the same fingerprint.
+    std::uint64_t sig[8];
+    for (std::uint32_t r = 0; r < n; ++r) sig[r] = receiver_signature(w_, r);
+    std::uint64_t best = 0;
     std::size_t best_k = 0, at = 0;
-    for (std::size_t k = 1; k < ps.size(); ++k) {
-      permute_receivers(w_, relative_permutation(ps[at], ps[k]));
-      at = k;
+    bool any = false;
+    for (std::size_t k = 0; k < ps.size(); ++k) {
+      const auto& p = ps[k];
+      bool sorted = true;
+      for (std::uint32_t a = 0; a < n && sorted; ++a)
+        for (std::uint32_t b = 0; b < n && sorted; ++b)
+          if (sig[a] < sig[b] && p[a] > p[b]) sorted = false;
+      if (!sorted) continue;
+      if (k != at) {
+        permute_receivers(w_, relative_permutation(ps[at], p));
+        at = k;
+      }
       const std::uint64_t h = protocol::hash_of(w_);
-      if (h < best) { best = h; best_k = k; }
+      if (!any || h < best) { best = h; best_k = k; any = true; }
     }
-    if (best_k != at) permute_receivers(w_, relative_permutation(ps[at], ps[best_k]));
+    if (leave_canonical && best_k != at) permute_receivers(w_, relative_permutation(ps[at], ps[best_k]));
     return best;
   }
 

@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <stdexcept>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -52,16 +53,29 @@ inline void rename(const perm& p, protocol::endpoint& e) {
 inline void rename_attestation(const perm& p, digest128& d) {
   if (d.high64 >= 1 && d.high64 <= p.size()) d.high64 = p[d.high64 - 1] + 1;
 }
+/// Moves block r of `size` elements to block p[r], in place (cycle by cycle: no allocation, this
+/// runs for every successor the checker generates).
+template <class It>
+void permute_blocks(const perm& p, It first, std::size_t size) {
+  std::uint32_t done = 0;  // bit r: block r is in its place
+  for (std::uint32_t start = 0; start < p.size(); ++start) {
+    if (done >> start & 1u) continue;
+    // Follow the cycle start -> p[start] -> ...: swapping block `start` with block p[c] moves the
+    // element that belongs at p[c] there and brings the next one of the cycle to `start`.
+    for (std::uint32_t c = p[start]; c != start; c = p[c]) {
+      std::swap_ranges(first + std::ptrdiff_t(start * size), first + std::ptrdiff_t((start + 1) * size),
+                       first + std::ptrdiff_t(c * size));
+      done |= 1u << c;
+    }
+    done |= 1u << start;
+  }
+}
 /// out[p[r]] = in[r], with `f` applied to each element.
 template <class T, class F>
 void permute_vector(const perm& p, std::vector<T>& v, F f) {
   if (v.empty()) return;
-  std::vector<T> out(v.size());
-  for (std::size_t r = 0; r < v.size(); ++r) {
-    f(v[r]);
-    out[p.at(r)] = std::move(v[r]);
-  }
-  v.swap(out);
+  for (auto& x : v) f(x);
+  permute_blocks(p, v.begin(), 1);
 }
 template <class T>
 void permute_vector(const perm& p, std::vector<T>& v) {
@@ -76,15 +90,13 @@ static_assert(field_count<protocol::prepare_record> == 11);
 /// Members renamed and re-sorted (they are kept sorted by receiver); `order` receives, for each
 /// new position, the old position (so per-member arrays can follow).
 inline void rename(const perm& p, protocol::prepare_record& r, std::vector<std::size_t>* order = nullptr) {
-  std::vector<std::size_t> idx(r.members.size());
-  std::iota(idx.begin(), idx.end(), std::size_t{0});
   for (auto& m : r.members) rename(p, m);
-  std::sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return r.members[a] < r.members[b]; });
-  std::vector<protocol::member> sorted;
-  sorted.reserve(idx.size());
-  for (auto i : idx) sorted.push_back(r.members[i]);
-  r.members.swap(sorted);
-  if (order) *order = std::move(idx);
+  if (order) {
+    order->resize(r.members.size());
+    std::iota(order->begin(), order->end(), std::size_t{0});
+    std::sort(order->begin(), order->end(), [&](std::size_t a, std::size_t b) { return r.members[a] < r.members[b]; });
+  }
+  std::sort(r.members.begin(), r.members.end());
   if (r.expected.size() == p.size()) permute_vector(p, r.expected, [&](digest128& d) { rename_attestation(p, d); });
 }
 
@@ -128,13 +140,14 @@ void rename(const perm& p, protocol::basic_coordinator<M>& c) {
   permute_vector(p, c.roster);
   if (c.expected.size() == p.size()) permute_vector(p, c.expected, [&](digest128& d) { rename_attestation(p, d); });
   if (c.attempt) {
-    std::vector<std::size_t> order;
+    static thread_local std::vector<std::size_t> order;  // one per checker thread: no allocation per call
     rename(p, *c.attempt, &order);
     for (auto* flags : {&c.arrived, &c.acked, &c.stopped}) {
       if (flags->size() != order.size()) continue;  // not sized for this attempt (yet)
-      std::vector<std::uint8_t> out(order.size());
-      for (std::size_t k = 0; k < order.size(); ++k) out[k] = (*flags)[order[k]];
-      flags->swap(out);
+      std::uint8_t old[64];
+      if (order.size() > sizeof old) throw std::length_error("permute_receivers: more than 64 members");
+      std::copy(flags->begin(), flags->end(), old);
+      for (std::size_t k = 0; k < order.size(); ++k) (*flags)[k] = old[order[k]];
     }
   }
 }
@@ -167,13 +180,7 @@ void permute_receivers(protocol::model::basic_cluster<M>& w, const std::vector<s
   for (auto& o : w.owners) rename(p, o);
   permute_vector(p, w.receivers, [&](auto& r) { if (r) rename(p, *r); });
   permute_vector(p, w.incarnations);
-  {
-    const std::size_t k = w.regions_per_receiver();
-    std::vector<protocol::model::region_t> out(w.regions.size());
-    for (std::uint32_t r = 0; r < n; ++r)
-      std::copy_n(w.regions.begin() + std::ptrdiff_t(r * k), k, out.begin() + std::ptrdiff_t(p[r] * k));
-    w.regions.swap(out);
-  }
+  if (w.regions.size() == std::size_t(n) * w.regions_per_receiver()) permute_blocks(p, w.regions.begin(), w.regions_per_receiver());
   permute_vector(p, w.device);  // pending writes name payloads and incarnations, not receivers
   permute_vector(p, w.sync_waiting);
   permute_vector(p, w.receiver_deadline);
@@ -190,6 +197,29 @@ void permute_receivers(protocol::model::basic_cluster<M>& w, const std::vector<s
   sort_all(w.acks);
   for (auto& f : w.fenced) rename(p, f);
   sort_all(w.fenced);
+}
+
+/// A fingerprint of receiver r's own state that names no receiver id (its machine without its id
+/// and deferred prepare's members, its incarnation counter, regions, device queue, flags, roster
+/// entry): renaming receivers moves signatures with the receivers and changes none. The canonical
+/// image only has to be looked for among the renamings that sort receivers by signature.
+template <class M>
+std::uint64_t receiver_signature(const protocol::model::basic_cluster<M>& w, std::uint32_t r) {
+  using protocol::detail::hash_all;
+  protocol::detail::hasher h;
+  const auto& rc = w.receivers[r];
+  h.mix(rc.has_value());
+  if (rc) {
+    hash_all(h, rc->incarnation, rc->phase, rc->committed, rc->gate_open, rc->highest_seen, rc->epoch_seen, rc->attempt,
+             rc->completed, rc->unsynced, rc->sync_pending, rc->stopping_for, rc->early);
+    h.mix(rc->deferred.has_value());
+    if (rc->deferred) hash_all(h, rc->deferred->attempt);
+  }
+  const std::size_t k = w.regions_per_receiver();
+  for (std::size_t i = 0; i < k; ++i) h.mix(std::uint64_t(std::uint32_t(w.regions[r * k + i])));
+  hash_all(h, w.incarnations[r], w.device[r], w.sync_waiting[r], w.receiver_deadline[r]);
+  if (r < w.coord.roster.size()) hash_all(h, w.coord.roster[r]);
+  return h.h;
 }
 
 /// Every permutation of 0..n-1, the identity first (lexicographic order).
