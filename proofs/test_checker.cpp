@@ -413,3 +413,44 @@ TEST(Symmetry, SameVerdictsWithAndWithoutReduction) {
     }
   }
 }
+
+// ---- 8. the compact frontier (compact.hpp): every reachable state of small worlds with every fault
+// kind decodes back to itself, also into a scratch world that held another state (decode must
+// overwrite everything), and the search counts the same with and without it.
+TEST(Compact, EveryReachableStateRoundTrips) {
+  cluster_bounds b;
+  b.owners = 2;
+  b.chunks = 1;
+  b.transitions = 2;
+  b.crashes = b.failovers = b.drops = b.duplicates = b.log_faults = b.owner_crashes = b.aborts = b.conflicts = 1;
+  std::unordered_set<std::size_t> seen;
+  std::vector<cluster_world> frontier{cluster_world(b)};
+  cluster_world scratch = frontier[0];
+  std::size_t checked = 0, bytes = 0;
+  while (!frontier.empty() && checked < 8000) {
+    std::vector<cluster_world> next;
+    for (const auto& c : frontier) {
+      std::vector<std::uint8_t> enc;
+      c.encode(enc);
+      scratch.decode(enc.data(), enc.data() + enc.size());
+      ASSERT_TRUE(scratch == c) << c.world().summary();
+      ++checked;
+      bytes += enc.size();
+      for (const auto& m : c.enabled_moves()) {
+        cluster_world s = c;
+        s.apply(m);
+        if (seen.insert(protocol::hash_of(s.world())).second) next.push_back(std::move(s));
+      }
+    }
+    frontier = std::move(next);
+  }
+  std::cout << checked << " states round-trip, " << bytes / checked << " bytes each on average" << std::endl;
+  for (auto bb : {small([](auto& b) { b.owners = 1; b.failovers = 1; }), small([](auto& b) { b.receivers = 3; b.owners = 1; })}) {
+    const auto packed = check(cluster_world(bb), check_options{true, false, 20'000'000, 2, true});
+    const auto live = check(cluster_world(bb), check_options{true, false, 20'000'000, 2, false});
+    EXPECT_EQ(packed.states, live.states);
+    EXPECT_EQ(packed.transitions, live.transitions);
+    EXPECT_EQ(packed.depth, live.depth);
+    EXPECT_EQ(packed.goal_states, live.goal_states);
+  }
+}
