@@ -414,7 +414,7 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
         for (const auto& m : w.enabled_moves()) {
           W succ = w;
           succ.apply(m);
-          successor s{m, fingerprint_in_place(succ), std::nullopt, false, std::nullopt, std::nullopt};
+          successor s{m, fingerprint_in_place(succ), std::nullopt, false, std::nullopt, std::nullopt, {}};
           const bool fresh = !known(succ, s.fp) && (opt.exact || kept[t].insert(s.fp).second);
           if (reduce) {
             // succ may be the canonical image now: the state kept is the real successor.
