@@ -5,6 +5,8 @@
 //       corruptions conflicts log_faults early_deadlines ordered_device=0|1 causal_payloads=0|1 gate=sync|async
 //       membership=0|1 (liveness goal: the world settles, members and roster included; 0: K reached the goal)
 //       mutation=<name> max_states threads (0 = every core; the counts do not depend on it)
+//       symmetry=0|1 (default 1: receivers interchangeable, one state per renaming class; the
+//       verdict does not depend on it, the counts do)
 // Prints one JSON object: bounds, verdict, unique states, transitions, depth, goal and terminal
 // states, seconds, and on a violation the message and the counterexample length. With --scenario the
 // counterexample is written as a scenario file that tests/protocol's runner replays.
@@ -24,12 +26,13 @@ int run(const proofs::cluster_bounds& b, const proofs::check_options& opt, const
   const auto r = proofs::check(proofs::basic_cluster_world<W>(b), opt);
   std::printf("{\"world\": \"%s\", \"verdict\": \"%s\", \"states\": %llu, \"transitions\": %llu, \"depth\": %u, "
               "\"goal_states\": %llu, \"terminal_states\": %llu, \"seconds\": %.2f, \"states_per_second\": %.0f, "
-              "\"threads\": %u, \"collision_bound\": %.3g, "
+              "\"threads\": %u, \"symmetry\": %d, \"collision_bound\": %.3g, "
               "\"counterexample_moves\": %zu",
               protocol::model::world_line(b.world()).c_str(), proofs::to_string(r.outcome),
               (unsigned long long)r.states, (unsigned long long)r.transitions, r.depth,
               (unsigned long long)r.goal_states, (unsigned long long)r.terminal_states, r.seconds,
-              r.seconds > 0 ? double(r.states) / r.seconds : 0.0, r.threads, r.collision_bound,
+              r.seconds > 0 ? double(r.states) / r.seconds : 0.0, r.threads, b.symmetry && b.receivers >= 2 ? 1 : 0,
+              r.collision_bound,
               r.counterexample.size());
   if (!r.ok()) {
     std::string msg;
@@ -80,6 +83,7 @@ int main(int argc, char** argv) {
     else if (k == "causal_payloads") b.causal_payloads = n() != 0;
     else if (k == "membership") b.membership_liveness = n() != 0;
     else if (k == "threads") opt.threads = n();
+    else if (k == "symmetry") b.symmetry = n() != 0;
     else if (k == "max_states") opt.max_states = std::strtoull(v.c_str(), nullptr, 10);
     else if (k == "gate") b.gate = v == "async" ? protocol::gate_policy::asynchronous : protocol::gate_policy::synchronous;
     else if (k == "mutation") {

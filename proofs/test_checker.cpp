@@ -18,6 +18,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <unordered_set>
 
 #include "bitrefit_proofs/checker.hpp"
 #include "bitrefit_proofs/cluster_world.hpp"
@@ -145,7 +146,7 @@ void expect_pinned(const pinned& p) {
 TEST(Protocol, ThreeReceiversOneDrop) {
   expect_pinned({"3 receivers, 1 drop (1 owner)",
                  with(base(), [](auto& b) { b.receivers = 3; b.owners = 1; b.chunks = 1; b.transitions = 1; b.drops = 1; }),
-                 251836, 1308536, 67});
+                 47189, 246331, 67});  // unreduced: 251 836 / 1 308 536 / 67
 }
 
 // Fingerprint mode deduplicates by hash_of alone, exact mode by ==. If a hash_append left out a
@@ -220,6 +221,16 @@ void expect_caught(const mutation_case& m) {
   EXPECT_EQ(text.find("error: no enabled move"), std::string::npos) << "the counterexample does not replay";
   std::cout << "  violation: " << r.violation << "\n  counterexample (" << r.counterexample.size()
             << " moves, scenario format):\n" << text << std::endl;
+  // Caught without the symmetry reduction too, with the same verdict and a counterexample of the
+  // same (shortest) length: the reduction hides no violation (proofs/README.md "Symmetry reduction").
+  if (b.symmetry && b.receivers >= 2) {
+    b.symmetry = false;
+    const auto full = check(proofs::mutated_cluster_world(b));
+    std::cout << report("mutation " + name + " without symmetry reduction", full) << std::endl;
+    EXPECT_EQ(full.outcome, r.outcome) << name;
+    EXPECT_EQ(full.counterexample.size(), r.counterexample.size()) << name;
+    EXPECT_GE(full.states, r.states) << name;
+  }
 }
 
 #include "mutation_cases.inc"
@@ -281,3 +292,165 @@ TEST(Engine, ThreadCountChangesNothing) {
 }
 
 }  // namespace
+
+// ---- 7. symmetry reduction over receivers (symmetry.hpp). Sound when every renaming of receivers
+// commutes with the moves and keeps the invariants and the goal: checked here directly, on every
+// reachable state of small worlds with each fault kind (a BFS without reduction, capped), for every
+// permutation p: the renamed world's successors are exactly the renamed successors (as sets of
+// worlds, ==), invariants and goals agree, and renaming by the identity changes nothing (the
+// world's sorted containers are kept sorted, so the identity image is the world itself).
+namespace symmetry_test {
+template <class CW>
+void expect_equivariant(const cluster_bounds& b, std::size_t max_states) {
+  using world_t = std::decay_t<decltype(std::declval<const CW&>().world())>;
+  const auto perms = proofs::all_permutations(b.receivers);
+  // A violation's text names receivers and is not renamed (symmetry.hpp): compare its presence.
+  auto blind = [](world_t w) {
+    if (w.violation) w.violation = "violated";
+    return w;
+  };
+  auto successors = [&](const CW& c) {
+    std::vector<world_t> out;
+    for (const auto& m : c.enabled_moves()) {
+      CW s = c;
+      s.apply(m);
+      out.push_back(blind(s.world()));
+    }
+    return out;
+  };
+  auto renamed = [](world_t w, const std::vector<std::uint32_t>& p) {
+    proofs::permute_receivers(w, p);
+    return w;
+  };
+  std::unordered_set<std::size_t> seen;
+  std::vector<CW> frontier{CW(b)};
+  seen.insert(protocol::hash_of(frontier[0].world()));
+  std::size_t visited = 0, checked = 0;
+  while (!frontier.empty() && visited < max_states) {
+    std::vector<CW> next;
+    for (const auto& c : frontier) {
+      if (++visited > max_states) break;
+      ASSERT_TRUE(renamed(c.world(), perms[0]) == c.world()) << "identity renaming changed a reachable world:\n"
+                                                             << c.world().summary();
+      const auto succ = successors(c);
+      for (std::size_t k = 1; k < perms.size(); ++k) {
+        CW pc = c;
+        pc.rename_receivers(perms[k]);
+        ASSERT_EQ(pc.check_invariants().has_value(), c.check_invariants().has_value()) << c.world().summary();
+        ASSERT_EQ(pc.transition_done(), c.transition_done()) << c.world().summary();
+        ASSERT_EQ(pc.world().transition_done(), c.world().transition_done());
+        const auto psucc = successors(pc);
+        ASSERT_EQ(psucc.size(), succ.size()) << "moves of the renamed world differ in number:\n" << c.world().summary();
+        std::vector<std::uint8_t> used(psucc.size(), 0);
+        for (const auto& s : succ) {
+          const world_t want = renamed(s, perms[k]);
+          bool found = false;
+          for (std::size_t j = 0; j < psucc.size() && !found; ++j)
+            if (!used[j] && psucc[j] == want) used[j] = found = true;
+          ASSERT_TRUE(found) << "a successor renamed is no successor of the renamed world (permutation " << k
+                             << "):\n" << c.world().summary() << "successor:\n" << s.summary();
+        }
+        ++checked;
+      }
+      for (const auto& m : c.enabled_moves()) {
+        CW s = c;
+        s.apply(m);
+        if (seen.insert(protocol::hash_of(s.world())).second) next.push_back(std::move(s));
+      }
+    }
+    frontier = std::move(next);
+  }
+  std::cout << protocol::model::world_line(b.world()) << ": " << visited << " states, " << checked
+            << " (state, permutation) pairs commute" << std::endl;
+  EXPECT_GT(checked, 0u);
+}
+}  // namespace symmetry_test
+
+TEST(Symmetry, RenamingReceiversCommutesWithEveryMove) {
+  auto two = [](auto f) {
+    cluster_bounds b;
+    b.owners = 1;
+    b.chunks = 1;
+    b.transitions = 1;
+    f(b);
+    return b;
+  };
+  for (const auto& b : {two([](auto&) {}), two([](auto& b) { b.transitions = 2; b.owners = 2; }),
+                        two([](auto& b) { b.crashes = 1; }), two([](auto& b) { b.failovers = 1; }),
+                        two([](auto& b) { b.drops = 1; b.duplicates = 1; }), two([](auto& b) { b.log_faults = 1; }),
+                        two([](auto& b) { b.early_deadlines = 1; }), two([](auto& b) { b.corruptions = 1; b.conflicts = 1; }),
+                        two([](auto& b) { b.owner_crashes = 1; b.aborts = 1; }),
+                        two([](auto& b) { b.sender_restarts = 1; b.attest = false; }),
+                        two([](auto& b) { b.gate = protocol::gate_policy::asynchronous; b.crashes = 1; }),
+                        two([](auto& b) { b.receivers = 3; b.drops = 1; })})
+    symmetry_test::expect_equivariant<cluster_world>(b, 4000);
+  // The mutated machines too (the mutation runs below use the reduction).
+  cluster_bounds m = two([](auto& b) { b.crashes = 1; b.transitions = 2; });
+  m.mutation = M::accept_old_incarnation_acks;
+  symmetry_test::expect_equivariant<proofs::mutated_cluster_world>(m, 4000);
+}
+
+// The verdict does not depend on the reduction, and the reduced state count is between 1/n! and 1
+// of the full one (every class has at most n! members).
+TEST(Symmetry, SameVerdictsWithAndWithoutReduction) {
+  for (auto b : {small([](auto& b) { b.owners = 1; b.crashes = 1; b.max_attempts = 1; }),
+                 small([](auto& b) { b.owners = 1; b.drops = 1; }),
+                 small([](auto& b) { b.owners = 1; b.log_faults = 1; b.transitions = 2; }),
+                 small([](auto& b) { b.owners = 1; b.receivers = 3; b.duplicates = 1; })}) {
+    for (bool exact : {false, true}) {
+      b.symmetry = false;
+      const auto full = check(cluster_world(b), check_options{true, exact});
+      b.symmetry = true;
+      const auto reduced = check(cluster_world(b), check_options{true, exact});
+      std::cout << protocol::model::world_line(b.world()) << (exact ? " (exact)" : "") << ": " << full.states
+                << " states -> " << reduced.states << " with symmetry" << std::endl;
+      EXPECT_EQ(full.outcome, reduced.outcome);
+      EXPECT_EQ(full.depth, reduced.depth);
+      EXPECT_LT(reduced.states, full.states);
+      std::uint64_t fact = 1;
+      for (std::uint32_t k = 2; k <= b.receivers; ++k) fact *= k;
+      EXPECT_GE(reduced.states * fact, full.states);
+    }
+  }
+}
+
+// ---- 8. the compact frontier (compact.hpp): every reachable state of small worlds with every fault
+// kind decodes back to itself, also into a scratch world that held another state (decode must
+// overwrite everything), and the search counts the same with and without it.
+TEST(Compact, EveryReachableStateRoundTrips) {
+  cluster_bounds b;
+  b.owners = 2;
+  b.chunks = 1;
+  b.transitions = 2;
+  b.crashes = b.failovers = b.drops = b.duplicates = b.log_faults = b.owner_crashes = b.aborts = b.conflicts = 1;
+  std::unordered_set<std::size_t> seen;
+  std::vector<cluster_world> frontier{cluster_world(b)};
+  cluster_world scratch = frontier[0];
+  std::size_t checked = 0, bytes = 0;
+  while (!frontier.empty() && checked < 8000) {
+    std::vector<cluster_world> next;
+    for (const auto& c : frontier) {
+      std::vector<std::uint8_t> enc;
+      c.encode(enc);
+      scratch.decode(enc.data(), enc.data() + enc.size());
+      ASSERT_TRUE(scratch == c) << c.world().summary();
+      ++checked;
+      bytes += enc.size();
+      for (const auto& m : c.enabled_moves()) {
+        cluster_world s = c;
+        s.apply(m);
+        if (seen.insert(protocol::hash_of(s.world())).second) next.push_back(std::move(s));
+      }
+    }
+    frontier = std::move(next);
+  }
+  std::cout << checked << " states round-trip, " << bytes / checked << " bytes each on average" << std::endl;
+  for (auto bb : {small([](auto& b) { b.owners = 1; b.failovers = 1; }), small([](auto& b) { b.receivers = 3; b.owners = 1; })}) {
+    const auto packed = check(cluster_world(bb), check_options{true, false, 20'000'000, 2, true});
+    const auto live = check(cluster_world(bb), check_options{true, false, 20'000'000, 2, false});
+    EXPECT_EQ(packed.states, live.states);
+    EXPECT_EQ(packed.transitions, live.transitions);
+    EXPECT_EQ(packed.depth, live.depth);
+    EXPECT_EQ(packed.goal_states, live.goal_states);
+  }
+}

@@ -58,6 +58,8 @@ struct check_options {
   /// counterexample do not depend on it: workers only compute successors; ids are assigned by one
   /// thread in the order a sequential breadth-first search would (see `check`).
   unsigned threads = 0;
+  /// Keep the frontier encoded (compact_world only; not with `exact`). Same counts either way.
+  bool compact = true;
 };
 
 enum class verdict { ok, invariant_violated, end_unreachable, state_limit };
@@ -96,6 +98,31 @@ std::uint64_t fingerprint_of(const W& w) {
   if constexpr (requires { { w.fingerprint() } -> std::convertible_to<std::uint64_t>; }) return w.fingerprint();
   else return static_cast<std::uint64_t>(std::hash<W>{}(w));
 }
+
+/// A world with symmetry (interchangeable parts, e.g. receivers) names a canonical fingerprint:
+/// `w.canonicalize(true)` renames w in place to a canonical image of its symmetry class and returns
+/// that image's fingerprint, the same for every world of the class (`false`: the fingerprint only;
+/// w is left as any image of its class). The checker then keys states
+/// by it (exact mode: by the canonical image) but keeps and expands the REAL successors, so every
+/// stored state is one reached by the recorded moves and counterexamples replay unchanged; only
+/// states equivalent to one already seen are not explored again (proofs/README.md, "Symmetry
+/// reduction": sound when the permutations commute with the moves and leave the invariants and
+/// the goal unchanged).
+template <class W>
+concept symmetric_world = requires(W& w, const W& cw) {
+  { w.canonicalize(true) } -> std::convertible_to<std::uint64_t>;
+  { cw.symmetric() } -> std::convertible_to<bool>;  // reduction switched on for this run
+};
+
+/// A world that encodes itself compactly (e.g. bitrefit_proofs/compact.hpp): the checker keeps its
+/// breadth-first frontier as bytes instead of live worlds (a few hundred bytes a state instead of
+/// kilobytes of heap) and decodes each state into a per-thread scratch world to expand it.
+/// `decode` must overwrite every part of the state (the scratch world held another one).
+template <class W>
+concept compact_world = requires(const W& cw, W& w, std::vector<std::uint8_t>& out, const std::uint8_t* p) {
+  cw.encode(out);
+  w.decode(p, p);
+};
 
 namespace detail {
 /// Fingerprint -> state id, open addressing (linear probing), no per-entry allocation. Lookups are
@@ -288,15 +315,72 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
     std::optional<W> state;
     bool goal = false;
     std::optional<std::string> violation;
+    std::optional<W> key;  // exact mode with symmetry: the canonical image (the table's key)
+    std::vector<std::uint8_t> bytes;  // compact frontier: the fresh successor, encoded
+  };
+  // Fingerprint (and, exact with symmetry, the key) of a state; may rename `w` (symmetry).
+  bool reduce = false;
+  if constexpr (symmetric_world<W>) reduce = initial.symmetric();
+  auto fingerprint_in_place = [&](W& w) -> std::uint64_t {
+    if constexpr (symmetric_world<W>)
+      if (reduce) return w.canonicalize(opt.exact);  // exact: the canonical image is the key
+    return opt.exact ? 0 : fingerprint_of(w);
   };
   struct expanded {
     std::vector<successor> succ;
   };
 
-  std::vector<std::pair<std::uint32_t, W>> frontier, next;
+  // The frontier (this BFS level) and the next one: ids, and the states as live worlds or, compact,
+  // as one byte arena with offsets.
+  bool packed = false;
+  if constexpr (compact_world<W>) packed = opt.compact && !opt.exact;
+  struct level_states {
+    std::vector<std::uint32_t> ids;
+    std::vector<W> states;
+    std::vector<std::uint8_t> bytes;
+    std::vector<std::size_t> offsets{0};
+    std::size_t size() const noexcept { return ids.size(); }
+    bool empty() const noexcept { return ids.empty(); }
+    void clear() {
+      ids.clear();
+      states.clear();
+      bytes.clear();
+      offsets.assign(1, 0);
+    }
+  };
+  level_states frontier, next;
+  // Either `w` (a live state) or `enc` (its encoding) is given.
+  auto push_state = [&](level_states& l, std::uint32_t id, W* w, const std::vector<std::uint8_t>* enc) {
+    l.ids.push_back(id);
+    if constexpr (compact_world<W>) {
+      if (packed) {
+        if (enc) l.bytes.insert(l.bytes.end(), enc->begin(), enc->end());
+        else w->encode(l.bytes);
+        l.offsets.push_back(l.bytes.size());
+        return;
+      }
+    }
+    (void)enc;
+    l.states.push_back(std::move(*w));
+  };
+  std::vector<W> scratch(packed ? std::max(1u, threads) : 0u, initial);  // one decoded state per thread
+  auto state_at = [&](unsigned t, std::size_t k) -> const W& {
+    if constexpr (compact_world<W>) {
+      if (packed) {
+        scratch[t].decode(frontier.bytes.data() + frontier.offsets[k], frontier.bytes.data() + frontier.offsets[k + 1]);
+        return scratch[t];
+      }
+    }
+    (void)t;
+    return frontier.states[k];
+  };
   {
     W w0 = initial;
-    intern(w0, opt.exact ? 0 : fingerprint_of(w0));
+    {
+      W k0 = initial;
+      const std::uint64_t fp0 = fingerprint_in_place(k0);
+      intern(k0, fp0);
+    }
     parent.push_back(none);
     via.emplace_back();
     goal.push_back(w0.transition_done() ? 1 : 0);
@@ -305,7 +389,7 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
       res.violation = *v;
       return finish();
     }
-    frontier.emplace_back(0, std::move(w0));
+    push_state(frontier, 0, &w0, nullptr);
   }
   // States per batch: enough to keep every thread busy between two hand-overs, few enough that
   // the successors held between the two phases (full states) stay in cache: measured, 256 states
@@ -325,29 +409,44 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
       for (auto& k : kept) k.clear();
       // Phase 1 (parallel): expand, fingerprint, check what is new.
       auto expand = [&](unsigned t, std::size_t k) {
-        const W& w = frontier[b0 + k].second;
+        const W& w = state_at(t, b0 + k);
         auto& o = out[k];
         for (const auto& m : w.enabled_moves()) {
           W succ = w;
           succ.apply(m);
-          successor s{m, opt.exact ? 0 : fingerprint_of(succ), std::nullopt, false, std::nullopt};
+          successor s{m, fingerprint_in_place(succ), std::nullopt, false, std::nullopt, std::nullopt, {}};
           const bool fresh = !known(succ, s.fp) && (opt.exact || kept[t].insert(s.fp).second);
+          if (reduce) {
+            // succ may be the canonical image now: the state kept is the real successor.
+            if (opt.exact) s.key.emplace(succ);
+            if (fresh) {
+              succ = w;
+              succ.apply(m);
+            }
+          }
           if (fresh) {
             s.goal = succ.transition_done();
             s.violation = succ.check_invariants();
           }
-          if (fresh || opt.exact) s.state.emplace(std::move(succ));  // exact mode: the state is the key
+          if constexpr (compact_world<W>) {
+            if (fresh && packed) {
+              succ.encode(s.bytes);
+              o.succ.push_back(std::move(s));
+              continue;
+            }
+          }
+          if (fresh || (opt.exact && !s.key)) s.state.emplace(std::move(succ));  // exact mode: the state is the key
           o.succ.push_back(std::move(s));
         }
       };
       pool.run(n, expand);
       // Phase 2 (this thread): ids in sequential BFS order.
       for (std::size_t k = 0; k < n; ++k) {
-        const std::uint32_t id = frontier[b0 + k].first;
+        const std::uint32_t id = frontier.ids[b0 + k];
         if (out[k].succ.empty()) ++res.terminal_states;
         for (auto& s : out[k].succ) {
           ++res.transitions;
-          const auto [sid, fresh] = opt.exact ? intern(*s.state, 0) : by_fingerprint.insert(s.fp, std::uint32_t(parent.size()));
+          const auto [sid, fresh] = opt.exact ? intern(s.key ? *s.key : *s.state, 0) : by_fingerprint.insert(s.fp, std::uint32_t(parent.size()));
           if (opt.liveness) edges.emplace_back(id, sid);
           if (!fresh) continue;
           parent.push_back(id);
@@ -365,7 +464,8 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
             res.violation = "more than " + std::to_string(opt.max_states) + " states";
             return finish();
           }
-          next.emplace_back(sid, std::move(*s.state));
+          if (packed) push_state(next, sid, nullptr, &s.bytes);
+          else push_state(next, sid, &*s.state, nullptr);
         }
       }
     }

@@ -16,11 +16,14 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "bitrefit/protocol/model/script.hpp"
 #include "bitrefit_proofs/checker.hpp"
+#include "bitrefit_proofs/compact.hpp"
+#include "bitrefit_proofs/symmetry.hpp"
 
 namespace bitrefit::proofs {
 
@@ -56,6 +59,11 @@ struct cluster_bounds {
   /// exactly the live incarnations at K (a dead incarnation kept in it is a failure). OFF: only
   /// "the transitions ended" (K reached the last version, coordinator idle), the older goal.
   bool membership_liveness = true;
+  /// Symmetry reduction over receivers (symmetry.hpp; proofs/README.md "Symmetry reduction"): states
+  /// that differ only by a renaming of receivers are explored once. The verdict and the
+  /// counterexamples do not change (the stored states are real ones); the counts shrink (up to
+  /// receivers! times). OFF: every state, as before.
+  bool symmetry = true;
   protocol::gate_policy gate = protocol::gate_policy::synchronous;
   protocol::protocol_mutation mutation = protocol::protocol_mutation::none;
 
@@ -93,7 +101,9 @@ class basic_cluster_world {
  public:
   explicit basic_cluster_world(const cluster_bounds& b)
       : w_(b.world()), max_attempts_(b.max_attempts), causal_payloads_(b.causal_payloads),
-        membership_liveness_(b.membership_liveness) {}
+        membership_liveness_(b.membership_liveness), symmetry_(b.symmetry && b.receivers >= 2 && b.receivers <= 5) {
+    if (symmetry_) (void)permutations();  // built once, before any worker thread reads them
+  }
 
   const W& world() const noexcept { return w_; }
 
@@ -169,11 +179,71 @@ class basic_cluster_world {
 
   friend bool operator==(const basic_cluster_world& a, const basic_cluster_world& b) { return a.w_ == b.w_; }
 
+  /// Renames receiver r to p[r] throughout the world (symmetry.hpp); tests of the reduction.
+  void rename_receivers(const std::vector<std::uint32_t>& p) { permute_receivers(w_, p); }
+  /// The world's state as compact bytes (compact.hpp; checker.hpp, compact_world). The bounds and
+  /// switches of this view are not encoded: they are the same for every state of one search.
+  void encode(std::vector<std::uint8_t>& out) const { compact::encode(w_, out); }
+  void decode(const std::uint8_t* p, const std::uint8_t* end) {
+    if (compact::decode(p, end, w_) != end) throw std::runtime_error("cluster_world: trailing bytes after a state");
+  }
+  /// Symmetry reduction on (checker.hpp, symmetric_world)?
+  bool symmetric() const noexcept { return symmetry_; }
+  /// Renames the receivers in place to the image with the smallest fingerprint among the
+  /// renamings that sort receivers by their own state's signature (symmetry.hpp,
+  /// receiver_signature; ties: the first permutation in lexicographic order, identity first) and
+  /// returns that fingerprint: equal for every world of one symmetry class (up to 64-bit hash
+  /// collisions, the same bound as fingerprint deduplication). The identity image is the world
+  /// itself (its containers are kept sorted, which test_proofs checks). `leave_canonical` false:
+  /// the world is left as whichever image was hashed last (the checker's fingerprint mode needs
+  /// only the number; it saves a renaming).
+  std::uint64_t canonicalize(bool leave_canonical = true) {
+    if (!symmetry_) return protocol::hash_of(w_);
+    const auto& ps = permutations();
+    const std::uint32_t n = w_.config.protocol.receivers;
+    // Candidates: the renamings that sort receivers by signature (receiver r goes to p[r]; a
+    // smaller signature to a smaller id). Usually one; ties (receivers whose own states are equal)
+    // leave several, and the fingerprint is the smallest over them. Every world of a class has the
+    // same candidate images, so the same fingerprint.
+    std::uint64_t sig[8];
+    for (std::uint32_t r = 0; r < n; ++r) sig[r] = receiver_signature(w_, r);
+    std::uint64_t best = 0;
+    std::size_t best_k = 0, at = 0;
+    bool any = false;
+    for (std::size_t k = 0; k < ps.size(); ++k) {
+      const auto& p = ps[k];
+      bool sorted = true;
+      for (std::uint32_t a = 0; a < n && sorted; ++a)
+        for (std::uint32_t b = 0; b < n && sorted; ++b)
+          if (sig[a] < sig[b] && p[a] > p[b]) sorted = false;
+      if (!sorted) continue;
+      if (k != at) {
+        permute_receivers(w_, relative_permutation(ps[at], p));
+        at = k;
+      }
+      const std::uint64_t h = protocol::hash_of(w_);
+      if (!any || h < best) { best = h; best_k = k; any = true; }
+    }
+    if (leave_canonical && best_k != at) permute_receivers(w_, relative_permutation(ps[at], ps[best_k]));
+    return best;
+  }
+
  private:
+  /// Every permutation of the receivers (identity first); one table per receiver count, shared.
+  const std::vector<std::vector<std::uint32_t>>& permutations() const {
+    static const auto table = [] {
+      std::vector<std::vector<std::vector<std::uint32_t>>> t;
+      for (std::uint32_t n = 0; n <= 5; ++n) t.push_back(all_permutations(n));
+      return t;
+    }();
+    return table.at(w_.config.protocol.receivers);
+  }
+
   W w_;
   std::uint32_t max_attempts_ = 2;
   bool causal_payloads_ = false;
   bool membership_liveness_ = true;
+  bool symmetry_ = false;
 };
 
 using cluster_world = basic_cluster_world<protocol::model::cluster>;

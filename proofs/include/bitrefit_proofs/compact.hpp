@@ -1,0 +1,174 @@
+// bitrefit_proofs/compact.hpp — a compact byte encoding of protocol values, for the checker's
+// frontier (proofs/README.md "Speed": memory).
+//
+// The cluster world is a tree of vectors, optionals and variants: a few kilobytes of heap per
+// state, most of it allocator overhead and empty capacity. A breadth-first frontier of a million
+// states did not fit the machine (the runs with 2 owners or a crash across 2 transitions were
+// killed above 6 GB). Encoded, a world is a few hundred bytes: integers as LEB128 varints (signed:
+// zigzag), a vector as its size then its elements, an optional as a flag then its value, a variant
+// as its index then the alternative, a struct as its fields in BITREFIT_FIELDS order (the same
+// list the state hash uses, so nothing can be left out). `decode` into an existing value reuses its
+// vectors' capacity (the checker decodes into one scratch world per thread).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "bitrefit/core/fields.hpp"
+
+namespace bitrefit::proofs::compact {
+
+using bytes = std::vector<std::uint8_t>;
+
+struct writer {
+  bytes& out;
+  void varint(std::uint64_t v) {
+    while (v >= 0x80) {
+      out.push_back(std::uint8_t(v | 0x80));
+      v >>= 7;
+    }
+    out.push_back(std::uint8_t(v));
+  }
+};
+
+struct reader {
+  const std::uint8_t* p;
+  const std::uint8_t* end;
+  std::uint64_t varint() {
+    std::uint64_t v = 0;
+    for (unsigned shift = 0;; shift += 7) {
+      if (p == end || shift > 63) throw std::runtime_error("compact: truncated or malformed encoding");
+      const std::uint8_t b = *p++;
+      v |= std::uint64_t(b & 0x7f) << shift;
+      if (!(b & 0x80)) return v;
+    }
+  }
+};
+
+template <class T>
+  requires(std::is_integral_v<T> || std::is_enum_v<T>)
+void put(writer& w, T v) {
+  if constexpr (std::is_enum_v<T>) put(w, static_cast<std::underlying_type_t<T>>(v));
+  else if constexpr (std::is_signed_v<T>) {
+    const auto u = static_cast<std::uint64_t>(static_cast<std::int64_t>(v));
+    w.varint((u << 1) ^ (static_cast<std::int64_t>(v) < 0 ? ~std::uint64_t{0} : 0));  // zigzag
+  } else {
+    w.varint(static_cast<std::uint64_t>(v));
+  }
+}
+template <class T>
+  requires(std::is_integral_v<T> || std::is_enum_v<T>)
+void get(reader& r, T& v) {
+  if constexpr (std::is_enum_v<T>) {
+    std::underlying_type_t<T> u{};
+    get(r, u);
+    v = static_cast<T>(u);
+  } else if constexpr (std::is_signed_v<T>) {
+    const std::uint64_t u = r.varint();
+    v = static_cast<T>(static_cast<std::int64_t>((u >> 1) ^ (~(u & 1) + 1)));
+  } else {
+    v = static_cast<T>(r.varint());
+  }
+}
+
+inline void put(writer& w, const std::string& s) {
+  w.varint(s.size());
+  w.out.insert(w.out.end(), s.begin(), s.end());
+}
+inline void get(reader& r, std::string& s) {
+  const auto n = r.varint();
+  if (std::uint64_t(r.end - r.p) < n) throw std::runtime_error("compact: truncated string");
+  s.assign(reinterpret_cast<const char*>(r.p), n);
+  r.p += n;
+}
+
+template <class T> void put(writer& w, const std::optional<T>& o);
+template <class T> void get(reader& r, std::optional<T>& o);
+template <class T> void put(writer& w, const std::vector<T>& v);
+template <class T> void get(reader& r, std::vector<T>& v);
+template <class... T> void put(writer& w, const std::variant<T...>& v);
+template <class... T> void get(reader& r, std::variant<T...>& v);
+template <class A, class B> void put(writer& w, const std::pair<A, B>& p);
+template <class A, class B> void get(reader& r, std::pair<A, B>& p);
+
+template <has_fields T>
+void put(writer& w, const T& x) {
+  std::apply([&w](const auto&... f) { (put(w, f), ...); }, fields_of(x));
+}
+template <has_fields T>
+void get(reader& r, T& x) {
+  std::apply([&r](auto&... f) { (get(r, f), ...); }, fields_of(x));
+}
+
+template <class T>
+void put(writer& w, const std::optional<T>& o) {
+  w.varint(o.has_value());
+  if (o) put(w, *o);
+}
+template <class T>
+void get(reader& r, std::optional<T>& o) {
+  if (!r.varint()) {
+    o.reset();
+    return;
+  }
+  if (!o) o.emplace();
+  get(r, *o);
+}
+template <class T>
+void put(writer& w, const std::vector<T>& v) {
+  w.varint(v.size());
+  for (const auto& x : v) put(w, x);
+}
+template <class T>
+void get(reader& r, std::vector<T>& v) {
+  const auto n = r.varint();
+  if (n > std::uint64_t(r.end - r.p)) throw std::runtime_error("compact: vector longer than the encoding");
+  v.resize(n);
+  for (auto& x : v) get(r, x);
+}
+template <class... T>
+void put(writer& w, const std::variant<T...>& v) {
+  w.varint(v.index());
+  std::visit([&w](const auto& x) { put(w, x); }, v);
+}
+template <class... T>
+void get(reader& r, std::variant<T...>& v) {
+  const auto i = r.varint();
+  if (i >= sizeof...(T)) throw std::runtime_error("compact: bad variant index");
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (void)((i == I ? (v.index() != I ? (void)v.template emplace<I>() : (void)0, get(r, std::get<I>(v)), true) : false) || ...);
+  }(std::index_sequence_for<T...>{});
+}
+template <class A, class B>
+void put(writer& w, const std::pair<A, B>& p) {
+  put(w, p.first);
+  put(w, p.second);
+}
+template <class A, class B>
+void get(reader& r, std::pair<A, B>& p) {
+  get(r, p.first);
+  get(r, p.second);
+}
+
+/// Appends x's encoding to `out`.
+template <class T>
+void encode(const T& x, bytes& out) {
+  writer w{out};
+  put(w, x);
+}
+/// Decodes one value from [p, end) into x (reusing its storage); returns the end of its encoding.
+template <class T>
+const std::uint8_t* decode(const std::uint8_t* p, const std::uint8_t* end, T& x) {
+  reader r{p, end};
+  get(r, x);
+  return r.p;
+}
+
+}  // namespace bitrefit::proofs::compact

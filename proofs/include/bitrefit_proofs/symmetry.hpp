@@ -1,0 +1,243 @@
+// bitrefit_proofs/symmetry.hpp — receivers are interchangeable: a permutation of receiver ids maps
+// every state of the cluster world to an equivalent one, and the checker explores one state per
+// class (symmetry reduction, proofs/README.md "Symmetry reduction").
+//
+// `permute_receivers(w, p)` renames receiver r to p[r] EVERYWHERE the world names a receiver, and
+// re-sorts what is kept sorted, so the result is exactly the world the renamed cluster would be in:
+//   - per-receiver vectors of the world (receivers, incarnations, regions, device queues, sync and
+//     deadline flags) and of the coordinator (roster, expected attestations): permuted;
+//   - a receiver machine's own id; every `member` (prepare records' member lists, the coordinator's
+//     attempt, acks, fences, monitor notes, announce/ack/arrived/stopped/failed/join messages);
+//     every receiver `endpoint` of an envelope in flight;
+//   - attestation digests, which name their receiver ({x, r+1}: cluster.hpp, attestation_of) in
+//     ack messages, prepare records' and the coordinator's `expected`;
+//   - re-sorted: prepare records' members (with the coordinator's per-member arrived/acked/stopped
+//     flags moved along), the in-flight multiset, the log queue, monitor lists.
+// Left alone: `violation` (a string naming receivers; a world holding one is never expanded, and
+// two such worlds merging or not changes no verdict).
+//
+// Owners are NOT permuted: in this world they are not interchangeable as values (each owner's
+// payloads write its own regions, the frozen identities and payload contents embed the owner
+// index, and a receiver's mixed-content attestation hashes its regions in owner order), so an owner
+// permutation would not commute with the moves.
+//
+// Every struct whose fields this walks is pinned by a static_assert on its field count (the
+// BITREFIT_FIELDS list, which cannot leave a field out): a new field fails to compile here until
+// someone decides whether it names a receiver. tests: proofs/test_checker.cpp "Symmetry.*" check
+// that the permutation commutes with every move on every reachable state of small worlds.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <stdexcept>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "bitrefit/protocol/model/cluster.hpp"
+
+namespace bitrefit::proofs {
+
+namespace symmetry_detail {
+template <class T>
+constexpr std::size_t field_count = std::tuple_size_v<decltype(fields_of(std::declval<const T&>()))>;
+
+using perm = std::vector<std::uint32_t>;
+
+inline void rename(const perm& p, protocol::member& m) { m.receiver = p.at(m.receiver); }
+inline void rename(const perm& p, protocol::endpoint& e) {
+  if (e.role == protocol::role::receiver) e.index = p.at(e.index);
+}
+/// An attestation digest {x, r+1} (model::basic_cluster::attestation_of) names receiver r.
+inline void rename_attestation(const perm& p, digest128& d) {
+  if (d.high64 >= 1 && d.high64 <= p.size()) d.high64 = p[d.high64 - 1] + 1;
+}
+/// Moves block r of `size` elements to block p[r], in place (cycle by cycle: no allocation, this
+/// runs for every successor the checker generates).
+template <class It>
+void permute_blocks(const perm& p, It first, std::size_t size) {
+  std::uint32_t done = 0;  // bit r: block r is in its place
+  for (std::uint32_t start = 0; start < p.size(); ++start) {
+    if (done >> start & 1u) continue;
+    // Follow the cycle start -> p[start] -> ...: swapping block `start` with block p[c] moves the
+    // element that belongs at p[c] there and brings the next one of the cycle to `start`.
+    for (std::uint32_t c = p[start]; c != start; c = p[c]) {
+      std::swap_ranges(first + std::ptrdiff_t(start * size), first + std::ptrdiff_t((start + 1) * size),
+                       first + std::ptrdiff_t(c * size));
+      done |= 1u << c;
+    }
+    done |= 1u << start;
+  }
+}
+/// out[p[r]] = in[r], with `f` applied to each element.
+template <class T, class F>
+void permute_vector(const perm& p, std::vector<T>& v, F f) {
+  if (v.empty()) return;
+  for (auto& x : v) f(x);
+  permute_blocks(p, v.begin(), 1);
+}
+template <class T>
+void permute_vector(const perm& p, std::vector<T>& v) {
+  permute_vector(p, v, [](T&) {});
+}
+template <class T>
+void sort_all(std::vector<T>& v) {
+  std::sort(v.begin(), v.end());
+}
+
+static_assert(field_count<protocol::prepare_record> == 11);
+/// Members renamed and re-sorted (they are kept sorted by receiver); `order` receives, for each
+/// new position, the old position (so per-member arrays can follow).
+inline void rename(const perm& p, protocol::prepare_record& r, std::vector<std::size_t>* order = nullptr) {
+  for (auto& m : r.members) rename(p, m);
+  if (order) {
+    order->resize(r.members.size());
+    std::iota(order->begin(), order->end(), std::size_t{0});
+    std::sort(order->begin(), order->end(), [&](std::size_t a, std::size_t b) { return r.members[a] < r.members[b]; });
+  }
+  std::sort(r.members.begin(), r.members.end());
+  if (r.expected.size() == p.size()) permute_vector(p, r.expected, [&](digest128& d) { rename_attestation(p, d); });
+}
+
+static_assert(std::variant_size_v<protocol::message> == 16);
+inline void rename(const perm& p, protocol::message& msg) {
+  std::visit(
+      [&](auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, protocol::prepare_msg>) rename(p, x.record);
+        else if constexpr (std::is_same_v<T, protocol::announce_msg>) { if (x.roster) rename(p, *x.roster); }
+        else if constexpr (std::is_same_v<T, protocol::ack_msg>) {
+          rename(p, x.from);
+          if (x.attestation) rename_attestation(p, *x.attestation);
+        } else if constexpr (requires { x.from; }) rename(p, x.from);  // arrived, stopped, failed, join
+        else {
+          // obsolete, open, flush, roll_call, abort, manifest, baseline, frozen_lost, payload:
+          // nothing names a receiver (the sets below are checked field by field).
+          static_assert(std::is_same_v<T, protocol::obsolete_msg> || std::is_same_v<T, protocol::open_msg> ||
+                        std::is_same_v<T, protocol::flush_msg> || std::is_same_v<T, protocol::roll_call_msg> ||
+                        std::is_same_v<T, protocol::abort_msg> || std::is_same_v<T, protocol::manifest_msg> ||
+                        std::is_same_v<T, protocol::baseline_msg> || std::is_same_v<T, protocol::frozen_lost_msg> ||
+                        std::is_same_v<T, protocol::payload_msg>);
+        }
+      },
+      msg);
+}
+static_assert(field_count<protocol::envelope> == 3);
+inline void rename(const perm& p, protocol::envelope& e) {
+  rename(p, e.from);
+  rename(p, e.to);
+  rename(p, e.msg);
+}
+static_assert(std::variant_size_v<protocol::log_request> == 4);
+inline void rename(const perm& p, protocol::log_request& r) {
+  if (auto* pp = std::get_if<protocol::persist_prepare_request>(&r)) rename(p, pp->record);
+}
+
+template <class M>
+void rename(const perm& p, protocol::basic_coordinator<M>& c) {
+  static_assert(field_count<protocol::basic_coordinator<M>> == 21);
+  permute_vector(p, c.roster);
+  if (c.expected.size() == p.size()) permute_vector(p, c.expected, [&](digest128& d) { rename_attestation(p, d); });
+  if (c.attempt) {
+    static thread_local std::vector<std::size_t> order;  // one per checker thread: no allocation per call
+    rename(p, *c.attempt, &order);
+    for (auto* flags : {&c.arrived, &c.acked, &c.stopped}) {
+      if (flags->size() != order.size()) continue;  // not sized for this attempt (yet)
+      std::uint8_t old[64];
+      if (order.size() > sizeof old) throw std::length_error("permute_receivers: more than 64 members");
+      std::copy(flags->begin(), flags->end(), old);
+      for (std::size_t k = 0; k < order.size(); ++k) (*flags)[k] = old[order[k]];
+    }
+  }
+}
+template <class M>
+void rename(const perm& p, protocol::basic_receiver<M>& r) {
+  static_assert(field_count<protocol::basic_receiver<M>> == 17);
+  r.id = p.at(r.id);
+  if (r.deferred) rename(p, *r.deferred);
+  // attempt (receiver_attempt), early (payloads, open, flush): attempt ids, owners and contents only.
+}
+template <class M>
+void rename(const perm& p, protocol::basic_owner<M>& o) {
+  static_assert(field_count<protocol::basic_owner<M>> == 9);
+  if (o.active) rename(p, *o.active);
+}
+}  // namespace symmetry_detail
+
+/// Renames receiver r to p[r] everywhere in `w` (p: a permutation of 0..receivers-1).
+template <class M>
+void permute_receivers(protocol::model::basic_cluster<M>& w, const std::vector<std::uint32_t>& p) {
+  using namespace symmetry_detail;
+  static_assert(field_count<protocol::model::basic_cluster<M>> == 25);
+  static_assert(field_count<protocol::log_snapshot> == 3);
+  static_assert(field_count<protocol::model::attempt_note> == 3);
+  const std::uint32_t n = w.config.protocol.receivers;
+  // config, stores, trainer_flavor, truth, budget, max_epoch, stopped, aborts_durable, stuck:
+  // no receiver in them. violation: left alone (see the header comment).
+  if (w.log.state.prepared) rename(p, *w.log.state.prepared);
+  rename(p, w.coord);
+  for (auto& o : w.owners) rename(p, o);
+  permute_vector(p, w.receivers, [&](auto& r) { if (r) rename(p, *r); });
+  permute_vector(p, w.incarnations);
+  if (w.regions.size() == std::size_t(n) * w.regions_per_receiver()) permute_blocks(p, w.regions.begin(), w.regions_per_receiver());
+  permute_vector(p, w.device);  // pending writes name payloads and incarnations, not receivers
+  permute_vector(p, w.sync_waiting);
+  permute_vector(p, w.receiver_deadline);
+  for (auto& e : w.inflight) rename(p, e);
+  sort_all(w.inflight);
+  for (auto& l : w.log_queue) rename(p, l.request);
+  sort_all(w.log_queue);
+  for (auto& a : w.attempts) {
+    for (auto& m : a.members) rename(p, m);
+    sort_all(a.members);
+  }
+  sort_all(w.attempts);
+  for (auto& a : w.acks) rename(p, a.second);
+  sort_all(w.acks);
+  for (auto& f : w.fenced) rename(p, f);
+  sort_all(w.fenced);
+}
+
+/// A fingerprint of receiver r's own state that names no receiver id (its machine without its id
+/// and deferred prepare's members, its incarnation counter, regions, device queue, flags, roster
+/// entry): renaming receivers moves signatures with the receivers and changes none. The canonical
+/// image only has to be looked for among the renamings that sort receivers by signature.
+template <class M>
+std::uint64_t receiver_signature(const protocol::model::basic_cluster<M>& w, std::uint32_t r) {
+  using protocol::detail::hash_all;
+  protocol::detail::hasher h;
+  const auto& rc = w.receivers[r];
+  h.mix(rc.has_value());
+  if (rc) {
+    hash_all(h, rc->incarnation, rc->phase, rc->committed, rc->gate_open, rc->highest_seen, rc->epoch_seen, rc->attempt,
+             rc->completed, rc->unsynced, rc->sync_pending, rc->stopping_for, rc->early);
+    h.mix(rc->deferred.has_value());
+    if (rc->deferred) hash_all(h, rc->deferred->attempt);
+  }
+  const std::size_t k = w.regions_per_receiver();
+  for (std::size_t i = 0; i < k; ++i) h.mix(std::uint64_t(std::uint32_t(w.regions[r * k + i])));
+  hash_all(h, w.incarnations[r], w.device[r], w.sync_waiting[r], w.receiver_deadline[r]);
+  if (r < w.coord.roster.size()) hash_all(h, w.coord.roster[r]);
+  return h.h;
+}
+
+/// Every permutation of 0..n-1, the identity first (lexicographic order).
+inline std::vector<std::vector<std::uint32_t>> all_permutations(std::uint32_t n) {
+  std::vector<std::uint32_t> p(n);
+  std::iota(p.begin(), p.end(), 0u);
+  std::vector<std::vector<std::uint32_t>> out;
+  do out.push_back(p);
+  while (std::next_permutation(p.begin(), p.end()));
+  return out;
+}
+
+/// q such that applying q after a renaming by `from` renames by `to` (q[from[r]] = to[r]).
+inline std::vector<std::uint32_t> relative_permutation(const std::vector<std::uint32_t>& from,
+                                                       const std::vector<std::uint32_t>& to) {
+  std::vector<std::uint32_t> q(from.size());
+  for (std::size_t r = 0; r < from.size(); ++r) q[from[r]] = to[r];
+  return q;
+}
+
+}  // namespace bitrefit::proofs
