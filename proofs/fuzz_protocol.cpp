@@ -3,6 +3,8 @@
 // every move, the world required to settle once faults stop, failures shrunk to a scenario file.
 //
 //   bitrefit-fuzz-protocol [key=value ...] [--scenario=FILE] [--json=FILE]
+//   bitrefit-fuzz-protocol --replay=FILE   (replay a scenario file through the scenario runner: exit 0
+//                                           iff every recorded output is reproduced)
 // keys: seed schedules (0 = until the time limit) seconds threads
 //       receivers=LO-HI owners=LO-HI chunks=LO-HI transitions=LO-HI   (a single number: LO=HI)
 //       max_attempts (coordinator; 0 = retry forever, the default) fault_attempts (faults only while fewer
@@ -19,6 +21,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -126,6 +129,18 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     if (a.rfind("--scenario=", 0) == 0) { scenario_file = a.substr(11); continue; }
     if (a.rfind("--json=", 0) == 0) { json_file = a.substr(7); continue; }
+    if (a.rfind("--replay=", 0) == 0) {  // check a scenario file against the scenario runner, then exit
+      std::ifstream in(a.substr(9));
+      if (!in) { std::cerr << "bitrefit-fuzz-protocol: cannot read " << a.substr(9) << "\n"; return 2; }
+      std::stringstream buf;
+      buf << in.rdbuf();
+      const auto r = fz::replay_scenario_text(buf.str());
+      if (!r.error.empty()) { std::cerr << a.substr(9) << ": " << r.error << "\n"; return 2; }
+      for (const auto& m : r.mismatches) std::cerr << "mismatch: " << m << "\n";
+      std::cout << a.substr(9) << ": " << r.commands << " commands, " << r.mismatches.size()
+                << " mismatches; last output line: " << r.last_output.substr(r.last_output.rfind('\n') + 1) << "\n";
+      return r.mismatches.empty() ? 0 : 1;
+    }
     const auto eq = a.find('=');
     if (eq == std::string::npos) { std::cerr << "bitrefit-fuzz-protocol: expected key=value, got '" << a << "'\n"; return 2; }
     const std::string k = a.substr(0, eq), v = a.substr(eq + 1);

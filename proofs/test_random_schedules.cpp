@@ -28,42 +28,9 @@ fz::options smoke(std::uint64_t schedules) {
   return o;
 }
 
-// Replays a scenario text command by command through the scenario runner; returns the mismatches
-// (empty: every output equals the recorded one) and the last output.
-struct replay_result {
-  std::vector<std::string> mismatches;
-  std::string last_output;
-  std::size_t commands = 0;
-};
-replay_result replay_scenario(const std::string& text) {
-  replay_result r;
-  protocol::model::script_runner runner;
-  std::istringstream in(text);
-  std::string line, cmd, expected;
-  enum { want_command, want_sep, in_output } st = want_command;
-  auto finish = [&] {
-    const std::string got = runner.run(cmd);
-    if (got != expected) r.mismatches.push_back(cmd + "\n  want: " + expected + "\n  got:  " + got);
-    r.last_output = got;
-    ++r.commands;
-    expected.clear();
-  };
-  while (std::getline(in, line)) {
-    if (st == want_command) {
-      if (line.empty() || line[0] == '#') continue;
-      cmd = line;
-      st = want_sep;
-    } else if (st == want_sep) {
-      EXPECT_EQ(line, "----") << "after " << cmd;
-      st = in_output;
-    } else if (line.empty()) {
-      finish();
-      st = want_command;
-    } else {
-      expected += (expected.empty() ? "" : "\n") + line;
-    }
-  }
-  if (st == in_output) finish();
+fz::scenario_replay replay_scenario(const std::string& text) {
+  auto r = fz::replay_scenario_text(text);
+  EXPECT_EQ(r.error, "");
   return r;
 }
 

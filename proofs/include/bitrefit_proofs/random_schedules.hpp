@@ -39,6 +39,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -475,6 +476,51 @@ std::string render_scenario(const failure& f, const options& o) {
     cmd("state");
   }
   return s;
+}
+
+/// A scenario file replayed command by command through the protocol's scenario runner (the format of
+/// tests/protocol/scenarios): the commands whose output differs from the recorded one, and the last
+/// output. Shared by the harness's `--replay=FILE` and its tests.
+struct scenario_replay {
+  std::vector<std::string> mismatches;  // "command / want / got" per differing command
+  std::string last_output;
+  std::size_t commands = 0;
+  std::string error;  // a malformed file
+};
+inline scenario_replay replay_scenario_text(const std::string& text) {
+  scenario_replay r;
+  protocol::model::script_runner runner;
+  std::istringstream in(text);
+  std::string line, cmd, expected;
+  enum { want_command, want_sep, in_output } st = want_command;
+  auto finish = [&] {
+    const std::string got = runner.run(cmd);
+    if (got != expected) r.mismatches.push_back(cmd + "\n  want: " + expected + "\n  got:  " + got);
+    r.last_output = got;
+    ++r.commands;
+    expected.clear();
+  };
+  while (std::getline(in, line)) {
+    if (st == want_command) {
+      if (line.empty() || line[0] == '#') continue;
+      cmd = line;
+      st = want_sep;
+    } else if (st == want_sep) {
+      if (line != "----") {
+        r.error = "expected ---- after command '" + cmd + "'";
+        return r;
+      }
+      st = in_output;
+    } else if (line.empty()) {
+      finish();
+      st = want_command;
+    } else {
+      expected += (expected.empty() ? "" : "\n") + line;
+    }
+  }
+  if (st == in_output) finish();
+  else if (st == want_sep) r.error = "the file ends after command '" + cmd + "' without ----";
+  return r;
 }
 
 /// Run the harness. The failure with the lowest schedule index is reported (then shrunk).
