@@ -16,8 +16,8 @@
 // receivers, 1–2 owners, at most 4 regions per receiver and 4 attempts in all, every payload of an
 // attempt in that attempt's mode, sync or async gate (the model has no gate), no corruption,
 // conflicting copy, owner crash, sender restart, operator abort or abort decision, no commit-log
-// fault on a claim, prepare or read, a drop or duplicate only of a payload of the current attempt
-// (a drop of an ack too), and mutations only where the model has the same one. A run outside it is
+// fault on a claim, prepare or read, a drop or duplicate of a payload only of the current attempt,
+// no duplicated ack, and mutations only where the model has the same one. A run outside it is
 // SKIPPED with the reason (never judged).
 #pragma once
 
@@ -62,6 +62,8 @@ inline constexpr mapping_row mapping[] = {
      "coordinator: a member's incarnation changed, the attempt is obsolete (E_REJOIN)"},
     {"`drop oO->rR payload τ/O/S`, τ the current attempt", "env: DROP(r, O*NS+S) (E_DROP)"},
     {"`duplicate oO->rR payload τ/O/S`, τ the current attempt", "env: DUP(r, O*NS+S) (E_DUP)"},
+    {"`drop`/`duplicate` of any other message (prepare, open, flush, obsolete, stopped, announce, join, manifest, ...)",
+     "no event: the model has no copy of it (its delivery is an event of its own or a free step)"},
     {"every other move: claim_epoch/read replies, begin, deliveries of prepare to owners, manifest, open, flush, "
      "obsolete, stopped, announce, join, roll_call, device, restart rR, deadline rR",
      "no event (a free step of the model: owners' baseline read, commit request, stop completion, recovery)"},
@@ -202,11 +204,13 @@ struct translator {
           }
           add(m.kind == move_kind::drop ? event_kind::drop : event_kind::dup, e.to.index,
               p->id.owner * cfg.chunks_per_owner + p->id.seq, text);
-        } else if (const auto* ak = std::get_if<protocol::ack_msg>(&e.msg); ak && m.kind == move_kind::drop) {
-          add(event_kind::ack, ak->from.receiver, 1, text);
-        } else {
-          skip("`" + text + "`: the model loses or duplicates payload copies (and acks) only");
+        } else if (const auto* ak = std::get_if<protocol::ack_msg>(&e.msg)) {
+          if (m.kind == move_kind::drop) add(event_kind::ack, ak->from.receiver, 1, text);
+          else skip("`" + text + "`: the model's ack is sent and delivered (or lost) in one step");
         }
+        // Any other message has no copy in the model: losing or duplicating it is no event (what
+        // its delivery would have done is an event of its own, or a free step).
+        break;
         break;
       }
       case move_kind::deliver: {
@@ -237,6 +241,15 @@ struct translator {
           const auto n = std::uint32_t(promela_attempt.size() + 1);
           promela_attempt[note.attempt] = n;
           if (n > 4) skip("more than 4 attempts in all (the model's option lists stop at 4)");
+          for (const auto& mb : note.members)
+            if (mb.receiver >= cw.receivers.size() || !cw.receivers[mb.receiver] ||
+                cw.receivers[mb.receiver]->incarnation != mb.incarnation)
+              skip("`" + text + "` names " + protocol::fmt::str(mb) +
+                   ", not the live incarnation: the model's coordinator binds every attempt to the live incarnations "
+                   "(its crash is a restart it knows of at once)");
+          if (note.members.size() != cw.receivers.size())
+            skip("`" + text + "` names " + std::to_string(note.members.size()) +
+                 " members: the model's membership is fixed (no eviction; every attempt names both receivers)");
           if (note.target < 8 && ++attempts_in_transition[note.target] > 4 / std::max<std::uint32_t>(cfg.transitions, 1))
             skip("more attempts in one transition than the model's MAXA allows with " +
                  std::to_string(cfg.transitions) + " transitions");
