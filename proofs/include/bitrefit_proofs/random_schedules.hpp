@@ -97,7 +97,7 @@ struct options {
   std::uint32_t prefix_moves = 600;       // the fault phase is [0, this] moves long
   double fault_probability = 0.15;        // chance to pick a fault when one is enabled
   std::uint32_t settle_bound = 2000;      // fair moves allowed to settle once faults stop (the most
-                                          // a settling schedule took in 30 000: 437)
+                                          // a settling schedule needed in the first 2 000: 437)
   protocol::protocol_mutation mutation = protocol::protocol_mutation::none;
   bool async_gate = true;                 // also draw gate=async worlds
   bool shrink = true;
@@ -185,7 +185,7 @@ struct stats {
   std::uint64_t settle_moves = 0;   // moves of the settle phase
   std::uint64_t states_touched = 0; // states visited (initial + one per move), with repeats
   std::uint64_t settled = 0;        // schedules whose world settled within the bound
-  std::uint64_t max_settle_moves = 0;
+  std::uint64_t max_settle_moves = 0;  // the most fair moves a schedule that settled needed
   std::uint64_t transitions_committed = 0;  // K.v reached, summed
   std::uint64_t faults[std::size_t(fault::count_)] = {};
   std::uint64_t by_receivers[6] = {};  // schedules per receiver count (index = receivers, capped at 5)
@@ -383,10 +383,10 @@ std::optional<failure> run_schedule(const options& o, std::uint64_t index, stats
     if (auto v = w.check_invariants()) return fail(failure_kind::safety, *v);
   }
   st.settle_moves += n;
-  st.max_settle_moves = std::max<std::uint64_t>(st.max_settle_moves, n);
   st.transitions_committed += w.log.state.record.version;
   if (!why) {
     ++st.settled;
+    st.max_settle_moves = std::max<std::uint64_t>(st.max_settle_moves, n);
     return std::nullopt;
   }
   path = fault_phase;
