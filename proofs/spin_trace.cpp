@@ -3,14 +3,17 @@
 // --mutations, the C++ checker's counterexample of every mutation the model also has.
 //
 //   bitrefit-spin-trace --spin=SPIN --cc=CC --model=refit.pml --workdir=DIR [--mutations] [--table]
-//                       [--promela-extra=-DMUT_x] [FILE...]
+//                       [--promela-extra=-DMUT_x] [--random=N [--seed=S]] [FILE...]
 // For each run inside the shared abstraction: writes DIR/<name>/trace.pml, generates and compiles
 // pan twice (violation run; reach run with -DTRACE_REACH) and compares verdicts:
 //   C++ ok        -> spin: no assertion violation along the trace, and the whole trace followed;
 //   C++ violation -> spin: an assertion violation along the trace or in a continuation of it (the
 //                    C++ monitors fire at other points than the model's assertions).
 // Prints one line per run (AGREE / DISAGREE / SKIP with the reason) and a summary. --table prints
-// the move -> Promela step table. --promela-extra adds spin flags to the model only: a drift made on
+// the move -> Promela step table. --random=N adds N random schedules of the harness
+// (random_schedules.hpp) drawn inside the shared abstraction (2 receivers, 1-2 owners, 1 chunk, 1-2
+// transitions, drops, duplicates, receiver crashes, failovers, early deadlines); schedules the
+// translation still finds outside it are passed over. --promela-extra adds spin flags to the model only: a drift made on
 // purpose (a Promela mutation the C++ run does not have), which the check must report. Exit status: 0 every judged run agrees, 1 a disagreement or an
 // error, 2 bad arguments.
 #include <cstdio>
@@ -25,6 +28,7 @@
 
 #include "bitrefit_proofs/checker.hpp"
 #include "bitrefit_proofs/cluster_world.hpp"
+#include "bitrefit_proofs/random_schedules.hpp"
 #include "bitrefit_proofs/spin_trace.hpp"
 
 using namespace bitrefit;
@@ -173,6 +177,7 @@ std::vector<std::pair<std::string, std::string>> mutation_counterexamples() {
 int main(int argc, char** argv) {
   tools t;
   bool mutations = false, table = false;
+  std::uint64_t random_runs = 0, random_seed = 1;
   std::vector<fs::path> files;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -183,6 +188,8 @@ int main(int argc, char** argv) {
     else if (a.rfind("--workdir=", 0) == 0) t.workdir = val("--workdir=");
     else if (a.rfind("--promela-extra=", 0) == 0) t.promela_extra = val("--promela-extra=");
     else if (a == "--mutations") mutations = true;
+    else if (a.rfind("--random=", 0) == 0) random_runs = std::stoull(val("--random="));
+    else if (a.rfind("--seed=", 0) == 0) random_seed = std::stoull(val("--seed="));
     else if (a == "--table") table = true;
     else if (a.rfind("--", 0) == 0) { std::cerr << "bitrefit-spin-trace: unknown option " << a << "\n"; return 2; }
     else files.emplace_back(a);
@@ -221,6 +228,35 @@ int main(int argc, char** argv) {
       std::ofstream(t.workdir / (name + ".txt")) << scenario;
       judge(t, name, st::translate_scenario(scenario), n);
     }
+  // Random schedules inside the shared abstraction's sizes and fault kinds (the harness's
+  // generator, bitrefit_proofs/random_schedules.hpp): runs no scenario file was written for.
+  if (random_runs) {
+    namespace fz = proofs::fuzz;
+    fz::options o;
+    o.seed = random_seed;
+    o.receivers = {2, 2};
+    o.owners = {1, 2};
+    o.chunks = {1, 1};
+    o.transitions = {1, 2};
+    o.max_attempts = 2;
+    o.prefix_moves = 60;
+    o.attest_off_probability = 0;
+    o.async_gate = false;
+    o.fault_kinds = (1u << unsigned(fz::fault::drop)) | (1u << unsigned(fz::fault::duplicate)) |
+                    (1u << unsigned(fz::fault::receiver_crash)) | (1u << unsigned(fz::fault::failover)) |
+                    (1u << unsigned(fz::fault::early_deadline));
+    int judged = 0;
+    for (std::uint64_t i = 0; judged < int(random_runs) && i < 50 * random_runs; ++i) {
+      fz::stats stt;
+      std::string scenario;
+      if (fz::run_schedule<protocol::model::cluster>(o, i, stt, &scenario)) continue;  // a failure: the harness's job
+      auto tr = st::translate_scenario(scenario);
+      if (tr.skip) continue;  // outside the shared abstraction: try the next one
+      ++judged;
+      std::ofstream(t.workdir / ("random_" + std::to_string(i) + ".txt")) << scenario;
+      judge(t, "random_seed" + std::to_string(random_seed) + "_" + std::to_string(i), tr, n);
+    }
+  }
   std::printf("summary: %d agree, %d disagree, %d skipped (outside the shared abstraction), %d errors\n", n.agree,
               n.disagree, n.skipped, n.errors);
   return n.disagree || n.errors ? 1 : 0;

@@ -100,6 +100,9 @@ struct options {
                                           // a settling schedule needed in the first 2 000: 437)
   protocol::protocol_mutation mutation = protocol::protocol_mutation::none;
   bool async_gate = true;                 // also draw gate=async worlds
+  /// The fault kinds drawn (bit i: fault kind i of `fault`, the sender-restart variants share
+  /// sender_restart's bit); default every kind. Narrower sets fit smaller models (spin_trace).
+  std::uint32_t fault_kinds = ~0u;
   bool shrink = true;
   /// Keep going after a failure: count failures by class (kind + message with numbers masked) and
   /// keep the lowest-index failure of each class (up to `max_classes`), each shrunk. Off: stop at
@@ -304,23 +307,28 @@ inline protocol::model::world_config draw_world(rng& g, const options& o) {
   b.gate = o.async_gate && g.chance(0.25) ? protocol::gate_policy::asynchronous : protocol::gate_policy::synchronous;
   b.mutation = o.mutation;
   const std::uint32_t k = o.max_faults_per_kind;
-  b.drops = g.between(0, k);
-  b.duplicates = g.between(0, k);
-  b.corruptions = g.between(0, k);
-  b.conflicts = g.between(0, k);
-  b.crashes = g.between(0, k);
-  b.owner_crashes = g.between(0, k);
-  b.sender_restarts = g.between(0, k);
-  b.failovers = g.between(0, k);
-  b.log_faults = g.between(0, k);
-  b.early_deadlines = g.between(0, k);
-  b.aborts = g.between(0, k);
+  auto budget = [&](fault f) {
+    const std::uint32_t n = g.between(0, k);  // drawn either way: the same seed gives the same sizes
+    return (o.fault_kinds >> unsigned(f)) & 1u ? n : 0u;
+  };
+  b.drops = budget(fault::drop);
+  b.duplicates = budget(fault::duplicate);
+  b.corruptions = budget(fault::corrupt);
+  b.conflicts = budget(fault::conflict);
+  b.crashes = budget(fault::receiver_crash);
+  b.owner_crashes = budget(fault::owner_crash);
+  b.sender_restarts = budget(fault::sender_restart);
+  b.failovers = budget(fault::failover);
+  b.log_faults = budget(fault::log_failed);
+  b.early_deadlines = budget(fault::early_deadline);
+  b.aborts = budget(fault::abort);
   return b.world();  // the checker's world for these bounds (max_attempts 0 included: retry forever)
 }
 
 /// One schedule: returns a failure (without shrinking) or nullopt; adds to `st`.
 template <class W>
-std::optional<failure> run_schedule(const options& o, std::uint64_t index, stats& st) {
+std::optional<failure> run_schedule(const options& o, std::uint64_t index, stats& st,
+                                    std::string* as_scenario = nullptr) {
   using protocol::model::move;
   rng g(schedule_seed(o.seed, index));
   const protocol::model::world_config cfg = draw_world(g, o);
@@ -387,6 +395,14 @@ std::optional<failure> run_schedule(const options& o, std::uint64_t index, stats
   if (!why) {
     ++st.settled;
     st.max_settle_moves = std::max<std::uint64_t>(st.max_settle_moves, n);
+    if (as_scenario) {  // the whole schedule as scenario commands (outputs left for the reader to fill)
+      W again(cfg);
+      *as_scenario = protocol::model::world_line(cfg) + "\n----\n\n";
+      for (const auto& m : path) {
+        *as_scenario += again.describe(m) + "\n----\n\n";
+        again.apply(m);
+      }
+    }
     return std::nullopt;
   }
   path = fault_phase;
