@@ -245,17 +245,26 @@ int main(int argc, char** argv) {
     o.fault_kinds = (1u << unsigned(fz::fault::drop)) | (1u << unsigned(fz::fault::duplicate)) |
                     (1u << unsigned(fz::fault::receiver_crash)) | (1u << unsigned(fz::fault::failover)) |
                     (1u << unsigned(fz::fault::early_deadline));
-    int judged = 0;
-    for (std::uint64_t i = 0; judged < int(random_runs) && i < 50 * random_runs; ++i) {
+    int judged = 0, failing = 0, outside = 0;
+    std::uint64_t i = 0;
+    for (; judged < int(random_runs) && i < 50 * random_runs; ++i) {
       fz::stats stt;
       std::string scenario;
-      if (fz::run_schedule<protocol::model::cluster>(o, i, stt, &scenario)) continue;  // a failure: the harness's job
+      if (fz::run_schedule<protocol::model::cluster>(o, i, stt, &scenario)) {  // a failure: the harness's job
+        ++failing;
+        continue;
+      }
       auto tr = st::translate_scenario(scenario);
-      if (tr.skip) continue;  // outside the shared abstraction: try the next one
+      if (tr.skip) {  // outside the shared abstraction: try the next one
+        ++outside;
+        continue;
+      }
       ++judged;
       std::ofstream(t.workdir / ("random_" + std::to_string(i) + ".txt")) << scenario;
       judge(t, "random_seed" + std::to_string(random_seed) + "_" + std::to_string(i), tr, n);
     }
+    std::printf("random: %d judged of %llu drawn (%d outside the shared abstraction, %d failing in the C++ world)\n",
+                judged, (unsigned long long)i, outside, failing);
   }
   std::printf("summary: %d agree, %d disagree, %d skipped (outside the shared abstraction), %d errors\n", n.agree,
               n.disagree, n.skipped, n.errors);

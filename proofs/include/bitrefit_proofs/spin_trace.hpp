@@ -53,7 +53,8 @@ inline constexpr mapping_row mapping[] = {
      "receiver(r): admission (E_ADMIT r)"},
     {"the move's effects contain `rR: apply τ/o/s` (a verified, new payload decoded and issued)",
      "receiver(r): INGEST(a(τ), o*NS+s) (E_INGEST); the model applies it at once (no device queue)"},
-    {"`deliver rR->c ack τ` / `drop rR->c ack τ`", "receiver(r): ack step, delivered / lost branch (E_ACK r 0|1)"},
+    {"`deliver rR->c ack τ` / `drop rR->c ack τ`, its sender still alive and in τ (else: no event)",
+     "receiver(r): ack step, delivered / lost branch (E_ACK r 0|1)"},
     {"`deadline c` while the coordinator is collecting", "coordinator: deadline during transfer (E_DEADLINE)"},
     {"`log ok|unknown-applied|failed|unknown-lost compare_and_set`", "commit_log: option success / written-reply-lost / failed / not-written-lost (E_CAS 1..4)"},
     {"`crash rR`", "env: CRASH(r) (E_CRASH); the model's restart is its stale flag (restore at admission)"},
@@ -158,6 +159,14 @@ struct translator {
   }
   std::uint32_t current_attempt() const { return std::uint32_t(promela_attempt.size()); }
 
+  /// The model sends and delivers an ack in one step of the receiver, inside its attempt: an ack
+  /// that arrives after its sender died or moved to another attempt is no event there (the model's
+  /// crash loses it; a late ack of another attempt is ignored on arrival in both).
+  bool ack_of_current(const protocol::ack_msg& ak) const {
+    const auto& rc = w->receivers.at(ak.from.receiver);
+    return rc && rc->incarnation == ak.from.incarnation && rc->attempt && rc->attempt->attempt == ak.attempt;
+  }
+
   /// Apply one move and translate it (the table above, row by row).
   void step(const protocol::model::move& m) {
     using protocol::model::move_kind;
@@ -205,8 +214,8 @@ struct translator {
           add(m.kind == move_kind::drop ? event_kind::drop : event_kind::dup, e.to.index,
               p->id.owner * cfg.chunks_per_owner + p->id.seq, text);
         } else if (const auto* ak = std::get_if<protocol::ack_msg>(&e.msg)) {
-          if (m.kind == move_kind::drop) add(event_kind::ack, ak->from.receiver, 1, text);
-          else skip("`" + text + "`: the model's ack is sent and delivered (or lost) in one step");
+          if (m.kind != move_kind::drop) skip("`" + text + "`: the model's ack is sent and delivered (or lost) in one step");
+          else if (ack_of_current(*ak)) add(event_kind::ack, ak->from.receiver, 1, text);
         }
         // Any other message has no copy in the model: losing or duplicating it is no event (what
         // its delivery would have done is an event of its own, or a free step).
@@ -215,7 +224,8 @@ struct translator {
       }
       case move_kind::deliver: {
         const auto& e = cw.inflight.at(m.index);
-        if (const auto* ak = std::get_if<protocol::ack_msg>(&e.msg)) add(event_kind::ack, ak->from.receiver, 0, text);
+        if (const auto* ak = std::get_if<protocol::ack_msg>(&e.msg); ak && ack_of_current(*ak))
+          add(event_kind::ack, ak->from.receiver, 0, text);
         break;
       }
       default: break;
