@@ -22,6 +22,17 @@
  * Limits: the option lists below (INGEST, APPLY, DROP, DUP, CRASH, the coordinator's stop condition)
  * are written out for NR = 2 receivers, NP <= 4 regions per receiver and NATT <= 4 attempts.
  *
+ * Trace mode (-DTRACE, proofs/spin_trace.cpp): the model follows one run of the C++ machines. A
+ * generated `trace.pml` defines TLEN and `trace_init()`, which fills ev_k/ev_x/ev_y with the run's
+ * events in order; every step that has a C++ counterpart (see the table in
+ * bitrefit_proofs/spin_trace.hpp) is enabled only when it is the next event (EV) and consumes it
+ * (NEXT); the steps without one (owners' baseline reads, the commit request, stop completion,
+ * recovery) stay free. Faults are then taken when the run took them (CAN_FAIL and the phase guards
+ * on crash/failover are lifted: the run, not the model, decides). -DTRACE_REACH turns every
+ * assertion off and asserts instead that the trace is not complete: an "error" then proves the run
+ * is realizable in the model. -DTRACE_FREE_TAIL lets the model run free once the trace is consumed
+ * (for runs that end in a C++ violation, whose monitor may fire before the model's assertion).
+ *
  * Mutations (compile with -DMUT_x; each must make spin report an assertion violation):
  *   MUT_XOR_RETRY          retry attempts use XOR instead of overwrite
  *   MUT_COMMIT_EARLY       the coordinator asks for commit after the first ack, not all of them
@@ -129,7 +140,55 @@ byte crashes = 0, failovers = 0, drops = 0, dups = 0;
 
 #define BAG(a, r, p) bag[((a) * NR + (r)) * NP + (p)]
 #define PEND(a, r) pend[(a) * NR + (r)]
+
+/* ---- trace mode (see the header comment) ------------------------------------------------- */
+#define E_PREP 1     /* the coordinator's prepare is persisted              (no args)            */
+#define E_ADMIT 2    /* receiver x admits the current attempt                                     */
+#define E_INGEST 3   /* receiver x ingests payload copy: y = attempt * 8 + region                 */
+#define E_ACK 4      /* receiver x acks: y = 0 delivered, 1 lost                                   */
+#define E_DEADLINE 5 /* the coordinator's deadline during transfer                                 */
+#define E_CAS 6      /* the log answers the compare-and-set: y = 1 ok, 2 written/lost, 3 failed, 4 lost */
+#define E_CRASH 7    /* receiver x crashes (and restarts: it must restore before admission)        */
+#define E_FAILOVER 8 /* a new coordinator takes over                                               */
+#define E_DROP 9     /* a copy of payload region y of the current attempt to receiver x is lost    */
+#define E_DUP 10     /* ... is duplicated                                                          */
+#define E_REJOIN 11  /* a newer incarnation of a member joins: the attempt is obsolete            */
+#ifdef TRACE
+#include "trace.pml"
+byte ev_k[TLEN];
+byte ev_x[TLEN];
+byte ev_y[TLEN];
+byte tp = 0;
+#ifdef TRACE_FREE_TAIL
+/* after the last event the model runs free (within its budgets and the fault bound): the C++
+ * monitors fire at other points than the model's assertions (e.g. version alignment at prepare
+ * persistence vs at each member's admission), so a C++ violation must make the model violate along
+ * the trace or in some continuation of it */
+#define TAIL (tp >= TLEN)
+#define CAN_FAIL (tp < TLEN || natt < MAXA)
+#else
+#define TAIL false
+#define CAN_FAIL 1
+#endif
+#define EV(k, x, y) (TAIL || (tp < TLEN && ev_k[tp] == (k) && ev_x[tp] == (x) && ev_y[tp] == (y)))
+#define EVK(k, x) (TAIL || (tp < TLEN && ev_k[tp] == (k) && ev_x[tp] == (x)))
+#define EVY(v) (TAIL || ev_y[tp] == (v))
+#define NEXT if :: tp < TLEN -> tp++ :: else -> skip fi
+#define FAULT_PHASE_OK (tp < TLEN || phase != IDLE)
+#ifdef TRACE_REACH
+#define CHECK(e) skip
+#endif
+#else
+#define EV(k, x, y) true
+#define EVK(k, x) true
+#define EVY(v) true
+#define NEXT skip
 #define CAN_FAIL (natt < MAXA) /* a fault that forces a retry needs an attempt left */
+#define FAULT_PHASE_OK (phase != IDLE)
+#endif
+#ifndef CHECK
+#define CHECK(e) assert(e) /* the model's safety assertions (off only in the reachability run) */
+#endif
 
 hidden byte i, j;
 
@@ -137,7 +196,7 @@ hidden byte i, j;
 inline apply_write(a, r, p) {
   if
   :: a_mode[a] == XOR ->
-     assert(reg[(r) * NP + (p)] == a_base[(a) * NO + (p) / NS]);
+     CHECK(reg[(r) * NP + (p)] == a_base[(a) * NO + (p) / NS]);
      reg[(r) * NP + (p)] = (reg[(r) * NP + (p)] == a_base[(a) * NO + (p) / NS] -> a_target[a] : GARBAGE)
   :: else -> reg[(r) * NP + (p)] = a_target[a]
   fi
@@ -147,9 +206,9 @@ inline apply_write(a, r, p) {
  * previous K, for a live attempt every member acked, and every member (same incarnation) holds
  * exactly v+1 in every region (bit-exactness). */
 inline commit_check(a, target) {
-  assert(Kv + 1 == target);
-  assert(!a_obsolete[a]);
-  assert(ghost_acked[a] == ALLR);
+  CHECK(Kv + 1 == target);
+  CHECK(!a_obsolete[a]);
+  CHECK(ghost_acked[a] == ALLR);
   i = 0;
   do
   :: i < NR ->
@@ -157,7 +216,7 @@ inline commit_check(a, target) {
      :: inc[i] == a_inc[(a) * NR + i] ->
         j = 0;
         do
-        :: j < NP -> assert(reg[i * NP + j] == target); j++
+        :: j < NP -> CHECK(reg[i * NP + j] == target); j++
         :: else -> break
         od
      :: else -> skip
@@ -172,7 +231,7 @@ inline commit_check(a, target) {
  * member; it advances its baseline idempotently when it reads the new commit record. */
 inline owner_freeze_send(o) {
   if :: B[o] + 1 == Kv -> B[o] = Kv :: else -> skip fi; /* reads K with the prepare */
-  assert(B[o] == Kv); /* version alignment: B^v is the committed baseline */
+  CHECK(B[o] == Kv); /* version alignment: B^v is the committed baseline */
 #ifdef MUT_DELTA_UNCOMMITTED
   B[o] = a_target[cur];
 #endif
@@ -198,8 +257,8 @@ active proctype coordinator() {
 end:
   do
   /* prepare: persist the attempt (mode, target, bound incarnations), fenced by epoch */
-  :: d_step { phase == IDLE && ntrans < NTRANS && epoch == log_epoch ->
-       natt++; cur++;
+  :: d_step { phase == IDLE && ntrans < NTRANS && epoch == log_epoch && EV(E_PREP, 0, 0) ->
+       NEXT; natt++; cur++;
 #ifdef MUT_XOR_RETRY
        a_mode[cur] = XOR;
 #else
@@ -208,7 +267,10 @@ end:
        a_target[cur] = Kv + 1;
        i = 0;
        do :: i < NR -> a_inc[cur * NR + i] = inc[i]; i++ :: else -> break od;
-       owner_freeze_send(0); owner_freeze_send(1);
+       owner_freeze_send(0);
+#if NO > 1
+       owner_freeze_send(1);
+#endif
        acks = 0; rep = R_NONE;
        phase = TRANSFER }
   /* every member acked: compare-and-set from (v, g) to (v+1, g') */
@@ -220,7 +282,12 @@ end:
        req_att = cur; req_epoch = epoch; req_target = a_target[cur]; req = 1; rep = R_NONE;
        phase = COMMITTING }
   /* deadline passed during transfer: mark_obsolete, then stop_and_wait */
-  :: atomic { phase == TRANSFER && CAN_FAIL -> a_obsolete[cur] = 1; phase = STOPPING }
+  :: atomic { phase == TRANSFER && CAN_FAIL && EV(E_DEADLINE, 0, 0) -> NEXT; a_obsolete[cur] = 1; phase = STOPPING }
+  /* a member restarted (newer incarnation) and joined: the attempt can never get its ack, so it is
+   * obsolete at once, and the join counts as the dead incarnation's stop (coordinator.hpp; found
+   * missing here by the trace check, proofs/README.md "Spin tied to the code") */
+  :: atomic { phase == TRANSFER && (inc[0] != a_inc[cur * NR + 0] || inc[1] != a_inc[cur * NR + 1]) &&
+              EV(E_REJOIN, 0, 0) -> NEXT; a_obsolete[cur] = 1; phase = STOPPING }
   :: atomic { phase == COMMITTING && rep == R_SUCCESS ->
        rep = R_NONE; ntrans++; natt = 0; phase = IDLE }
   :: atomic { phase == COMMITTING && rep == R_FAILED ->
@@ -254,8 +321,8 @@ end:
 active proctype commit_log() {
 end:
   do
-  :: atomic { req ->
-       req = 0;
+  :: atomic { req && EV(E_CAS, 0, 1) ->
+       NEXT; req = 0;
 #ifdef MUT_BLIND_WRITE
        commit_check(req_att, req_target);
        Kv = req_target; Katt = req_att;
@@ -272,14 +339,15 @@ end:
 #endif
      }
   /* written, but the reply is lost: outcome unknown */
-  :: atomic { req && CAN_FAIL && req_epoch == log_epoch && req_att > log_closed && Kv + 1 == req_target ->
-       req = 0;
+  :: atomic { req && CAN_FAIL && req_epoch == log_epoch && req_att > log_closed && Kv + 1 == req_target &&
+              EV(E_CAS, 0, 2) ->
+       NEXT; req = 0;
        commit_check(req_att, req_target);
        Kv = req_target; Katt = req_att;
        if :: req_epoch == epoch -> rep = R_LOST :: else -> skip fi }
   /* not written (transient failure): confirmed failed, or unknown */
-  :: atomic { req && CAN_FAIL -> req = 0; if :: req_epoch == epoch -> rep = R_FAILED :: else -> skip fi }
-  :: atomic { req && CAN_FAIL -> req = 0; if :: req_epoch == epoch -> rep = R_LOST :: else -> skip fi }
+  :: atomic { req && CAN_FAIL && EV(E_CAS, 0, 3) -> NEXT; req = 0; if :: req_epoch == epoch -> rep = R_FAILED :: else -> skip fi }
+  :: atomic { req && CAN_FAIL && EV(E_CAS, 0, 4) -> NEXT; req = 0; if :: req_epoch == epoch -> rep = R_LOST :: else -> skip fi }
   od
 }
 
@@ -307,8 +375,8 @@ end:
 #endif
 #define INGEST(a, p) \
   :: atomic { (a) <= NATT && (p) < NP && (a) <= act[r] && BAG(a, r, p) > 0 && \
-              !((a) == act[r] && (PEND(a, r) & (1 << (p)))) -> \
-       BAG(a, r, p)--; \
+              !((a) == act[r] && (PEND(a, r) & (1 << (p)))) && EV(E_INGEST, r, (a) * 8 + (p)) -> \
+       NEXT; BAG(a, r, p)--; \
        if \
        :: (a) == act[r] && !DUP_IGNORED(p) -> seen[r] = seen[r] | (1 << (p)); QUEUE_OR_APPLY(a, p) \
        :: else -> skip \
@@ -328,14 +396,15 @@ end:
   /* admission to the prepared attempt (bound incarnation); a restarted receiver dense-restores
    * to K.v first. Version alignment: XOR needs every region exactly at K.v; an overwrite retry
    * accepts any mix of v and v+1 in the frozen positions. */
-  :: atomic { phase == TRANSFER && cur != act[r] && !a_obsolete[cur] && a_inc[cur * NR + r] == inc[r] ->
-       i = 0;
+  :: atomic { phase == TRANSFER && cur != act[r] && !a_obsolete[cur] && a_inc[cur * NR + r] == inc[r] &&
+              EV(E_ADMIT, r, 0) ->
+       NEXT; i = 0;
        do
        :: i < NP ->
           if :: stale[r] -> reg[r * NP + i] = Kv :: else -> skip fi;
           if
-          :: a_mode[cur] == XOR -> assert(reg[r * NP + i] == Kv)
-          :: else -> assert(reg[r * NP + i] == Kv || reg[r * NP + i] == Kv + 1)
+          :: a_mode[cur] == XOR -> CHECK(reg[r * NP + i] == Kv)
+          :: else -> CHECK(reg[r * NP + i] == Kv || reg[r * NP + i] == Kv + 1)
           fi;
           i++
        :: else -> break
@@ -355,13 +424,14 @@ end:
   APPLY(3, 0) APPLY(3, 1) APPLY(3, 2) APPLY(3, 3)
   APPLY(4, 0) APPLY(4, 1) APPLY(4, 2) APPLY(4, 3)
   /* flush: every payload applied and the device drained, then ack (τ) */
-  :: atomic { act[r] != 0 && !acked[r] && seen[r] == ALLP && PEND(act[r], r) == 0 ->
+  :: atomic { act[r] != 0 && !acked[r] && seen[r] == ALLP && PEND(act[r], r) == 0 && EVK(E_ACK, r) ->
        ghost_acked[act[r]] = ghost_acked[act[r]] | (1 << r); acked[r] = 1;
        if
-       :: phase == TRANSFER && act[r] == cur -> acks = acks | (1 << r) /* delivered, accepted */
-       :: phase == TRANSFER && act[r] == cur && drops < DROPS && CAN_FAIL -> drops++ /* lost */
+       :: phase == TRANSFER && act[r] == cur && EVY(0) -> acks = acks | (1 << r) /* delivered, accepted */
+       :: phase == TRANSFER && act[r] == cur && drops < DROPS && CAN_FAIL && EVY(1) -> drops++ /* lost */
        :: else -> skip /* another attempt's ack: ignored */
-       fi }
+       fi;
+       NEXT }
   /* told of mark_obsolete: stop once the device has drained the attempt's writes */
   :: atomic { act[r] != 0 && a_obsolete[act[r]] && PEND(act[r], r) == 0 -> act[r] = 0 }
   od
@@ -369,12 +439,12 @@ end:
 
 /* Faults, each within its budget. */
 #define DROP(r, p) \
-  :: atomic { drops < DROPS && CAN_FAIL && (p) < NP && BAG(cur, r, p) > 0 -> BAG(cur, r, p)--; drops++ }
+  :: atomic { drops < DROPS && CAN_FAIL && (p) < NP && BAG(cur, r, p) > 0 && EV(E_DROP, r, p) -> NEXT; BAG(cur, r, p)--; drops++ }
 #define DUP(r, p) \
-  :: atomic { dups < DUPS && (p) < NP && BAG(cur, r, p) > 0 -> BAG(cur, r, p)++; dups++ }
+  :: atomic { dups < DUPS && (p) < NP && BAG(cur, r, p) > 0 && EV(E_DUP, r, p) -> NEXT; BAG(cur, r, p)++; dups++ }
 #define CRASH(r) \
-  :: atomic { crashes < CRASHES && CAN_FAIL && phase != IDLE -> \
-       crashes++; inc[r]++; act[r] = 0; seen[r] = 0; acked[r] = 0; stale[r] = 1; \
+  :: atomic { crashes < CRASHES && CAN_FAIL && FAULT_PHASE_OK && EV(E_CRASH, r, 0) -> \
+       NEXT; crashes++; inc[r]++; act[r] = 0; seen[r] = 0; acked[r] = 0; stale[r] = 1; \
        i = 0; \
        do :: i <= NATT -> PEND(i, r) = 0; i++ :: else -> break od; \
        i = 0; \
@@ -391,24 +461,47 @@ end:
   CRASH(0) CRASH(1)
   /* coordinator failover: the new coordinator bumps the epoch (fencing the old one's requests in
    * the log), loses the volatile state, and recovers the attempt it finds persisted */
-  :: atomic { failovers < FAILOVERS && CAN_FAIL && phase != IDLE ->
-       failovers++; epoch++; log_epoch = epoch; acks = 0; rep = R_NONE;
+  :: atomic { failovers < FAILOVERS && CAN_FAIL && phase != IDLE && EV(E_FAILOVER, 0, 0) ->
+       NEXT; failovers++; epoch++; log_epoch = epoch; acks = 0; rep = R_NONE;
        a_obsolete[cur] = 1; phase = RECOVERING }
+#ifdef TRACE
+  /* a failover while no attempt is in progress only fences the old epoch */
+  :: atomic { failovers < FAILOVERS && phase == IDLE && EV(E_FAILOVER, 0, 0) ->
+       NEXT; failovers++; epoch++; log_epoch = epoch }
+#endif
   od
 }
 
 /* Safety in every state: owners' baselines never run ahead of K (B^v moves only after commit). */
 active proctype monitor() {
 end:
-  atomic { !(B[0] <= Kv && B[1] <= Kv && Kv <= NTRANS) -> assert(false) }
+#if NO > 1
+  atomic { !(B[0] <= Kv && B[1] <= Kv && Kv <= NTRANS) -> CHECK(false) }
+#else
+  atomic { !(B[0] <= Kv && Kv <= NTRANS) -> CHECK(false) }
+#endif
 }
 
 init {
   atomic {
-    run owner(0); run owner(1);
+#ifdef TRACE
+    trace_init();
+#endif
+    run owner(0);
+#if NO > 1
+    run owner(1);
+#endif
     run receiver(0); run receiver(1)
   }
 }
+
+#ifdef TRACE_REACH
+/* the whole run was followed: this assertion failing proves the trace is realizable in the model */
+active proctype trace_complete() {
+end:
+  atomic { tp == TLEN -> assert(tp != TLEN) }
+}
+#endif
 
 /* Liveness: every transition ends (checked with pan -a -f, weak fairness). */
 ltl live { <> (ntrans == NTRANS) }

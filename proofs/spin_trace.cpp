@@ -1,0 +1,272 @@
+// bitrefit-spin-trace — checks the Promela model (spin/refit.pml) and the C++ machines against each
+// other on the same runs (bitrefit_proofs/spin_trace.hpp): every scenario file given and, with
+// --mutations, the C++ checker's counterexample of every mutation the model also has.
+//
+//   bitrefit-spin-trace --spin=SPIN --cc=CC --model=refit.pml --workdir=DIR [--mutations] [--table]
+//                       [--promela-extra=-DMUT_x] [--random=N [--seed=S]] [FILE...]
+// For each run inside the shared abstraction: writes DIR/<name>/trace.pml, generates and compiles
+// pan twice (violation run; reach run with -DTRACE_REACH) and compares verdicts:
+//   C++ ok        -> spin: no assertion violation along the trace, and the whole trace followed;
+//   C++ violation -> spin: an assertion violation along the trace or in a continuation of it (the
+//                    C++ monitors fire at other points than the model's assertions).
+// Prints one line per run (AGREE / DISAGREE / SKIP with the reason) and a summary. --table prints
+// the move -> Promela step table. --random=N adds N random schedules of the harness
+// (random_schedules.hpp) drawn inside the shared abstraction (2 receivers, 1-2 owners, 1 chunk, 1-2
+// transitions, drops, duplicates, receiver crashes, failovers, early deadlines); schedules the
+// translation still finds outside it are passed over. --promela-extra adds spin flags to the model only: a drift made on
+// purpose (a Promela mutation the C++ run does not have), which the check must report. Exit status: 0 every judged run agrees, 1 a disagreement or an
+// error, 2 bad arguments.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bitrefit_proofs/checker.hpp"
+#include "bitrefit_proofs/cluster_world.hpp"
+#include "bitrefit_proofs/random_schedules.hpp"
+#include "bitrefit_proofs/spin_trace.hpp"
+
+using namespace bitrefit;
+namespace fs = std::filesystem;
+namespace st = proofs::spin;
+
+namespace {
+
+struct tools {
+  std::string spin, cc, model;
+  std::string promela_extra;  // extra spin -D flags for the model only (a drift injected on purpose)
+  fs::path workdir;
+};
+
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream b;
+  b << f.rdbuf();
+  return b.str();
+}
+
+// Runs `cmd` in `dir`, output to `log`; returns the exit status.
+int sh(const fs::path& dir, const std::string& cmd, const fs::path& log) {
+  const std::string full = "cd '" + dir.string() + "' && " + cmd + " > '" + log.string() + "' 2>&1";
+  return std::system(full.c_str());
+}
+
+// One spin run on the constrained model: the number of errors pan reports, or -1 on a tool failure.
+long spin_errors(const tools& t, const fs::path& dir, const st::translation& tr, bool reach, std::string& why) {
+  std::string defs = "-DTRACE";
+  if (reach) defs += " -DTRACE_REACH";
+  else if (tr.cpp_violation) defs += " -DTRACE_FREE_TAIL";
+  for (const auto& d : tr.defines) defs += " " + d;
+  if (!t.promela_extra.empty()) defs += " " + t.promela_extra;
+  std::uint32_t ntrans = 1;
+  for (const auto& d : tr.defines)
+    if (d.rfind("-DNTRANS=", 0) == 0) ntrans = std::uint32_t(std::stoul(d.substr(9)));
+  defs += " -DMAXA=" + std::to_string(std::max<std::uint32_t>(1, 4 / ntrans));
+  const fs::path log = dir / (reach ? "reach.out" : "violation.out");
+  if (sh(dir, t.spin + " " + defs + " -a refit.pml", log) != 0) {
+    why = "spin -a failed: " + read_file(log);
+    return -1;
+  }
+  if (sh(dir, t.cc + " -O0 -w -DSAFETY -DNOCLAIM -o pan pan.c", log) != 0) {
+    why = "compiling pan failed: " + read_file(log);
+    return -1;
+  }
+  // -E: blocked processes are not errors here (the trace blocks every step it does not name);
+  // -m: depth enough for the free steps between events.
+  sh(dir, "./pan -E -m1000000", log);
+  const std::string out = read_file(log);
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex("errors: ([0-9]+)"))) {
+    why = "pan printed no error count: " + out;
+    return -1;
+  }
+  if (out.find("max search depth too small") != std::string::npos) {
+    why = "pan: max search depth too small";
+    return -1;
+  }
+  if (!reach) {  // keep the violated assertion's text for the report
+    std::smatch a;
+    if (std::regex_search(out, a, std::regex("assertion violated [^\\n]*"))) why = a[0];
+  }
+  return std::stol(m[1]);
+}
+
+struct tally {
+  int agree = 0, disagree = 0, skipped = 0, errors = 0;
+};
+
+void judge(const tools& t, const std::string& name, const st::translation& tr, tally& n) {
+  if (tr.skip) {
+    ++n.skipped;
+    std::printf("SKIP      %-52s %s\n", name.c_str(), tr.skip->c_str());
+    return;
+  }
+  const fs::path dir = t.workdir / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(t.model, dir / "refit.pml");
+  std::ofstream(dir / "trace.pml") << tr.trace_pml();
+  std::string why_v, why_r;
+  const long ev = spin_errors(t, dir, tr, false, why_v);
+  const long er = tr.cpp_violation ? 0 : spin_errors(t, dir, tr, true, why_r);
+  if (ev < 0 || er < 0) {
+    ++n.errors;
+    std::printf("ERROR     %-52s %s\n", name.c_str(), (ev < 0 ? why_v : why_r).c_str());
+    return;
+  }
+  const std::string cpp = tr.cpp_violation ? "violation (" + tr.cpp_message + ")" : "ok";
+  bool ok;
+  std::string spin;
+  if (tr.cpp_violation) {
+    ok = ev > 0;
+    spin = ev > 0 ? "violation (" + why_v + ")" : "no violation along the trace or after it";
+  } else {
+    ok = ev == 0 && er > 0;
+    spin = ev > 0 ? "violation (" + why_v + ")" : er > 0 ? "ok, trace followed" : "trace NOT followed (the model cannot make these steps)";
+  }
+  (ok ? n.agree : n.disagree)++;
+  std::printf("%-9s %-52s %zu moves -> %zu events; C++: %s; spin: %s\n", ok ? "AGREE" : "DISAGREE", name.c_str(),
+              tr.moves, tr.events.size(), cpp.c_str(), spin.c_str());
+  if (!ok) std::printf("          trace and pan output kept in %s\n", dir.c_str());
+}
+
+// The C++ checker's counterexample of every mutation the model also has, with the bounds of
+// proofs/mutation_cases.inc (the smallest that contain the fault each one needs).
+std::vector<std::pair<std::string, std::string>> mutation_counterexamples() {
+  using M = protocol::protocol_mutation;
+  struct mcase {
+    M m;
+    void (*bounds)(proofs::cluster_bounds&);
+  };
+  const mcase cases[] = {
+      {M::retry_by_xor, [](proofs::cluster_bounds& b) { b.early_deadlines = 1; }},
+      {M::commit_before_all_acks, [](proofs::cluster_bounds&) {}},
+      {M::dedup_off, [](proofs::cluster_bounds& b) { b.duplicates = 1; }},
+      {M::delta_against_uncommitted_base, [](proofs::cluster_bounds&) {}},
+      {M::retry_without_stop_and_wait, [](proofs::cluster_bounds& b) { b.early_deadlines = 1; }},
+      {M::blind_write_commit, [](proofs::cluster_bounds& b) { b.owners = 1; b.failovers = 1; }},
+  };
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& c : cases) {
+    proofs::cluster_bounds b;
+    b.chunks = 1;
+    b.transitions = 1;
+    b.mutation = c.m;
+    c.bounds(b);
+    proofs::check_options opt;
+    opt.liveness = false;
+    opt.threads = 1;
+    const auto r = proofs::check(proofs::mutated_cluster_world(b), opt);
+    const std::string name = "mutation_" + std::string(to_string(c.m)) + "_counterexample";
+    if (r.ok() || r.counterexample.empty()) {
+      out.emplace_back(name, "");  // not found: reported as an error below
+      continue;
+    }
+    out.emplace_back(name, proofs::counterexample_scenario<protocol::model::mutated_cluster>(b, r.counterexample, r.violation));
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tools t;
+  bool mutations = false, table = false;
+  std::uint64_t random_runs = 0, random_seed = 1;
+  std::vector<fs::path> files;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto val = [&](const char* k) { return a.substr(std::string(k).size()); };
+    if (a.rfind("--spin=", 0) == 0) t.spin = val("--spin=");
+    else if (a.rfind("--cc=", 0) == 0) t.cc = val("--cc=");
+    else if (a.rfind("--model=", 0) == 0) t.model = val("--model=");
+    else if (a.rfind("--workdir=", 0) == 0) t.workdir = val("--workdir=");
+    else if (a.rfind("--promela-extra=", 0) == 0) t.promela_extra = val("--promela-extra=");
+    else if (a == "--mutations") mutations = true;
+    else if (a.rfind("--random=", 0) == 0) random_runs = std::stoull(val("--random="));
+    else if (a.rfind("--seed=", 0) == 0) random_seed = std::stoull(val("--seed="));
+    else if (a == "--table") table = true;
+    else if (a.rfind("--", 0) == 0) { std::cerr << "bitrefit-spin-trace: unknown option " << a << "\n"; return 2; }
+    else files.emplace_back(a);
+  }
+  if (table) {
+    std::printf("C++ move (model::cluster) -> Promela step (spin/refit.pml, -DTRACE)\n");
+    for (const auto& r : st::mapping) std::printf("- %s\n    -> %s\n", r.cpp, r.promela);
+    if (files.empty() && !mutations) return 0;
+  }
+  if (t.spin.empty() || t.cc.empty() || t.model.empty() || t.workdir.empty()) {
+    std::cerr << "bitrefit-spin-trace: --spin, --cc, --model and --workdir are required\n";
+    return 2;
+  }
+  t.model = fs::absolute(t.model).string();
+  fs::create_directories(t.workdir);
+  tally n;
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    std::vector<st::translation> trs;
+    try {
+      trs = st::translate_scenario_worlds(read_file(f));
+    } catch (const std::exception& e) {
+      trs.assign(1, st::translation{});
+      trs[0].skip = std::string("cannot replay: ") + e.what();
+    }
+    for (std::size_t k = 0; k < trs.size(); ++k)  // a file with several worlds: one run per world
+      judge(t, f.stem().string() + (trs.size() > 1 ? "#" + std::to_string(k + 1) : ""), trs[k], n);
+  }
+  if (mutations)
+    for (const auto& [name, scenario] : mutation_counterexamples()) {
+      if (scenario.empty()) {
+        ++n.errors;
+        std::printf("ERROR     %-52s the C++ checker found no counterexample\n", name.c_str());
+        continue;
+      }
+      std::ofstream(t.workdir / (name + ".txt")) << scenario;
+      judge(t, name, st::translate_scenario(scenario), n);
+    }
+  // Random schedules inside the shared abstraction's sizes and fault kinds (the harness's
+  // generator, bitrefit_proofs/random_schedules.hpp): runs no scenario file was written for.
+  if (random_runs) {
+    namespace fz = proofs::fuzz;
+    fz::options o;
+    o.seed = random_seed;
+    o.receivers = {2, 2};
+    o.owners = {1, 2};
+    o.chunks = {1, 1};
+    o.transitions = {1, 2};
+    o.max_attempts = 2;
+    o.prefix_moves = 60;
+    o.attest_off_probability = 0;
+    o.async_gate = false;
+    o.fault_kinds = (1u << unsigned(fz::fault::drop)) | (1u << unsigned(fz::fault::duplicate)) |
+                    (1u << unsigned(fz::fault::receiver_crash)) | (1u << unsigned(fz::fault::failover)) |
+                    (1u << unsigned(fz::fault::early_deadline));
+    int judged = 0, failing = 0, outside = 0;
+    std::uint64_t i = 0;
+    for (; judged < int(random_runs) && i < 50 * random_runs; ++i) {
+      fz::stats stt;
+      std::string scenario;
+      if (fz::run_schedule<protocol::model::cluster>(o, i, stt, &scenario)) {  // a failure: the harness's job
+        ++failing;
+        continue;
+      }
+      auto tr = st::translate_scenario(scenario);
+      if (tr.skip) {  // outside the shared abstraction: try the next one
+        ++outside;
+        continue;
+      }
+      ++judged;
+      std::ofstream(t.workdir / ("random_" + std::to_string(i) + ".txt")) << scenario;
+      judge(t, "random_seed" + std::to_string(random_seed) + "_" + std::to_string(i), tr, n);
+    }
+    std::printf("random: %d judged of %llu drawn (%d outside the shared abstraction, %d failing in the C++ world)\n",
+                judged, (unsigned long long)i, outside, failing);
+  }
+  std::printf("summary: %d agree, %d disagree, %d skipped (outside the shared abstraction), %d errors\n", n.agree,
+              n.disagree, n.skipped, n.errors);
+  return n.disagree || n.errors ? 1 : 0;
+}
