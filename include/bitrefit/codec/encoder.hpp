@@ -288,18 +288,41 @@ class chunk_encoder {
     if (!known_)
       return backend_.collect_changes(pc.old_bytes.subspan(at * E, n * E), pc.new_bytes.subspan(at * E, n * E), E, pos, xor_out, new_out);
     const auto& kv = *known_;
-    const std::uint64_t lo = pc.begin + at, hi = lo + n;
-    std::size_t k = static_cast<std::size_t>(std::lower_bound(kv.positions.begin(), kv.positions.end(), lo) - kv.positions.begin());
+    const std::uint64_t lo = pc.begin + at;
+    const std::size_t k0 = static_cast<std::size_t>(std::lower_bound(kv.positions.begin(), kv.positions.end(), lo) - kv.positions.begin());
+    const std::size_t k1 = static_cast<std::size_t>(std::lower_bound(kv.positions.begin() + k0, kv.positions.end(), lo + n) - kv.positions.begin());
+    switch (E) {  // element-width loops the compiler unrolls to integer loads (E is 1, 2, 4 or 8)
+      case 1: return gather_known<std::uint8_t>(kv, pc.begin, lo, k0, k1, pos, xor_out, new_out);
+      case 2: return gather_known<std::uint16_t>(kv, pc.begin, lo, k0, k1, pos, xor_out, new_out);
+      case 4: return gather_known<std::uint32_t>(kv, pc.begin, lo, k0, k1, pos, xor_out, new_out);
+      default: return gather_known<std::uint64_t>(kv, pc.begin, lo, k0, k1, pos, xor_out, new_out);
+    }
+  }
+
+  // Known changes [k0, k1) as collect_changes would report them for elements from tensor index
+  // `lo` on: positions relative to lo, XOR masks and/or new bits; an entry equal to its base is
+  // skipped (no change).
+  template <class W>
+  static std::size_t gather_known(const known_view& kv, std::uint64_t begin, std::uint64_t lo, std::size_t k0, std::size_t k1,
+                                  std::span<std::uint32_t> pos, std::span<std::byte> xor_out, std::span<std::byte> new_out) {
+    constexpr std::size_t E = sizeof(W);
+    const std::byte* base = kv.base.data();
+    const std::byte* vals = kv.values.data();
+    std::byte* xo = xor_out.empty() ? nullptr : xor_out.data();
+    std::byte* no = new_out.empty() ? nullptr : new_out.data();
     std::size_t c = 0;
-    for (; k < kv.positions.size() && kv.positions[k] < hi; ++k) {
-      const std::uint64_t rel = kv.positions[k] - pc.begin;
-      const std::byte* o = kv.base.data() + rel * E;
-      const std::byte* v = kv.values.data() + k * E;
-      if (std::memcmp(o, v, E) == 0) continue;  // not a change: encode() would not see it
-      pos[c] = static_cast<std::uint32_t>(kv.positions[k] - lo);
-      if (!xor_out.empty())
-        for (std::size_t b = 0; b < E; ++b) xor_out[c * E + b] = o[b] ^ v[b];
-      if (!new_out.empty()) std::memcpy(new_out.data() + c * E, v, E);
+    for (std::size_t k = k0; k < k1; ++k) {
+      const std::uint64_t p = kv.positions[k];
+      W o, v;
+      std::memcpy(&o, base + (p - begin) * E, E);
+      std::memcpy(&v, vals + k * E, E);
+      if (o == v) [[unlikely]] continue;  // not a change: encode() would not see it
+      pos[c] = static_cast<std::uint32_t>(p - lo);
+      if (xo) {
+        const W x = static_cast<W>(o ^ v);
+        std::memcpy(xo + c * E, &x, E);
+      }
+      if (no) std::memcpy(no + c * E, &v, E);
       ++c;
     }
     return c;

@@ -159,7 +159,10 @@ class owner_shard {
       c.element_size = static_cast<std::uint32_t>(element_size(t->type));
       c.elements = t->elements();
       src(*t, baseline_.at(t->name), c);
-      if (!c.positions.empty()) changes_.emplace(t->name, std::move(c));
+      if (c.positions.empty()) continue;
+      c.positions.shrink_to_fit();  // held for the whole transition: no growth slack (one copy of the set)
+      c.values.shrink_to_fit();
+      changes_.emplace(t->name, std::move(c));
     }
     durability::check_fits(baseline_, changes_);  // O(changes): a projection's bug is named, never sent
     frozen_ = true;
