@@ -465,8 +465,13 @@ TEST(OwnerShard, FrozenChangeSetActsAsTheDenseTarget) {
     h.update(dense.at(t->name));
   }
   EXPECT_EQ(refit::frozen_identity(shard), h.digest());
+  // the expected attestation from B^v + changes == the one from the dense target's bytes
+  const digest128 from_dense =
+      refit::expected_attestation(truth.m, refit::placement{}, [&](const tensor_info& t) { return std::span<const std::byte>(dense.at(t.name)); });
   EXPECT_EQ(refit::expected_attestation(truth.m, refit::placement{}, [&](const tensor_info& t) { return shard.frozen_patch(t.name); }),
-            truth.attestation());
+            from_dense);
+  EXPECT_NE(refit::expected_attestation(truth.m, refit::placement{}, [&](const tensor_info& t) { return std::span<const std::byte>(base.at(t.name)); }),
+            from_dense);
   // every chunk from the known changes == encode() of B^v and the dense target, in both policies
   for (auto policy : {codec::mode_policy::xor_allowed, codec::mode_policy::overwrite_only}) {
     codec::chunk_encoder<> known_enc(codec::encode_options{.policy = policy, .max_frame_input_bytes = 1 << 16});
