@@ -62,7 +62,7 @@ class materialising_delta {
   }
 
   /// Writes items[t] = the changes of canonical tensor t (empty when none) into a reusable
-  /// workspace, like direct_delta_into.
+  /// workspace (items[t] for canonical tensor t).
   void build_into(const canonical_store& baseline, value_mode mode, std::vector<change_item>& items) {
     const auto& canon = canonical_->tensors();
     items.resize(canon.size());
