@@ -16,7 +16,9 @@
 // same zstd level), xor_bytes (XOR masks only), chosen_bytes (per item the smaller, the default),
 // entropy_bytes = n·H(c/n) + c·H(XOR words). peak_extra_bytes: receiver scratch beyond the model
 // (decoder scratch + the largest frame held). The applied copy is compared with the target bytes
-// (bit_exact).
+// (bit_exact). encode_known_s: the sender's path since codec3 (refit::owner_shard::encode), the
+// same chunks encoded from each tensor's known change set (encode_known, no change detection),
+// frames checked byte-identical to encode_s's; ratio_encode_known_vs_encode compares the two.
 //
 // Backends: `--backend NAME` picks an entry of backend_registry(); a backend that keeps tensors
 // elsewhere (device memory) registers a runner that stages the model and reuses measure().
@@ -37,6 +39,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bitrefit/codec/codec.hpp"
+#include "bitrefit/durability/change_set.hpp"
 #if defined(BITREFIT_BENCH_THRUST)
 #include "bitrefit/codec/thrust/backend.hpp"
 #endif
@@ -177,6 +180,57 @@ std::pair<elapsed, encode_stats> encode_model(const model& m, const model_manife
   return {best, st};
 }
 
+// The engine's path (refit::owner_shard::encode): each tensor's change set against the base
+// (positions + new bits, as the owner freezes it), and the whole model encoded from those KNOWN
+// changes (chunk_encoder::encode_known: no change detection) — vs encode() of base and a dense
+// frozen copy, which is what the owners ran before. Frames must be byte-identical.
+struct change_sets {
+  std::vector<durability::tensor_changes> per_tensor;  // by tensor index
+};
+change_sets change_sets_of(const model& m) {
+  change_sets cs;
+  for (std::size_t i = 0; i < m.infos.size(); ++i) {
+    auto& c = cs.per_tensor.emplace_back();
+    c.element_size = 2;
+    c.elements = m.infos[i].elements();
+    durability::diff_tensor({m.old_b.get() + m.offsets[i], m.infos[i].bytes()}, {m.new_b.get() + m.offsets[i], m.infos[i].bytes()}, 2, c);
+  }
+  return cs;
+}
+
+template <class Backend>
+std::pair<elapsed, encode_stats> encode_known_model(const model& m, const model_manifest& man, const change_sets& cs, const bench_args& a,
+                                                   std::vector<std::vector<std::byte>>* frames) {
+  chunk_encoder<Backend> enc(encode_options{.zstd_level = a.zstd_level, .max_frame_input_bytes = a.frame_mib << 20});
+  const auto plan = plan_chunks(man, a.frame_mib << 20);
+  encode_stats st;
+  byte_buffer out;
+  elapsed best;
+  for (int rep = 0; rep < a.repeat; ++rep) {
+    if (frames) frames->clear();
+    encode_stats s;
+    const auto t0 = now();
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+      std::vector<known_changes_piece> ps;
+      for (auto& r : plan[i]) {
+        const std::size_t ti = *man.index_of(r.tensor);
+        const auto& t = m.infos[ti];
+        const auto& c = cs.per_tensor[ti];
+        const auto lo = std::lower_bound(c.positions.begin(), c.positions.end(), r.begin);
+        const auto hi = std::lower_bound(lo, c.positions.end(), r.end);
+        const std::size_t k = static_cast<std::size_t>(lo - c.positions.begin()), n = static_cast<std::size_t>(hi - lo);
+        ps.push_back({t.name, t.type, t.elements(), r.begin, r.end, {m.old_b.get() + m.offsets[ti] + r.begin * 2, r.size() * 2},
+                      std::span<const std::uint64_t>(c.positions).subspan(k, n), std::span<const std::byte>(c.values).subspan(k * 2, n * 2)});
+      }
+      enc.encode_known({frame_kind::delta, payload_id{{1, 0}, 0, static_cast<std::uint32_t>(i)}, 0, 1}, ps, out, &s);
+      if (frames) frames->emplace_back(out.data(), out.data() + out.size());
+    }
+    best.keep_min(t0);
+    if (rep == 0) st = s;
+  }
+  return {best, st};
+}
+
 // Encodes the whole model with `threads` threads (chunk i on thread i mod threads, one encoder
 // each, as the sender's workers do); returns the wall time (best of a.repeat) and the largest
 // per-thread CPU time of that run.
@@ -262,6 +316,12 @@ nlohmann::json measure(const bench_args& a, model& m) {
   std::vector<std::vector<std::byte>> frames, frames_v1;
   auto [enc_v1_t, ch_v1] = encode_model<Backend>(m, man, a, v1, &frames_v1, nullptr);
   auto [enc_t, ch] = encode_model<Backend>(m, man, a, encode_options{}, &frames, nullptr);
+  // the engine's path, side by side with encode_t (same repeats, same machine state)
+  const change_sets cs = change_sets_of(m);
+  std::vector<std::vector<std::byte>> frames_known;
+  auto [enc_known_t, ch_known] = encode_known_model<Backend>(m, man, cs, a, &frames_known);
+  const bool known_identical = frames_known == frames;
+  if (!known_identical) throw std::logic_error("encode_known frames differ from encode's");
 
   // apply: verify + decode + apply every frame to the work copy (which holds the base)
   std::vector<mutable_tensor_view> views;
@@ -332,6 +392,11 @@ nlohmann::json measure(const bench_args& a, model& m) {
   j["timing"] = "thread_cpu";
   j["encode_s"] = enc_t.cpu;
   j["encode_v1_s"] = enc_v1_t.cpu;
+  j["encode_known_s"] = enc_known_t.cpu;  // the engine's path: from the frozen change set, no change detection
+  j["encode_known_wall_s"] = enc_known_t.wall;
+  j["ratio_encode_known_vs_encode"] = enc_known_t.cpu / enc_t.cpu;
+  j["ratio_encode_known_vs_memcmp"] = enc_known_t.cpu / memcmp_t.cpu;
+  j["encode_known_frames_identical"] = known_identical;
   j["memcmp_s"] = memcmp_t.cpu;
   j["apply_s"] = apply_t.cpu;
   j["apply_v1_s"] = apply_v1_t.cpu;

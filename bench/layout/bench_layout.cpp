@@ -1,7 +1,10 @@
-// bitrefit-bench-layout — delta build through direct projection of trainer shards vs through
-// materialising canonical tensors first and then diffing, on a Qwen3-30B-A3B-shaped model scaled
-// to about 1 GiB (fewer layers, experts and vocabulary; hidden size, heads, KV heads, head dim and
-// expert width as the real model), trainer TP=2, EP=2.
+// bitrefit-bench-layout — the delta build the sender's owners run, direct projection of trainer
+// shards (layout::direct_delta::changes_into, per canonical tensor, called by
+// refit::sharded_projection::changes when an owner freezes a transition), vs the materialising
+// REFERENCE (bench/layout/materialising_reference.hpp: canonical tensors gathered first, then
+// diffed; not in the library), on a Qwen3-30B-A3B-shaped model scaled to about 1 GiB (fewer
+// layers, experts and vocabulary; hidden size, heads, KV heads, head dim and expert width as the
+// real model), trainer TP=2, EP=2.
 //
 //   bitrefit-bench-layout [--json] [--layers 4] [--experts 16] [--vocab 32768] [--tp 2] [--ep 2]
 //                         [--change 0.03] [--reps 3]
@@ -9,6 +12,8 @@
 //                                             FP8 conversion for Llama-3-8B and Qwen3-30B-A3B at
 //                                             several TP/PP/EP; one JSON object per line)
 //
+// direct_s: every canonical tensor's changes through direct_delta::changes_into in overwrite mode
+// (positions + new bits: the owner's frozen change set), exactly the engine's call.
 // materialise_s is the reference path as a gathered state dict builds it: the whole canonical model
 // gathered into freshly allocated tensors each refit, then diffed. materialise_per_tensor_s is
 // the strongest materialising variant: one tensor at a time through a scratch buffer kept (and
@@ -33,11 +38,13 @@
 #include <vector>
 
 #include "bitrefit/layout/delta_build.hpp"
+#include "materialising_reference.hpp"
 #include "bitrefit/layout/megatron.hpp"
 #include "bitrefit/layout/serving_report.hpp"
 
 using namespace bitrefit;
 using namespace bitrefit::layout;
+using bitrefit::bench::materialising_delta;
 
 namespace {
 
@@ -190,14 +197,17 @@ int main(int argc, char** argv) {
     };
     // Output workspaces are reused across reps by every path (a steady-state owner allocates
     // nothing per refit), so no path pays page faults for its change set after the first rep.
-    std::vector<std::vector<change_item>> direct_ws(projs.size());
-    std::vector<change_item> mat_ws, streamed_ws;
+    const direct_delta direct{std::span<const megatron_projection>(projs)};
+    const auto local = [&](std::size_t shard, std::size_t k) { return spans.at(shard).at(k); };
+    std::vector<change_item> direct_ws(manifest->size()), mat_ws, streamed_ws;
+    for (std::size_t t = 0; t < manifest->size(); ++t) direct_ws[t].tensor = manifest->tensors()[t].name;
     for (std::uint32_t rep = 0; rep < reps; ++rep) {
       timed(direct_t, [&] {
-        for (std::size_t k = 0; k < projs.size(); ++k) direct_delta_into(projs[k], spans[k], baseline, value_mode::xor_mask, direct_ws[k]);
+        for (std::size_t t = 0; t < manifest->size(); ++t)
+          direct.changes_into(t, local, baseline.bytes(manifest->tensors()[t].name), value_mode::overwrite, direct_ws[t]);
       });
-      timed(mat_t, [&] { mat.build_into(baseline, value_mode::xor_mask, mat_ws); });
-      timed(streamed_t, [&] { streamed.build_into(baseline, value_mode::xor_mask, streamed_ws); });
+      timed(mat_t, [&] { mat.build_into(baseline, value_mode::overwrite, mat_ws); });
+      timed(streamed_t, [&] { streamed.build_into(baseline, value_mode::overwrite, streamed_ws); });
     }
     auto compact = [](std::vector<change_item>& ws) {
       std::vector<change_item> out;
@@ -205,13 +215,10 @@ int main(int argc, char** argv) {
         if (!it.positions.empty()) out.push_back(std::move(it));
       return out;
     };
-    std::vector<change_item> direct_items;
-    for (auto& ws : direct_ws)
-      for (auto& it : compact(ws)) direct_items.push_back(std::move(it));
-    const std::vector<change_item> mat_items = compact(mat_ws), streamed_items = compact(streamed_ws);
+    const std::vector<change_item> direct_items = compact(direct_ws), mat_items = compact(mat_ws), streamed_items = compact(streamed_ws);
     std::uint64_t changed = 0;
     for (auto& it : mat_items) changed += it.positions.size();
-    const bool identical = merge_items(std::move(direct_items), *manifest) == mat_items && streamed_items == mat_items;
+    const bool identical = direct_items == mat_items && streamed_items == mat_items;
     const double direct_s = direct_t.best_cpu(), mat_s = mat_t.best_cpu(), streamed_s = streamed_t.best_cpu();
     auto list = [](const std::vector<double>& v) {
       std::string s = "[";
@@ -222,7 +229,7 @@ int main(int argc, char** argv) {
       std::printf(
           "{\"model\": \"%s\", \"layers\": %llu, \"experts\": %llu, \"vocab\": %llu, \"tp\": %u, \"ep\": %u, \"dp\": %u, "
           "\"elements\": %llu, \"bytes\": %llu, \"change_rate\": %.4f, \"changed\": %llu, \"reps\": %u, \"threads\": 1, "
-          "\"clock\": \"thread_cpu_min\", \"direct_s\": %.6f, \"materialise_s\": %.6f, \"speedup_ratio\": %.4f, \"identical\": %s, "
+          "\"clock\": \"thread_cpu_min\", \"direct_function\": \"layout::direct_delta::changes_into\", \"direct_s\": %.6f, \"materialise_s\": %.6f, \"speedup_ratio\": %.4f, \"identical\": %s, "
           "\"materialise_per_tensor_s\": %.6f, \"speedup_vs_per_tensor\": %.4f, "
           "\"direct_wall_s\": %.6f, \"materialise_wall_s\": %.6f, \"materialise_per_tensor_wall_s\": %.6f, \"speedup_ratio_wall\": %.4f, "
           "\"direct_cpu_samples_s\": %s, \"materialise_cpu_samples_s\": %s, \"materialise_per_tensor_cpu_samples_s\": %s, "

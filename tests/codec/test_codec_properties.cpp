@@ -254,3 +254,155 @@ RC_GTEST_PROP(CodecProperties, XorOnlyValuesAreOldXorNew, ()) {
   }
   RC_ASSERT(k == c);
 }
+
+// ---- encode_known: the entry the owners call with their frozen change set ------------------------
+
+namespace {
+
+// A tensor large enough for the encoder's sampled mode choice (more than 64 runs of 1024
+// elements): weight-like bit patterns of a seed (a few exponents, so base-conditioned coding is
+// chosen too), changed by ULP steps at a drawn rate, with special patterns (-0.0, NaN payloads,
+// ±inf, subnormals) sprinkled into both versions.
+tensor_case big_tensor(std::string name, dtype type, std::uint64_t seed, std::size_t n, unsigned per_mille) {
+  tensor_case t;
+  t.name = std::move(name);
+  t.type = type;
+  const std::size_t E = element_size(type);
+  auto next = [&seed] {  // splitmix64
+    std::uint64_t z = (seed += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  const auto specials = special_patterns(type);
+  const auto fmt = float_format_of(type);
+  t.old_b.resize(n * E);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint64_t v = next();
+    if (fmt && E >= 2) {  // sign, one of a few exponents near 1.0 / 2^-6, random mantissa
+      const unsigned mb = E == 2 ? (type == dtype::BF16 ? 7 : 10) : (E == 4 ? 23 : 52);
+      const std::uint64_t bias = (std::uint64_t{1} << (E * 8 - 2 - mb)) - 1;
+      const std::uint64_t ex = bias - 1 - (v >> 60) % 6;
+      v = ((v >> 59) & 1) << (E * 8 - 1) | ex << mb | (v & ((std::uint64_t{1} << mb) - 1));
+    }
+    if (next() % 97 == 0) v = specials[next() % specials.size()];
+    std::memcpy(&t.old_b[i * E], &v, E);
+  }
+  t.new_b = t.old_b;
+  for (std::size_t i = 0; i < n; ++i)
+    if (next() % 1000 < per_mille) {
+      std::uint64_t v = 0;
+      std::memcpy(&v, &t.new_b[i * E], E);
+      const std::uint64_t r = next();
+      if (r % 50 == 0) v = specials[r / 50 % specials.size()];
+      else v += (r & 1) ? 1 : ~std::uint64_t{0};
+      std::memcpy(&t.new_b[i * E], &v, E);
+    }
+  return t;
+}
+
+// The changes of [b, e) of `t`: tensor positions and new bits (what owner_shard's change set holds),
+// plus `extra` positions whose "new" bits equal the base (not changes: encode_known must skip them).
+struct known_range {
+  std::vector<std::uint64_t> positions;
+  std::vector<std::byte> values;
+};
+known_range known_of(const tensor_case& t, std::uint64_t b, std::uint64_t e, bool with_non_changes) {
+  const std::size_t E = element_size(t.type);
+  known_range k;
+  for (std::uint64_t i = b; i < e; ++i) {
+    const bool changed = std::memcmp(&t.old_b[i * E], &t.new_b[i * E], E) != 0;
+    if (!changed && !(with_non_changes && i % 7 == 3)) continue;
+    k.positions.push_back(i);
+    k.values.insert(k.values.end(), t.new_b.begin() + static_cast<std::ptrdiff_t>(i * E), t.new_b.begin() + static_cast<std::ptrdiff_t>((i + 1) * E));
+  }
+  return k;
+}
+
+}  // namespace
+
+RC_GTEST_PROP(CodecProperties, EncodeKnownFramesEqualEncodeByteForByte, ()) {
+  auto m = gen_model();
+  if (*rc::gen::inRange(0, 3) == 0) {  // a sampled piece: mode choice from 64 runs of the range
+    const dtype type = *rc::gen::element(dtype::BF16, dtype::F16, dtype::F32, dtype::F64, dtype::F8_E4M3, dtype::I32);
+    m.tensors.push_back(big_tensor("model.big", type, *rc::gen::arbitrary<std::uint64_t>(), *rc::gen::inRange<std::size_t>(65537, 160000),
+                                   *rc::gen::element(5u, 30u, 300u)));
+    m.max_bytes = *rc::gen::element<std::uint64_t>(200000, default_max_frame_input_bytes);
+  }
+  const bool with_non_changes = *rc::gen::arbitrary<bool>();
+  const auto man = manifest_of(m);
+  chunk_encoder<> enc(encode_options{.policy = m.policy, .max_frame_input_bytes = m.max_bytes});
+  chunk_encoder<> known_enc(encode_options{.policy = m.policy, .max_frame_input_bytes = m.max_bytes});
+  byte_buffer a, b;
+  encode_stats total;
+  const auto plan = plan_chunks(man, m.max_bytes);
+  for (std::size_t s = 0; s < plan.size(); ++s) {
+    std::vector<chunk_piece> pieces;
+    std::vector<known_changes_piece> known;
+    std::vector<known_range> ks;
+    ks.reserve(plan[s].size());
+    for (auto& r : plan[s]) {
+      const auto& t = by_name(m, r.tensor);
+      const std::size_t E = element_size(t.type);
+      const auto old_r = std::span<const std::byte>(t.old_b).subspan(r.begin * E, r.size() * E);
+      pieces.push_back({t.name, t.type, t.n(), r.begin, r.end, old_r, std::span<const std::byte>(t.new_b).subspan(r.begin * E, r.size() * E)});
+      ks.push_back(known_of(t, r.begin, r.end, with_non_changes));
+      known.push_back({t.name, t.type, t.n(), r.begin, r.end, old_r, ks.back().positions, ks.back().values});
+    }
+    const payload_id id{{1, 1}, 0, static_cast<std::uint32_t>(s)};
+    encode_stats sa, sb;
+    enc.encode({frame_kind::delta, id, 0, 1}, pieces, a, &sa);
+    known_enc.encode_known({frame_kind::delta, id, 0, 1}, known, b, &sb);
+    RC_ASSERT(a.size() == b.size());
+    RC_ASSERT(std::memcmp(a.data(), b.data(), a.size()) == 0);
+    RC_ASSERT(sa.changed == sb.changed);
+    RC_ASSERT(sa.conditioned_items == sb.conditioned_items);
+    total += sb;
+  }
+  // the distribution (shown by RapidCheck): every item kind must occur across the cases
+  RC_CLASSIFY(total.conditioned_items > 0, "base-conditioned");
+  RC_CLASSIFY(total.xor_items > 0, "xor");
+  RC_CLASSIFY(total.items > total.xor_items + total.conditioned_items, "overwrite");
+  RC_CLASSIFY(m.tensors.back().n() > 65536, "sampled");
+}
+
+TEST(CodecKnownChanges, MalformedChangeListsAreRefusedByName) {
+  const std::vector<std::byte> base(8 * 2, std::byte{0});
+  const std::vector<std::byte> vals(2 * 2, std::byte{1});
+  chunk_encoder<> enc;
+  byte_buffer out;
+  const frame_header h{frame_kind::delta, payload_id{{1, 1}, 0, 0}, 0, 1};
+  auto refused = [&](std::vector<std::uint64_t> pos, std::span<const std::byte> v, std::uint64_t b, std::uint64_t e) {
+    const known_changes_piece p{"w", dtype::BF16, 8, b, e, std::span<const std::byte>(base).first((e - b) * 2), pos, v};
+    try {
+      enc.encode_known(h, std::span<const known_changes_piece>(&p, 1), out);
+    } catch (const error& err) {
+      return err.code() == errc::invalid_argument && err.where().tensor == "w";
+    }
+    return false;
+  };
+  EXPECT_TRUE(refused({3, 2}, vals, 0, 8));                                   // not ascending
+  EXPECT_TRUE(refused({2, 2}, vals, 0, 8));                                   // repeated
+  EXPECT_TRUE(refused({1, 5}, vals, 2, 8));                                   // before the range
+  EXPECT_TRUE(refused({2, 8}, vals, 0, 8));                                   // past the range
+  EXPECT_TRUE(refused({2, 3}, std::span<const std::byte>(vals).first(3), 0, 8));  // value bytes
+}
+
+// The attestation digest of a range given as base + patched elements (how a sender digests its
+// frozen target without building it) equals the digest of the patched bytes themselves, for any
+// range of any dtype, patches in any leaf (64 KiB), at leaf edges, in runs of leaves, or none.
+RC_GTEST_PROP(CodecProperties, PatchedAttestationEqualsDigestOfPatchedBytes, ()) {
+  const dtype type = *rc::gen::elementOf(all_dtypes);
+  const std::size_t E = element_size(type);
+  const std::uint64_t n = *rc::gen::element<std::uint64_t>(0, 1, 100, 32768, 65536 + 3, 300000);
+  const auto t = big_tensor("w", type, *rc::gen::arbitrary<std::uint64_t>(), n, *rc::gen::element(0u, 1u, 30u, 1000u));
+  const std::uint64_t begin = n ? *rc::gen::inRange<std::uint64_t>(0, n) : 0;
+  const std::uint64_t end = n ? *rc::gen::inRange<std::uint64_t>(begin, n + 1) : 0;
+  const known_range k = known_of(t, begin, end, *rc::gen::arbitrary<bool>());
+  const shape_t shape{n};
+  const attested_range dense{"w", type, &shape, begin, end, std::span<const std::byte>(t.new_b).subspan(begin * E, (end - begin) * E)};
+  const attested_range patched{"w", type, &shape, begin, end, std::span<const std::byte>(t.old_b).subspan(begin * E, (end - begin) * E),
+                               k.positions, k.values};
+  RC_ASSERT(attestation_digest(std::span<const attested_range>(&dense, 1)) == attestation_digest(std::span<const attested_range>(&patched, 1)));
+  RC_CLASSIFY(!k.positions.empty(), "patched");
+}

@@ -235,9 +235,11 @@ TEST(StableOwner, IsStableAndSpreads) {
   for (int h : hits) EXPECT_GT(h, 4);
 }
 
-// Delta build: direct projection of shards and materialise-then-diff give the same change set,
-// equal to diffing the canonical checkpoints, and it turns the old checkpoint into the new one.
-TEST(DeltaBuild, DirectEqualsMaterialisedEqualsCanonicalDiff) {
+// Delta build: the direct projection of every shard (what the sender's owners run per owned
+// tensor) gives, tensor by tensor, exactly the diff of the canonical checkpoints, reuses a stale
+// workspace correctly, gathers the canonical tensor bit for bit, and turns the old checkpoint into
+// the new one.
+TEST(DeltaBuild, DirectEqualsCanonicalDiff) {
   for (auto [m, p] : {std::pair{small_moe(), trainer_parallel{.tp = 2, .pp = 2, .dp = 1, .ep = 2, .vocab_multiple = 4}},
                       std::pair{small_dense(true), trainer_parallel{.tp = 3, .pp = 2, .dp = 2, .vocab_multiple = 4}}}) {
     SCOPED_TRACE(m.name);
@@ -263,36 +265,35 @@ TEST(DeltaBuild, DirectEqualsMaterialisedEqualsCanonicalDiff) {
               std::memcpy(&buf[i * 2], new_c.bytes(s->first).data() + s->second * 2, 2);
         }
       }
-      std::vector<std::vector<std::span<const std::byte>>> spans(data.size());
-      for (std::size_t k = 0; k < data.size(); ++k)
-        for (auto& b : data[k]) spans[k].emplace_back(b);
-      std::vector<change_item> direct;
-      materialising_delta mat(*manifest);
-      for (std::size_t k = 0; k < projs.size(); ++k) {
-        for (auto& it : direct_delta(projs[k], spans[k], old_c, mode)) direct.push_back(std::move(it));
-        mat.add_shard(projs[k], spans[k]);
-      }
-      const auto merged = merge_items(std::move(direct), *manifest);
-      const auto materialised = mat.build(old_c, mode);
-      EXPECT_EQ(merged, materialised);
-      for (auto sc : {materialising_delta::scope::whole_model_fresh, materialising_delta::scope::per_tensor}) {
-        materialising_delta other(*manifest, sc);
-        for (std::size_t k = 0; k < projs.size(); ++k) other.add_shard(projs[k], spans[k]);
-        std::vector<change_item> ws(3);  // a reused workspace with stale content is fully overwritten
-        ws[0].positions = {1, 2, 3};
-        other.build_into(old_c, mode, ws);
-        std::vector<change_item> nonempty;
-        for (auto& it : ws)
-          if (!it.positions.empty()) nonempty.push_back(it);
-        EXPECT_EQ(nonempty, materialised);
-      }
-      std::vector<change_item> expect;
-      for (auto& t : manifest->tensors()) {
-        change_item it{t.name, mode, {}, {}};
-        collect_changed(old_c.bytes(t.name).data(), new_c.bytes(t.name).data(), t.elements(), 2, 0, mode == value_mode::xor_mask, it);
+      const auto local = [&](std::size_t shard, std::size_t k) { return std::span<const std::byte>(data.at(shard).at(k)); };
+      const direct_delta direct{std::span<const megatron_projection>(projs)};
+      std::vector<change_item> merged, expect;
+      change_item ws;  // one workspace reused across tensors: stale content must be fully replaced
+      ws.positions = {1, 2, 3};
+      for (std::size_t t = 0; t < manifest->size(); ++t) {
+        const tensor_info& ti = manifest->tensors()[t];
+        direct.changes_into(t, local, old_c.bytes(ti.name), mode, ws);
+        if (!ws.positions.empty()) merged.push_back({ti.name, mode, ws.positions, ws.values});
+        change_item it{ti.name, mode, {}, {}};
+        collect_changed(old_c.bytes(ti.name).data(), new_c.bytes(ti.name).data(), ti.elements(), 2, 0, mode == value_mode::xor_mask, it);
         if (!it.positions.empty()) expect.push_back(std::move(it));
+        std::vector<std::byte> gathered(ti.bytes(), std::byte{0xEE});
+        direct.gather(t, local, gathered);
+        EXPECT_EQ(0, std::memcmp(gathered.data(), new_c.bytes(ti.name).data(), ti.bytes())) << ti.name;
       }
       EXPECT_EQ(merged, expect);
+      // a shard tensor of the wrong size is refused by name
+      auto bad = [&](std::size_t shard, std::size_t k) {
+        auto s = local(shard, k);
+        return shard == direct.sources(0).front().shard && k == direct.sources(0).front().tensor ? s.first(s.size() - 2) : s;
+      };
+      try {
+        direct.changes_into(0, bad, old_c.bytes(manifest->tensors()[0].name), mode, ws);
+        ADD_FAILURE() << "a short shard tensor was accepted";
+      } catch (const error& e) {
+        EXPECT_EQ(e.code(), errc::mismatch);
+        EXPECT_EQ(e.where().tensor, direct.sources(0).front().local_name);
+      }
       canonical_store receiver(*manifest);
       for (auto& t : manifest->tensors()) std::memcpy(receiver.bytes(t.name).data(), old_c.bytes(t.name).data(), t.bytes());
       for (auto& it : merged) (void)apply_positions(receiver, it.tensor, it.mode, it.positions, it.values);

@@ -424,6 +424,89 @@ TEST(TraceCheck, ARealRunIsAcceptedAndAnyAlteredRemovedOrReorderedActionIsReject
 
 // ---- the receiver's data path on its own ---------------------------------------------------------
 
+// The owner keeps the frozen target as its change set against B^v, never as a dense copy: every
+// thing read from it — the whole image, the frozen identity, the expected attestation, each
+// chunk's frame, a restarted owner's reload, and B := frozen — equals the same computed from the
+// dense target. Tensors span many 64 KiB blocks/leaves; every dtype, with -0.0, NaN payloads,
+// infinities and subnormals among the changes.
+TEST(OwnerShard, FrozenChangeSetActsAsTheDenseTarget) {
+  truth_model truth;
+  truth.m = model_manifest({{"model.big", dtype::BF16, {300, 1000}},
+                            {"model.norm.bias", dtype::F32, {40000}},
+                            {"model.steps", dtype::I64, {16}},
+                            {"model.fp8.weight", dtype::F8_E4M3, {70000}},
+                            {"model.half", dtype::F16, {77}},
+                            {"model.wide", dtype::F64, {20000}},
+                            {"model.empty", dtype::BF16, {0, 4}}});
+  truth.bits.clear();
+  for (auto& t : truth.m.tensors()) {
+    auto& b = truth.bits[t.name];
+    b.resize(t.bytes());
+    for (auto& x : b) x = static_cast<std::byte>(truth.rng());
+  }
+  refit::owner_shard shard(truth.m, 0, 1, 1 << 16);
+  shard.load_baseline(truth.source());
+  const durability::baseline_image base = shard.baseline();
+  truth.step();
+  const std::uint64_t n = shard.freeze(truth.source());
+  durability::baseline_image dense;
+  for (auto& t : truth.m.tensors()) dense[t.name] = truth.bits.at(t.name);
+  const auto es = [&](const std::string& name) { return element_size(truth.m.at(name).type); };
+  EXPECT_EQ(shard.changes(), durability::diff_images(base, dense, es));
+  EXPECT_EQ(n, durability::changed_elements(shard.changes()));
+  EXPECT_GT(n, 1000u);
+  EXPECT_EQ(shard.frozen_image(), dense);
+  // the frozen identity, by its definition over the dense bytes
+  codec::xxh3_128_stream h;
+  h.update_u64(0);
+  for (const tensor_info* t : shard.owned()) {
+    h.update_string(t->name);
+    h.update_u64(t->bytes());
+    h.update(dense.at(t->name));
+  }
+  EXPECT_EQ(refit::frozen_identity(shard), h.digest());
+  // the expected attestation from B^v + changes == the one from the dense target's bytes
+  const digest128 from_dense =
+      refit::expected_attestation(truth.m, refit::placement{}, [&](const tensor_info& t) { return std::span<const std::byte>(dense.at(t.name)); });
+  EXPECT_EQ(refit::expected_attestation(truth.m, refit::placement{}, [&](const tensor_info& t) { return shard.frozen_patch(t.name); }),
+            from_dense);
+  EXPECT_NE(refit::expected_attestation(truth.m, refit::placement{}, [&](const tensor_info& t) { return std::span<const std::byte>(base.at(t.name)); }),
+            from_dense);
+  // every chunk from the known changes == encode() of B^v and the dense target, in both policies
+  for (auto policy : {codec::mode_policy::xor_allowed, codec::mode_policy::overwrite_only}) {
+    codec::chunk_encoder<> known_enc(codec::encode_options{.policy = policy, .max_frame_input_bytes = 1 << 16});
+    codec::chunk_encoder<> dense_enc(codec::encode_options{.policy = policy, .max_frame_input_bytes = 1 << 16});
+    ASSERT_GT(shard.chunk_count(), 8u);
+    for (std::uint32_t seq = 0; seq < shard.chunk_count(); ++seq) {
+      const codec::frame_header fh{codec::frame_kind::delta, payload_id{{1, 1}, 0, seq}, 0, 1};
+      codec::byte_buffer a, b;
+      shard.encode(seq, fh, known_enc, a);
+      std::vector<codec::chunk_piece> pieces;
+      for (const auto& r : shard.chunk(seq)) {
+        const tensor_info& t = truth.m.at(r.tensor);
+        const std::size_t E = element_size(t.type);
+        pieces.push_back({t.name, t.type, t.elements(), r.begin, r.end, std::span<const std::byte>(base.at(t.name)).subspan(r.begin * E, r.size() * E),
+                          std::span<const std::byte>(dense.at(t.name)).subspan(r.begin * E, r.size() * E)});
+      }
+      dense_enc.encode(fh, pieces, b);
+      ASSERT_EQ(a.size(), b.size()) << "chunk " << seq;
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size())) << "chunk " << seq;
+    }
+  }
+  // a restarted owner reloads the durable image as the same change set
+  refit::owner_shard again(truth.m, 0, 1, 1 << 16);
+  ASSERT_TRUE(again.load_baseline(base));
+  ASSERT_TRUE(again.load_frozen(dense));
+  EXPECT_EQ(again.changes(), shard.changes());
+  EXPECT_EQ(refit::frozen_identity(again), refit::frozen_identity(shard));
+  // B := frozen, in place
+  shard.advance();
+  EXPECT_FALSE(shard.frozen());
+  EXPECT_EQ(shard.baseline(), dense);
+  shard.advance();  // idempotent
+  EXPECT_EQ(shard.baseline(), dense);
+}
+
 TEST(ReceiverStore, CorruptOrForeignFramesAreRefusedWithNothingApplied) {
   truth_model truth;
   refit::owner_shard shard(truth.m, 0, 1, 1 << 20);

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
@@ -43,7 +44,57 @@ struct attested_range {
   std::uint64_t begin = 0;
   std::uint64_t end = 0;
   std::span<const std::byte> bytes;  // (end - begin) * element_size(type) bytes
+  /// Optional: elements whose bits are not those of `bytes` — the range is digested as `bytes`
+  /// with these applied (a sender's frozen target = its baseline B^v + the change set, never
+  /// materialised). Ascending TENSOR element indices inside [begin, end), and element_size bits each.
+  std::span<const std::uint64_t> patch_positions = {};
+  std::span<const std::byte> patch_values = {};
 };
+
+/// Bytes of one tensor as a base plus patched elements (see attested_range::patch_positions).
+struct patched_bytes {
+  std::span<const std::byte> base;
+  std::span<const std::uint64_t> positions;  // ascending tensor element indices
+  std::span<const std::byte> values;         // element_size bytes per position
+};
+
+namespace detail {
+// Leaf digests [first, first + out.size()) of range r, whose leaves holding patched elements are
+// hashed from a patched host copy of the leaf (64 KiB); runs of unpatched leaves go to the backend
+// in one call, as without a patch. Same digests as hashing the patched range.
+template <execution_backend Backend>
+void patched_leaves(const attested_range& r, std::size_t first, std::span<digest128> out, Backend& backend, byte_buffer& scratch,
+                    std::size_t& next_patch) {
+  const std::size_t E = element_size(r.type);
+  const std::size_t per_leaf = attestation_slice_bytes / E;  // element sizes divide 64 KiB
+  const auto& pos = r.patch_positions;
+  std::size_t j = 0;
+  while (j < out.size()) {
+    const std::uint64_t leaf_begin = r.begin + (first + j) * per_leaf;
+    const std::uint64_t leaf_end = std::min<std::uint64_t>(leaf_begin + per_leaf, r.end);
+    while (next_patch < pos.size() && pos[next_patch] < leaf_begin) ++next_patch;
+    if (next_patch < pos.size() && pos[next_patch] < leaf_end) {
+      const std::size_t off = (first + j) * attestation_slice_bytes;
+      const std::span<const std::byte> src = r.bytes.subspan(off, (leaf_end - leaf_begin) * E);
+      byte_buffer host;
+      const std::span<const std::byte> h = backend.host_bytes(src, host);
+      scratch.resize_uninit(h.size());
+      std::memcpy(scratch.data(), h.data(), h.size());
+      for (; next_patch < pos.size() && pos[next_patch] < leaf_end; ++next_patch)
+        std::memcpy(scratch.data() + (pos[next_patch] - leaf_begin) * E, r.patch_values.data() + next_patch * E, E);
+      out[j++] = xxh3_128(scratch.span());
+      continue;
+    }
+    std::size_t k = j + 1;  // unpatched leaves up to the next patched one
+    const std::uint64_t next_at = next_patch < pos.size() ? pos[next_patch] : r.end;
+    while (k < out.size() && next_at >= std::min<std::uint64_t>(r.begin + (first + k + 1) * per_leaf, r.end)) ++k;
+    const std::size_t off = (first + j) * attestation_slice_bytes;
+    const std::size_t len = std::min((k - j) * attestation_slice_bytes, r.bytes.size() - off);
+    backend.hash_slices(r.bytes.subspan(off, len), attestation_slice_bytes, out.subspan(j, k - j));
+    j = k;
+  }
+}
+}  // namespace detail
 
 /// Attestation digest over declared ranges (see the definition above). Ranges may come in any
 /// order; per tensor they must not overlap and must agree on dtype and shape.
@@ -59,6 +110,11 @@ digest128 attestation_digest(std::span<const attested_range> ranges, Backend& ba
     if (r.begin > r.end || r.end > n) throw error(errc::invalid_argument, "attested range outside its tensor", where);
     if (r.bytes.size() != (r.end - r.begin) * element_size(r.type))
       throw error(errc::invalid_argument, "attested range bytes do not hold (end - begin) elements", where);
+    if (r.patch_values.size() != r.patch_positions.size() * element_size(r.type))
+      throw error(errc::invalid_argument, "attested range patch: value bytes do not match the position count", where);
+    for (std::size_t k = 0; k < r.patch_positions.size(); ++k)
+      if (r.patch_positions[k] < r.begin || r.patch_positions[k] >= r.end || (k > 0 && r.patch_positions[k] <= r.patch_positions[k - 1]))
+        throw error(errc::invalid_argument, "attested range patch: positions not strictly ascending inside the range", where);
     order.push_back(&r);
   }
   std::sort(order.begin(), order.end(), [](auto* a, auto* b) {
@@ -66,6 +122,7 @@ digest128 attestation_digest(std::span<const attested_range> ranges, Backend& ba
   });
   xxh3_128_stream s;
   std::vector<digest128> leaves;
+  byte_buffer patch_scratch;  // one leaf (64 KiB) when a range carries a patch
   constexpr std::size_t batch_leaves = 4096;  // 256 MiB of tensor bytes per backend call
   for (std::size_t i = 0; i < order.size();) {
     std::size_t j = i;
@@ -86,12 +143,16 @@ digest128 attestation_digest(std::span<const attested_range> ranges, Backend& ba
       s.update_u64(r.end);
       const std::size_t L = (r.bytes.size() + attestation_slice_bytes - 1) / attestation_slice_bytes;
       s.update_u64(L);
+      std::size_t next_patch = 0;
       for (std::size_t b = 0; b < L; b += batch_leaves) {
         const std::size_t nl = std::min(batch_leaves, L - b);
         const std::size_t off = b * attestation_slice_bytes;
         leaves.resize(nl);
-        backend.hash_slices(r.bytes.subspan(off, std::min(nl * attestation_slice_bytes, r.bytes.size() - off)),
-                            attestation_slice_bytes, leaves);
+        if (r.patch_positions.empty())
+          backend.hash_slices(r.bytes.subspan(off, std::min(nl * attestation_slice_bytes, r.bytes.size() - off)),
+                              attestation_slice_bytes, leaves);
+        else
+          detail::patched_leaves(r, b, leaves, backend, patch_scratch, next_patch);
         for (auto& d : leaves) s.update_digest(d);
       }
     }

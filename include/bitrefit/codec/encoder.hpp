@@ -22,6 +22,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -56,6 +58,22 @@ struct chunk_piece {
   std::uint64_t end = 0;
   std::span<const std::byte> old_bytes;
   std::span<const std::byte> new_bytes;
+};
+
+/// One canonical range of one tensor whose changes are already KNOWN (the owner's frozen change
+/// set): the base bits of [begin, end) plus the changed elements there, so the encoder skips
+/// change detection (encode_known). The frame is byte-identical to encode() of the same range
+/// with old = the base and new = the base with the changes applied: XOR values and the
+/// base-conditioned classes need the base bits, which is why the whole range's base comes along.
+struct known_changes_piece {
+  std::string_view tensor;
+  dtype type = dtype::U8;
+  std::uint64_t tensor_elements = 0;
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+  std::span<const std::byte> old_bytes;      // base bits of [begin, end), in the backend's memory space
+  std::span<const std::uint64_t> positions;  // strictly ascending TENSOR element indices in [begin, end)
+  std::span<const std::byte> new_values;     // positions.size() * element_size bytes: the new bits, host memory
 };
 
 /// A chunk bound outside [8, frame_input_bytes_limit] is errc::invalid_argument: every frame must
@@ -172,6 +190,34 @@ class chunk_encoder {
     finish_frame(header, out, local, stats);
   }
 
+  /// Encodes the delta base -> base + changes of `pieces` as one frame, from changes already
+  /// known (no change detection): byte for byte the frame encode() writes for the same ranges with
+  /// old = base and new = base with the changes applied (same mode choice, sample and sections).
+  /// A listed change whose new bits equal the base's is no change and is skipped, as encode() would
+  /// never see it. Retries under overwrite_only stay absolute (new bits), as in encode().
+  /// Work is O(changes) plus the passes over the base that the chosen coding itself needs
+  /// (base-conditioned class ranks); memory is the encoder's scratch, O(changes in the chunk).
+  /// @throws errc::invalid_argument when a piece's positions are not strictly ascending inside
+  ///         [begin, end) or its value or base spans have the wrong size (naming the tensor).
+  void encode_known(const frame_header& header, std::span<const known_changes_piece> pieces, byte_buffer& out,
+                    encode_stats* stats = nullptr) {
+    if (header.kind != frame_kind::delta) throw error(errc::invalid_argument, "encode_known writes delta frames; use encode_dense");
+    begin_frame();
+    encode_stats local;
+    for (const auto& kp : pieces) {
+      check_known(kp);
+      const chunk_piece pc{.tensor = kp.tensor, .type = kp.type, .tensor_elements = kp.tensor_elements, .begin = kp.begin, .end = kp.end,
+                           .old_bytes = kp.old_bytes, .new_bytes = {}};
+      known_ = known_view{kp.positions, kp.new_values, backend_.host_bytes(kp.old_bytes, known_base_)};
+      struct reset {
+        std::optional<known_view>& k;
+        ~reset() { k.reset(); }
+      } guard{known_};
+      encode_piece(pc, local, stats ? stats->entropy : nullptr);
+    }
+    finish_frame(header, out, local, stats);
+  }
+
   /// Encodes the new bits of `pieces` as a dense frame (every element, overwrite): what a
   /// restarted receiver needs without a base.
   void encode_dense(const frame_header& header, std::span<const chunk_piece> pieces, byte_buffer& out,
@@ -199,7 +245,8 @@ class chunk_encoder {
            ranks_.capacity_bytes() + slice_pos_.capacity_bytes() + slice_xor_.capacity_bytes() + slice_new_.capacity_bytes() +
            sample_pos_.capacity_bytes() + sample_xor_.capacity_bytes() + sample_new_.capacity_bytes() +
            sample_old_.capacity_bytes() + sample_cls_.capacity_bytes() + sample_base_.capacity_bytes() +
-           planes_.capacity_bytes() + loc_raw_.capacity_bytes() + sections_.capacity_bytes() + conditioned_.scratch_bytes();
+           planes_.capacity_bytes() + loc_raw_.capacity_bytes() + sections_.capacity_bytes() + known_base_.capacity_bytes() +
+           conditioned_.scratch_bytes();
   }
 
  private:
@@ -210,8 +257,75 @@ class chunk_encoder {
     const std::uint64_t m = pc.end - pc.begin;
     const std::size_t E = element_size(pc.type);
     if (m >= (1ull << 32)) throw error(errc::invalid_argument, "piece of 2^32 or more elements (plan chunks first)", where);
-    if (pc.new_bytes.size() != m * E || (need_old && pc.old_bytes.size() != m * E))
+    if ((!known_ && pc.new_bytes.size() != m * E) || (need_old && pc.old_bytes.size() != m * E))
       throw error(errc::invalid_argument, "piece byte spans do not hold (end - begin) elements", where);
+  }
+
+  void check_known(const known_changes_piece& kp) const {
+    const error_context where{.file = {}, .tensor = std::string(kp.tensor), .field = "changes"};
+    const std::size_t E = element_size(kp.type);
+    if (kp.new_values.size() != kp.positions.size() * E)
+      throw error(errc::invalid_argument, "known changes: value bytes do not match the position count", where);
+    for (std::size_t k = 0; k < kp.positions.size(); ++k)
+      if (kp.positions[k] < kp.begin || kp.positions[k] >= kp.end || (k > 0 && kp.positions[k] <= kp.positions[k - 1]))
+        throw error(errc::invalid_argument, "known changes: positions not strictly ascending inside the piece's range", where);
+  }
+
+  // The changes of a known_changes_piece while it is encoded (encode_known): its positions, new
+  // bits and the base bits of its range in host memory.
+  struct known_view {
+    std::span<const std::uint64_t> positions;
+    std::span<const std::byte> values;
+    std::span<const std::byte> base;  // host copy (or the bytes themselves) of the range's base bits
+  };
+
+  // Change detection of elements [at, at + n) of the piece (relative to its begin), with
+  // collect_changes' contract (positions relative to `at`, XOR masks and/or new bits): by the
+  // backend from old/new bytes, or read off the known changes (encode_known). One source for
+  // both, so every later step, and so every frame byte, is the same for the same old/new.
+  std::size_t collect(const chunk_piece& pc, std::uint64_t at, std::size_t n, std::size_t E, std::span<std::uint32_t> pos,
+                      std::span<std::byte> xor_out, std::span<std::byte> new_out) {
+    if (!known_)
+      return backend_.collect_changes(pc.old_bytes.subspan(at * E, n * E), pc.new_bytes.subspan(at * E, n * E), E, pos, xor_out, new_out);
+    const auto& kv = *known_;
+    const std::uint64_t lo = pc.begin + at;
+    const std::size_t k0 = static_cast<std::size_t>(std::lower_bound(kv.positions.begin(), kv.positions.end(), lo) - kv.positions.begin());
+    const std::size_t k1 = static_cast<std::size_t>(std::lower_bound(kv.positions.begin() + k0, kv.positions.end(), lo + n) - kv.positions.begin());
+    switch (E) {  // element-width loops the compiler unrolls to integer loads (E is 1, 2, 4 or 8)
+      case 1: return gather_known<std::uint8_t>(kv, pc.begin, lo, k0, k1, pos, xor_out, new_out);
+      case 2: return gather_known<std::uint16_t>(kv, pc.begin, lo, k0, k1, pos, xor_out, new_out);
+      case 4: return gather_known<std::uint32_t>(kv, pc.begin, lo, k0, k1, pos, xor_out, new_out);
+      default: return gather_known<std::uint64_t>(kv, pc.begin, lo, k0, k1, pos, xor_out, new_out);
+    }
+  }
+
+  // Known changes [k0, k1) as collect_changes would report them for elements from tensor index
+  // `lo` on: positions relative to lo, XOR masks and/or new bits; an entry equal to its base is
+  // skipped (no change).
+  template <class W>
+  static std::size_t gather_known(const known_view& kv, std::uint64_t begin, std::uint64_t lo, std::size_t k0, std::size_t k1,
+                                  std::span<std::uint32_t> pos, std::span<std::byte> xor_out, std::span<std::byte> new_out) {
+    constexpr std::size_t E = sizeof(W);
+    const std::byte* base = kv.base.data();
+    const std::byte* vals = kv.values.data();
+    std::byte* xo = xor_out.empty() ? nullptr : xor_out.data();
+    std::byte* no = new_out.empty() ? nullptr : new_out.data();
+    std::size_t c = 0;
+    for (std::size_t k = k0; k < k1; ++k) {
+      const std::uint64_t p = kv.positions[k];
+      W o, v;
+      std::memcpy(&o, base + (p - begin) * E, E);
+      std::memcpy(&v, vals + k * E, E);
+      if (o == v) [[unlikely]] continue;  // not a change: encode() would not see it
+      pos[c] = static_cast<std::uint32_t>(p - lo);
+      if (xo) {
+        const W x = static_cast<W>(o ^ v);
+        std::memcpy(xo + c * E, &x, E);
+      }
+      if (no) std::memcpy(no + c * E, &v, E);
+      ++c;
+    }
+    return c;
   }
 
   void begin_frame() {
@@ -262,9 +376,8 @@ class chunk_encoder {
     if (cond_ok) base_exp.assign(fmt->exponents(), 0), changed_exp.assign(fmt->exponents(), 0);
     for (std::size_t k = 0; k < runs; ++k) {
       const std::uint64_t at = k * stride;
-      const std::size_t c = backend_.collect_changes(pc.old_bytes.subspan(at * E, run * E), pc.new_bytes.subspan(at * E, run * E), E,
-                                                     slice_pos_.span(), {sample_xor_.data() + cs * E, run * E},
-                                                     {sample_new_.data() + cs * E, run * E});
+      const std::size_t c = collect(pc, at, run, E, slice_pos_.span(), {sample_xor_.data() + cs * E, run * E},
+                                    {sample_new_.data() + cs * E, run * E});
       n_sample += run;
       if (cond_ok) {
         const std::span<const std::byte> base = backend_.host_bytes(pc.old_bytes.subspan(at * E, run * E), sample_base_);
@@ -327,7 +440,9 @@ class chunk_encoder {
     const auto fmt = float_format_of(pc.type);
     if constexpr (preparing_backend<Backend>) {
       // the backend prepares the whole item where its tensors live; positions never leave it
-      if (cond) {
+      // (known changes are host data already: they take the host path below, same bytes by law 7/8)
+      if (known_) {
+      } else if (cond) {
         const std::size_t c = backend_.prepare_conditioned(pc.old_bytes, pc.new_bytes, *fmt, choice.spec, prepared_cond_, entropy);
         if (c) emit_conditioned(pc, *fmt, choice.spec, prepared_cond_.classes.span(), prepared_cond_.ranks.span(),
                                 prepared_cond_.old_values.span(), prepared_cond_.new_values.span(), c, st);
@@ -336,7 +451,7 @@ class chunk_encoder {
         if (c) emit_sections(pc, mode, prepared_plain_.locations, prepared_plain_.location_raw.span(), prepared_plain_.values,
                              prepared_plain_.value_raw.span(), c, st);
       }
-      return;
+      if (!known_) return;
     }
     // gather the changes slice by slice
     const std::size_t slice = std::max<std::size_t>(64, slice_bytes / E);
@@ -351,10 +466,10 @@ class chunk_encoder {
     std::array<std::uint64_t, max_base_classes> totals{};
     for (std::uint64_t off = 0; off < m; off += slice) {
       const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(slice, m - off));
-      const auto old_s = pc.old_bytes.subspan(off * E, n * E), new_s = pc.new_bytes.subspan(off * E, n * E);
-      const std::size_t c = backend_.collect_changes(old_s, new_s, E, slice_pos_.span().first(n),
-                                                     want_xor ? slice_xor_.span().first(n * E) : std::span<std::byte>{},
-                                                     want_new ? slice_new_.span().first(n * E) : std::span<std::byte>{});
+      const auto old_s = pc.old_bytes.subspan(off * E, n * E);
+      const std::size_t c = collect(pc, off, n, E, slice_pos_.span().first(n),
+                                    want_xor ? slice_xor_.span().first(n * E) : std::span<std::byte>{},
+                                    want_new ? slice_new_.span().first(n * E) : std::span<std::byte>{});
       if (entropy) entropy->add(E, n, {slice_xor_.data(), c * E});
       if (c == 0) continue;
       const std::size_t at = cond ? classes_.size() : positions_.size();
@@ -536,6 +651,8 @@ class chunk_encoder {
   prepared_conditioned prepared_cond_;
   std::vector<frame_item> items_;
   std::vector<std::size_t> section_offsets_;
+  std::optional<known_view> known_;  // set while encode_known encodes a piece
+  byte_buffer known_base_;           // host copy of a known piece's base (device backends only)
 };
 
 }  // namespace bitrefit::codec

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -120,6 +121,8 @@ inline std::vector<std::uint64_t> item_cuts(const tensor_info& t, std::span<cons
 
 /// The attestation digest a receiver with placement `p` reports when it holds `bits` (the canonical
 /// bytes of every tensor, by name). Same ranges, same order, same function as receiver_store::attest.
+/// bits(t) returns the tensor's bytes, or a codec::patched_bytes (a base plus changed elements: a
+/// sender's frozen target as B^v + its change set, digested without building the target).
 template <class Bits>
 digest128 expected_attestation(const model_manifest& m, const placement& p, Bits&& bits) {
   std::vector<codec::attested_range> rs;
@@ -128,10 +131,17 @@ digest128 expected_attestation(const model_manifest& m, const placement& p, Bits
   for (const tensor_info& t : m.tensors()) {
     helds.push_back(p.held(t));
     if (helds.back().empty()) continue;
-    const std::span<const std::byte> all = bits(t);
+    codec::patched_bytes all;
+    if constexpr (std::is_convertible_v<decltype(bits(t)), std::span<const std::byte>>) all.base = bits(t);
+    else all = bits(t);
     const std::size_t E = element_size(t.type);
-    for (const auto& r : helds.back())
-      rs.push_back({t.name, t.type, &t.shape, r.begin, r.end, all.subspan(r.begin * E, r.size() * E)});
+    for (const auto& r : helds.back()) {
+      const auto lo = std::lower_bound(all.positions.begin(), all.positions.end(), r.begin);
+      const auto hi = std::lower_bound(lo, all.positions.end(), r.end);
+      const std::size_t k = static_cast<std::size_t>(lo - all.positions.begin()), n = static_cast<std::size_t>(hi - lo);
+      rs.push_back({t.name, t.type, &t.shape, r.begin, r.end, all.base.subspan(r.begin * E, r.size() * E), all.positions.subspan(k, n),
+                    all.values.subspan(k * E, n * E)});
+    }
   }
   return codec::attestation_digest(std::span<const codec::attested_range>(rs));
 }

@@ -4,12 +4,14 @@
 //                                 canonical tensor): the default, and what quickstart uses.
 //   sharded_projection<P>         the trainer hands over the local bytes of every shard of one
 //                                 parallel configuration, each described by a layout::Projection P
-//                                 (e.g. layout::megatron_projection per TP/PP/DP rank); canonical
-//                                 bits are gathered from the owned runs of the run blocks.
+//                                 (e.g. layout::megatron_projection per TP/PP/DP rank).
 //
-// Why gathering is free here: an owner must keep the transition's frozen target bits until cleanup
-// (DESIGN, prepare), so it copies v+1 out of the trainer once anyway; projecting while copying
-// costs no extra pass. The canonical tensor is written straight into the owner's frozen buffer.
+// Freezing a transition (changes()) never materialises the canonical model: the sharded projection
+// runs layout's direct path (layout::direct_delta: each owned run of each shard compared with B^v
+// at its canonical position), so an owner's frozen target is its change set, O(changes). The
+// identity projection is the one-shard case, but its input writes whole tensors, so it reads each
+// tensor into a per-thread scratch of that tensor's size and diffs it (O(largest tensor), reused).
+// project() (dense canonical bits) remains for B^v itself when an owner boots from the trainer.
 #pragma once
 
 #include <cstddef>
@@ -22,7 +24,9 @@
 
 #include "bitrefit/core/error.hpp"
 #include "bitrefit/core/manifest.hpp"
+#include "bitrefit/durability/change_set.hpp"
 #include "bitrefit/layout/concepts.hpp"
+#include "bitrefit/layout/delta_build.hpp"
 #include "bitrefit/layout/runs.hpp"
 #include "bitrefit/refit/concepts.hpp"
 
@@ -30,6 +34,25 @@ namespace bitrefit::refit {
 
 /// Reads the current bits of one canonical tensor into `out` (exactly its byte size).
 using tensor_source = std::function<void(const tensor_info&, std::span<std::byte> out)>;
+
+/// Writes into `out` (positions ascending, new bits; replacing them) every element of canonical
+/// tensor `t` whose bits in the trainer's state differ from `base` (t's baseline bits): how an
+/// owner freezes a transition (owner_shard::freeze). From a projection: its changes().
+using change_source = std::function<void(const tensor_info&, std::span<const std::byte> base, durability::tensor_changes& out)>;
+
+/// The change source of a trainer that hands over canonical bits (identity projection): each
+/// tensor is read into a per-thread scratch of its size (kept across transitions) and diffed.
+inline change_source changes_of(tensor_source src) {
+  return [src = std::move(src)](const tensor_info& t, std::span<const std::byte> base, durability::tensor_changes& out) {
+    if (!src) throw error(errc::invalid_argument, "no canonical bits given for this version", {.file = {}, .tensor = t.name, .field = "input"});
+    thread_local std::vector<std::byte> scratch;
+    scratch.resize(t.bytes());
+    src(t, scratch);
+    out.positions.clear();
+    out.values.clear();
+    durability::diff_tensor(base, scratch, element_size(t.type), out);
+  };
+}
 
 /// The trainer already has canonical bits: project() asks the callback for them.
 class identity_projection {
@@ -46,6 +69,13 @@ class identity_projection {
                   {.file = {}, .tensor = t.name, .field = "out"});
     in(t, out);
   }
+  /// The changes of `t` against its baseline bits `base` into `out` (positions, new bits; replaced).
+  void changes(const input& in, const tensor_info& t, std::span<const std::byte> base, durability::tensor_changes& out) const {
+    if (base.size() != t.bytes())
+      throw error(errc::invalid_argument, "changes against a base of " + std::to_string(base.size()) + " bytes for a tensor of " + std::to_string(t.bytes()),
+                  {.file = {}, .tensor = t.name, .field = "base"});
+    changes_of(in)(t, base, out);
+  }
 
  private:
   model_manifest manifest_;
@@ -57,8 +87,8 @@ static_assert(TrainerProjection<identity_projection>);
 /// projection tensors()), exactly elements * element_size bytes. Called during project() only.
 using shard_bytes = std::function<std::span<const std::byte>(std::size_t shard, std::size_t tensor)>;
 
-/// Every shard of one trainer parallel configuration, each a layout::Projection; canonical bits of
-/// a tensor are gathered from the runs marked `owned` (exactly one shard owns each element).
+/// Every shard of one trainer parallel configuration, each a layout::Projection; a canonical
+/// tensor's bits come from the runs marked `owned` (exactly one shard owns each element).
 template <layout::Projection P>
 class sharded_projection {
  public:
@@ -66,63 +96,42 @@ class sharded_projection {
 
   /// @throws errc::invalid_argument for no shards; errc::mismatch when the shards disagree on the
   ///         canonical manifest or do not own every canonical element exactly once (e.g. a rank of
-  ///         the configuration is missing), naming the tensor.
-  explicit sharded_projection(std::vector<P> shards) : shards_(std::move(shards)) {
-    if (shards_.empty()) throw error(errc::invalid_argument, "a sharded projection needs at least one shard", {.file = {}, .tensor = {}, .field = "shards"});
-    const model_manifest& m = shards_.front().canonical();
-    for (const P& s : shards_)
-      if (&s.canonical() != &m && !(s.canonical() == m))
-        throw error(errc::mismatch, "trainer shards project to different canonical manifests", {.file = {}, .tensor = {}, .field = "canonical"});
-    sources_.resize(m.size());
-    std::vector<std::uint64_t> owned(m.size(), 0);
-    for (std::size_t r = 0; r < shards_.size(); ++r) {
-      const auto& ts = shards_[r].tensors();
-      for (std::size_t k = 0; k < ts.size(); ++k)
-        for (std::size_t b = 0; b < ts[k].runs.size(); ++b) {
-          const layout::run_block& blk = ts[k].runs[b];
-          if (!blk.owned) continue;
-          if (blk.tensor >= m.size() || ts[k].type != m.tensors()[blk.tensor].type)
-            throw error(errc::mismatch, "a run block names no canonical tensor of its dtype", {.file = {}, .tensor = ts[k].name, .field = "runs"});
-          sources_[blk.tensor].push_back({r, k, b});
-          owned[blk.tensor] += blk.elements();
-        }
-    }
-    for (std::size_t i = 0; i < m.size(); ++i)
-      if (owned[i] != m.tensors()[i].elements())
-        throw error(errc::mismatch,
-                    "trainer shards own " + std::to_string(owned[i]) + " of " + std::to_string(m.tensors()[i].elements()) +
-                        " elements (every element needs exactly one owning shard)",
-                    {.file = {}, .tensor = m.tensors()[i].name, .field = "owned"});
-  }
+  ///         the configuration is missing), naming the tensor (layout::direct_delta checks it).
+  explicit sharded_projection(std::vector<P> shards) : shards_(std::move(shards)), direct_(std::span<const P>(shards_)) {}
 
   const model_manifest& canonical() const noexcept { return shards_.front().canonical(); }
   const std::vector<P>& shards() const noexcept { return shards_; }
 
+  /// Dense canonical bits of `t` (an owner's B^v, booted from the trainer's copy).
   void project(const input& in, const tensor_info& t, std::span<std::byte> out) const {
     const auto idx = canonical().index_of(t.name);
     if (!idx || out.size() != t.bytes())
       throw error(errc::invalid_argument, "projection of a tensor outside the canonical manifest or into a buffer of the wrong size",
                   {.file = {}, .tensor = t.name, .field = "out"});
-    const std::size_t E = element_size(t.type);
-    for (const source& s : sources_[*idx]) {
-      const layout::shard_tensor& st = shards_[s.shard].tensors()[s.tensor];
-      const std::span<const std::byte> local = in(s.shard, s.tensor);
-      if (local.size() != st.elements() * E)
-        throw error(errc::mismatch, "shard " + std::to_string(s.shard) + " tensor holds " + std::to_string(local.size()) + " bytes, its shape needs " +
-                        std::to_string(st.elements() * E),
-                    {.file = {}, .tensor = st.name, .field = "input"});
-      layout::for_each_run(st.runs[s.block], [&](std::uint64_t lb, std::uint64_t cb, std::uint64_t len) {
-        std::memcpy(out.data() + cb * E, local.data() + lb * E, len * E);
-      });
-    }
+    direct_.gather(*idx, in, out);
+  }
+
+  /// The changes of `t` against its baseline bits `base`, by direct projection (the canonical
+  /// tensor is never built) into `out` (positions ascending, new bits; replaced, its capacity reused).
+  void changes(const input& in, const tensor_info& t, std::span<const std::byte> base, durability::tensor_changes& out) const {
+    const auto idx = canonical().index_of(t.name);
+    if (!idx || base.size() != t.bytes())
+      throw error(errc::invalid_argument, "changes of a tensor outside the canonical manifest or against a base of the wrong size",
+                  {.file = {}, .tensor = t.name, .field = "base"});
+    layout::change_item it;  // the same vectors: layout's item and durability's changes hold positions and bits alike
+    it.positions.swap(out.positions);
+    it.values.swap(out.values);
+    struct give_back {
+      layout::change_item& it;
+      durability::tensor_changes& out;
+      ~give_back() { it.positions.swap(out.positions), it.values.swap(out.values); }
+    } guard{it, out};
+    direct_.changes_into(*idx, in, base, value_mode::overwrite, it);
   }
 
  private:
-  struct source {
-    std::size_t shard, tensor, block;
-  };
   std::vector<P> shards_;
-  std::vector<std::vector<source>> sources_;  // per canonical tensor: the owned run blocks reaching it
+  layout::direct_delta direct_;
 };
 
 }  // namespace bitrefit::refit

@@ -1,9 +1,10 @@
 // bitrefit/refit/sender.hpp — the trainer side of a refit: the coordinator and the owners.
 //
 // Composes the pure state machines (protocol::coordinator, protocol::owner) with policies:
-//   Projection  (refit/concepts.hpp)       the trainer's state of a version -> canonical bits
-//                                          (identity_projection by default; sharded_projection<P>
-//                                          gathers them from layout::Projection shards)
+//   Projection  (refit/concepts.hpp)       the trainer's state of a version -> its changes against
+//                                          an owner's B^v (identity_projection by default;
+//                                          sharded_projection<P>: layout's direct path over the
+//                                          layout::Projection shards, no canonical copy)
 //   Transport   (transport/concepts.hpp)   payload frames + control messages to receivers
 //   CommitLog   (durability/concepts.hpp)  the durable K, compare-and-set, epoch fencing
 //   BaselineStore (durability/concepts.hpp) each owner's B^v, consistent with the log across crashes
@@ -178,6 +179,13 @@ class sender {
   tensor_source source_of(const input& in) const {
     return [this, p = &in](const tensor_info& t, std::span<std::byte> out) { proj_.project(*p, t, out); };
   }
+  /// The changes of the trainer's state `in` against an owner's B^v, through the projection's
+  /// changes() (a sharded trainer: layout's direct path; valid while `in` lives).
+  change_source changes_of_state(const input& in) const {
+    return [this, p = &in](const tensor_info& t, std::span<const std::byte> base, durability::tensor_changes& out) {
+      proj_.changes(*p, t, base, out);
+    };
+  }
 
  public:
   /// Runs one transition K.v -> K.v+1 to its commit, with `next` the trainer's state of v+1
@@ -185,10 +193,10 @@ class sender {
   /// coordinator is deposed (errc::fenced) or needs an operator (errc::protocol).
   transition_stats refit(const input& next_state) {
     struct clear_next {
-      tensor_source& n;
+      change_source& n;
       ~clear_next() { n = nullptr; }  // `next_state` does not outlive this call
     } guard{next_};
-    const tensor_source next = source_of(next_state);
+    const change_source next = changes_of_state(next_state);
     const auto t0 = clock::now();
     run_until([&] { return !coord_.busy() && local_.empty(); });
     stats_ = transition_stats{};
@@ -353,7 +361,7 @@ class sender {
       // durable image of K.v (saved when v was frozen, or at the initial deployment)
     } else if (committed_bits) {
       o.shard.load_baseline(committed_bits);
-      o.store.save(committed_.version, o.shard.image(false));
+      o.store.save(committed_.version, o.shard.baseline());
     } else {
       throw error(errc::mismatch, "owner " + std::to_string(i) + " lost its state: no baseline image of version " +
                                       std::to_string(committed_.version) + " and no trainer copy",
@@ -383,7 +391,8 @@ class sender {
   /// Makes the frozen target durable. A DeltaBaselineStore gets only the change set against B^v
   /// (law 4: positions and absolute new bits; K.v's image is durable there by law 2), so the
   /// before-encoding write scales with the changes, not the model. Should the store no longer
-  /// hold B^v (errc::mismatch), the target is saved whole instead: slower, never unrecoverable.
+  /// hold B^v (errc::mismatch), or save only whole images, the target is built (B^v + the change
+  /// set, a transient copy of the owner's tensors) and saved whole: slower, never unrecoverable.
   void persist_frozen(owner_slot& o, const protocol::freeze_change_set_action& act) {
     if constexpr (durability::DeltaBaselineStore<B>) {
       try {
@@ -393,7 +402,7 @@ class sender {
         if (e.code() != errc::mismatch) throw;
       }
     }
-    o.store.save(act.target, o.shard.image(true));
+    o.store.save(act.target, o.shard.frozen_image());
   }
 
   /// Queues every chunk of owner i's attempt on the pipeline; each frame is published under its
@@ -443,11 +452,11 @@ class sender {
   }
 
   /// Receiver r's expected attestation digest of the frozen target: over its declared held ranges
-  /// (computed once per distinct placement).
+  /// (computed once per distinct placement), from each owner's B^v + change set (no dense copy).
   std::vector<digest128> expected_attestations() const {
-    std::map<std::string, std::span<const std::byte>, std::less<>> frozen;
+    std::map<std::string, codec::patched_bytes, std::less<>> frozen;
     for (const auto& o : owners_)
-      for (const tensor_info* t : o->shard.owned()) frozen[t->name] = o->shard.frozen_bytes(t->name);
+      for (const tensor_info* t : o->shard.owned()) frozen[t->name] = o->shard.frozen_patch(t->name);
     auto bits = [&](const tensor_info& t) { return frozen.at(t.name); };
     if (opt_.placements.empty()) return std::vector<digest128>(opt_.receivers, expected_attestation(manifest_, placement{}, bits));
     std::vector<digest128> out(opt_.receivers);
@@ -641,7 +650,7 @@ class sender {
   restore_server<T> restores_;
   std::unique_ptr<sender_trace> trace_;
   sender_counters counters_;
-  tensor_source next_;
+  change_source next_;
   transition_stats stats_;
   std::set<attempt_id> transition_attempts_;
   std::map<std::uint32_t, receiver_report> receiver_reports_;

@@ -12,7 +12,10 @@
 // neither version (silently, when attestation is off).
 #pragma once
 
+#include <algorithm>
+#include <cstring>
 #include <optional>
+#include <vector>
 
 #include "bitrefit/codec/hash.hpp"
 #include "bitrefit/durability/concepts.hpp"
@@ -25,14 +28,32 @@ namespace bitrefit::refit {
 /// name, size and frozen bytes, in manifest order. Two frozen sets of one version have the same
 /// identity iff they hold the same bits (up to hash collisions). Never digest128{} in practice,
 /// which the protocol reads as "not recorded".
+/// The frozen bytes are B^v + the change set (owner_shard::frozen_patch), streamed into the hash a
+/// block at a time: a block without changes straight from B^v, one with changes from a patched
+/// copy of it (scratch of one block, never the tensor).
 inline digest128 frozen_identity(const owner_shard& shard) {
+  constexpr std::size_t block_bytes = std::size_t{64} << 10;
   codec::xxh3_128_stream h;
   h.update_u64(shard.index());
+  std::vector<std::byte> block;
   for (const tensor_info* t : shard.owned()) {
-    const auto bits = shard.frozen_bytes(t->name);
+    const codec::patched_bytes bits = shard.frozen_patch(t->name);
+    const std::size_t E = element_size(t->type);
     h.update_string(t->name);
-    h.update_u64(bits.size());
-    h.update(bits);
+    h.update_u64(bits.base.size());
+    std::size_t k = 0;  // next change
+    for (std::size_t off = 0; off < bits.base.size(); off += block_bytes) {
+      const std::size_t len = std::min(block_bytes, bits.base.size() - off);
+      const std::span<const std::byte> src = bits.base.subspan(off, len);
+      if (k == bits.positions.size() || bits.positions[k] * E >= off + len) {
+        h.update(src);
+        continue;
+      }
+      block.assign(src.begin(), src.end());
+      for (; k < bits.positions.size() && bits.positions[k] * E < off + len; ++k)
+        std::memcpy(block.data() + (bits.positions[k] * E - off), bits.values.data() + k * E, E);
+      h.update(block);
+    }
   }
   return h.digest();
 }
