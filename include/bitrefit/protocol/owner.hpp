@@ -90,15 +90,22 @@ struct basic_owner {
 
   /// The owner process restarted: only what it made durable survives, its baseline B^v with its
   /// commit record (advance_baseline_action) and the frozen change set of the transition in progress
-  /// (freeze_change_set_action). The attempt it was encoding is gone, and so is highest_seen: a
-  /// late copy of an old prepare may make it encode a dead attempt again, which receivers and the
-  /// coordinator ignore. The next prepare (a retry after the coordinator's deadline) encodes from
-  /// the recovered frozen set.
-  static basic_owner recovered(const basic_owner& before_crash) {
+  /// (freeze_change_set_action). The attempt it was encoding is gone. `newest_prepared` is the
+  /// log's prepare record at recovery (as for `restarted`): every prepare sent so far was persisted
+  /// first, so one at or below it is either a late copy of a dead attempt or one the live
+  /// coordinator retries under a new id after its deadline. Forgetting it instead (the mutation
+  /// replays that) lets a late prepare of a fenced coordinator freeze the trainer's CURRENT bits
+  /// under the identity the old prepare names, after a sender restart moved the trainer on: every
+  /// retry then delivers bits other than the admitted ones and K never moves (finding H1). The
+  /// next prepare (a retry after the coordinator's deadline) encodes from the recovered frozen set.
+  static basic_owner recovered(const basic_owner& before_crash, attempt_id newest_prepared) {
     basic_owner o(before_crash.id, before_crash.baseline, before_crash.mutation);
     o.frozen_target = before_crash.frozen_target;
     o.frozen_id = before_crash.frozen_id;
     o.frozen_at = before_crash.frozen_at;
+    // (freeze_stale_prepare replays finding B3's world, where the owner forgot this too.)
+    if (!broken(o.mutation, protocol_mutation::owner_forgets_prepared) && !broken(o.mutation, protocol_mutation::freeze_stale_prepare))
+      o.highest_seen = newest_prepared;
     return o;
   }
 

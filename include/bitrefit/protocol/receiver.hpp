@@ -384,7 +384,19 @@ struct basic_receiver {
 
   void on_msg(const roll_call_msg& m, out_t& out) {
     epoch_seen = std::max(epoch_seen, m.epoch);
-    rejoin(out);
+    // A roll call goes only to receivers the new coordinator's roster does not hold: whatever
+    // attempt this one was in (member, stopping, between) will not be finished with it. Its
+    // parameters may hold landed writes of that attempt, so "join at=K" would be a lie that gets it
+    // admitted to an XOR attempt on dirty bits (finding H2): restore K densely under a new
+    // incarnation first, as an evicted member does (the restore waits for every issued apply, so
+    // nothing of the old attempt lands afterwards). The mutation replays the old rule.
+    if (in_attempt() && !mutated(protocol_mutation::join_mid_attempt)) restore(committed, out);
+    else rejoin(out);
+  }
+
+  /// Between admission and the end of its transition: the parameters may differ from K.v.
+  bool in_attempt() const noexcept {
+    return phase == receiver_phase::member || phase == receiver_phase::stopping || phase == receiver_phase::between;
   }
 
   void on_msg(const prepare_msg& m, out_t& out) {

@@ -332,8 +332,11 @@ class sender {
     o.done.clear();
     o.next_report = 0;
     const protocol::owner before = o.sm;
-    o.sm = protocol::owner::recovered(before);
-    if (trace_) trace_->owners.at(i)->line({{"recovered", true}});
+    // The coordinator shares this process: the newest attempt it started bounds every prepare ever
+    // sent (each is persisted before it is sent), which is what the log's prepare record says.
+    const attempt_id newest{coord_.epoch, coord_.counter};
+    o.sm = protocol::owner::recovered(before, newest);
+    if (trace_) trace_->owners.at(i)->line({{"recovered", true}, {"newest_prepared", wire::value_to_json(newest)}});
     auto lost = [&](version_t v, const char* what) {
       return error(errc::mismatch, "owner " + std::to_string(i) + " lost its state: no durable " + what + " image of version " + std::to_string(v),
                    {.file = {}, .tensor = {}, .field = "baseline"});

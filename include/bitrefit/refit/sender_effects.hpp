@@ -104,6 +104,14 @@ struct sender_effects {
       if (!s.next_) throw error(errc::protocol, "owner asked to freeze without the trainer's target bits");
       s.quiesce(o);
       o.shard.freeze(s.next_);
+      // Only the bits the prepare names may be frozen for it (finding H1): the trainer's current
+      // bits under an older prepare's identity would make every retry deliver other bits.
+      if (act.identity != digest128{} && frozen_identity(o.shard) != act.identity) {
+        o.shard.thaw();
+        throw error(errc::protocol, "owner " + std::to_string(self.index) + " asked to freeze v" + std::to_string(act.target) +
+                                        " with bits other than the trainer's current ones",
+                    {.file = {}, .tensor = {}, .field = {}});
+      }
       o.frozen_version = act.target;
     }
     if (o.persisted != act.target) {  // retries of the same target reuse the saved image

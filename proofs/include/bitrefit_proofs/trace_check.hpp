@@ -253,7 +253,8 @@ class checker {
         return;
       }
       if (b.contains("recovered")) {
-        o = protocol::owner::recovered(*o);
+        const attempt_id newest = b.contains("newest_prepared") ? wire::value_from_json<attempt_id>(b.at("newest_prepared")) : attempt_id{};
+        o = protocol::owner::recovered(*o, newest);
         continue;
       }
       protocol::owner_event ev;

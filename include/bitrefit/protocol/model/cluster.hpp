@@ -404,7 +404,7 @@ struct basic_cluster {
       }
       case move_kind::owner_crash: {
         --budget.owner_crashes;
-        owners[m.index] = owner_t::recovered(owners[m.index]);
+        owners[m.index] = owner_t::recovered(owners[m.index], log.state.prepared ? log.state.prepared->attempt : attempt_id{});
         return;
       }
       case move_kind::sender_restart: {
@@ -861,8 +861,12 @@ struct basic_cluster {
       if (f.target <= f.base)
         w.fail("owner o" + std::to_string(self.index) + " froze a change set v" + std::to_string(f.base) + "->v" +
                std::to_string(f.target) + ": its target is not above its baseline");
-      // The trainer's current bits of the target, made durable (whatever the prepare names: a
-      // retry must never get here, finding B1).
+      // The trainer's current bits of the target, made durable (a retry must never get here,
+      // finding B1). They must be the bits the prepare names: freezing newer ones under the old
+      // identity makes every retry deliver bits other than the admitted ones (finding H1).
+      if (f.identity != digest128{} && f.identity != frozen_identity(self.index, f.target, w.trainer_flavor))
+        w.fail("owner o" + std::to_string(self.index) + " froze the trainer's current bits of v" + std::to_string(f.target) +
+               ", not the ones its prepare names");
       w.stores[self.index].frozen = owner_store::frozen_image{f.target, w.trainer_flavor, w.owners[self.index].frozen_at};
     }
     /// Every chunk at once, in seq order, then encode_finished; zero chunks when the delta base
