@@ -122,6 +122,16 @@ TEST(RandomSchedules, FindsAndShrinksALivenessMutation) {
   EXPECT_EQ(fz::settle(w, 2000), std::nullopt);
 }
 
+TEST(RandomSchedules, FindsFindingH1AsAMutation) {
+  // H1 was found by this harness (liveness then; the world's freeze monitor now fails it at the
+  // freeze): an owner that forgets its sender's epoch at a crash freezes newer trainer bits for a
+  // late prepare of a dead sender. (H2's mutation, join_mid_attempt, needs about 90 000 schedules
+  // of seed 19: proofs/README.md.)
+  const auto f = expect_found_and_shrunk(M::owner_forgets_sender_epoch, fz::failure_kind::safety);
+  EXPECT_NE(f.message.find("not the ones its prepare names"), std::string::npos) << f.message;
+  EXPECT_LE(f.shrunk.size(), 8u);
+}
+
 TEST(RandomSchedules, ShrinkingKeepsTheFailure) {
   // Delta debugging only accepts a candidate that fails the same way: replaying the shrunk list on a
   // fresh world reproduces the message exactly.

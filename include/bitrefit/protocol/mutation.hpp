@@ -31,7 +31,6 @@ enum class protocol_mutation : std::uint8_t {
   accept_old_incarnation_acks,     // coordinator: acks/joins matched by receiver id, incarnation ignored
   blind_write_commit,              // commit log: compare-and-set becomes an unconditional write
   freeze_stale_prepare,            // owner: freezes and encodes a prepare whose target is not above its baseline
-                                   // (and, as in finding B3's world, forgets at a crash which prepares were sent)
   reclaim_unknown_epoch,           // coordinator: re-sends a claim whose outcome was unknown instead of reading the log
   join_confirmed_by_any_announce,  // receiver: any announcement of its K confirms its join (and it never rejoins)
   unfenced_abort,                  // coordinator sends abort without persisting it; receivers ignore its epoch
@@ -39,8 +38,8 @@ enum class protocol_mutation : std::uint8_t {
                                    // re-freeze the trainer's current bits for a retry (finding B1's engine)
   keep_dead_incarnation,           // coordinator: a join from a newer incarnation of a known receiver is
                                    // ignored; the roster keeps the dead one, the live one is never readmitted
-  owner_forgets_prepared,          // owner: a crash forgets which prepares were sent (highest_seen = 0), so a
-                                   // late prepare of a fenced coordinator may freeze newer trainer bits (H1)
+  owner_forgets_sender_epoch,      // owner: a crash forgets which sender process it belongs to, so a late
+                                   // prepare of a dead sender's coordinator may freeze newer trainer bits (H1)
   join_mid_attempt,                // receiver: answers a roll call with "join at=K" while holding writes of an
                                    // attempt that will not finish (H2)
 };
@@ -59,7 +58,7 @@ inline constexpr protocol_mutation all_mutations[] = {
     protocol_mutation::unfenced_abort,
     protocol_mutation::refreeze_at_restart,
     protocol_mutation::keep_dead_incarnation,
-    protocol_mutation::owner_forgets_prepared,
+    protocol_mutation::owner_forgets_sender_epoch,
     protocol_mutation::join_mid_attempt,
 };
 
@@ -79,7 +78,7 @@ constexpr std::string_view to_string(protocol_mutation m) noexcept {
     case protocol_mutation::unfenced_abort: return "unfenced_abort";
     case protocol_mutation::refreeze_at_restart: return "refreeze_at_restart";
     case protocol_mutation::keep_dead_incarnation: return "keep_dead_incarnation";
-    case protocol_mutation::owner_forgets_prepared: return "owner_forgets_prepared";
+    case protocol_mutation::owner_forgets_sender_epoch: return "owner_forgets_sender_epoch";
     case protocol_mutation::join_mid_attempt: return "join_mid_attempt";
   }
   return "?";

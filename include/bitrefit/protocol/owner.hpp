@@ -80,6 +80,11 @@ struct basic_owner {
   digest128 frozen_id{};                   // ... the identity of its bits (prepare_record::frozen)
   attempt_id frozen_at{};                  // ... the attempt that froze it: older prepares are stale
   attempt_id highest_seen{};
+  /// The epoch of the sender process this owner belongs to (0: the first deployment's). A prepare of
+  /// an older epoch comes from a sender process that is gone, and names the bits of a trainer that
+  /// has moved on since (finding H1): never freeze or encode for it. Unlike highest_seen this
+  /// survives an owner crash: it is what the sender process (re)started the owner with.
+  std::uint64_t sender_epoch = 0;
   // The attempt being encoded/sent.
   std::optional<prepare_record> active;
   bool finished = false;  // encode_finished reported for `active`
@@ -90,22 +95,16 @@ struct basic_owner {
 
   /// The owner process restarted: only what it made durable survives, its baseline B^v with its
   /// commit record (advance_baseline_action) and the frozen change set of the transition in progress
-  /// (freeze_change_set_action). The attempt it was encoding is gone. `newest_prepared` is the
-  /// log's prepare record at recovery (as for `restarted`): every prepare sent so far was persisted
-  /// first, so one at or below it is either a late copy of a dead attempt or one the live
-  /// coordinator retries under a new id after its deadline. Forgetting it instead (the mutation
-  /// replays that) lets a late prepare of a fenced coordinator freeze the trainer's CURRENT bits
-  /// under the identity the old prepare names, after a sender restart moved the trainer on: every
-  /// retry then delivers bits other than the admitted ones and K never moves (finding H1). The
-  /// next prepare (a retry after the coordinator's deadline) encodes from the recovered frozen set.
-  static basic_owner recovered(const basic_owner& before_crash, attempt_id newest_prepared) {
+  /// (freeze_change_set_action). The attempt it was encoding is gone, and so is highest_seen: a
+  /// late copy of an old prepare may make it encode a dead attempt again, which receivers and the
+  /// coordinator ignore. The next prepare (a retry after the coordinator's deadline) encodes from
+  /// the recovered frozen set.
+  static basic_owner recovered(const basic_owner& before_crash) {
     basic_owner o(before_crash.id, before_crash.baseline, before_crash.mutation);
     o.frozen_target = before_crash.frozen_target;
     o.frozen_id = before_crash.frozen_id;
     o.frozen_at = before_crash.frozen_at;
-    // (freeze_stale_prepare replays finding B3's world, where the owner forgot this too.)
-    if (!broken(o.mutation, protocol_mutation::owner_forgets_prepared) && !broken(o.mutation, protocol_mutation::freeze_stale_prepare))
-      o.highest_seen = newest_prepared;
+    if (!broken(o.mutation, protocol_mutation::owner_forgets_sender_epoch)) o.sender_epoch = before_crash.sender_epoch;
     return o;
   }
 
@@ -122,8 +121,9 @@ struct basic_owner {
   /// retry finds out whether it is the one the prepare record names). `newest_prepared` is the
   /// log's prepare record at restart: every prepare sent so far was persisted first, so none at or
   /// below it can be live any more (the new coordinator stops it and retries under a new id).
+  /// `epoch` is the new sender process's coordinator epoch (sender_epoch).
   static basic_owner restarted(std::uint32_t id, commit_record baseline, std::optional<durable_frozen> frozen,
-                               attempt_id newest_prepared, Mut m = {}) {
+                               attempt_id newest_prepared, std::uint64_t epoch, Mut m = {}) {
     basic_owner o(id, baseline, m);
     if (frozen) {
       o.frozen_target = frozen->target;
@@ -131,6 +131,7 @@ struct basic_owner {
       o.frozen_at = frozen->frozen_at;
     }
     o.highest_seen = newest_prepared;
+    o.sender_epoch = epoch;
     return o;
   }
 
@@ -170,6 +171,7 @@ struct basic_owner {
   void on_msg(const prepare_msg& m, out_t& out) {
     const prepare_record& p = m.record;
     if (p.attempt <= highest_seen) return;  // stale or duplicate
+    if (p.attempt.epoch < sender_epoch) return;  // from a sender process that is gone (H1)
     highest_seen = p.attempt;
     advance_to(p.base, out);  // a prepare's base is a commit record too (missed announcement)
     // A prepare whose target is not above B is stale, however new its attempt id looks: after a
@@ -256,7 +258,7 @@ BITREFIT_FIELDS(freeze_change_set_action, base, target, identity)
 BITREFIT_FIELDS(encode_action, attempt, mode, base, target)
 BITREFIT_FIELDS(cancel_encoding_action, attempt)
 BITREFIT_FIELDS_T(template <class M>, basic_owner<M>, id, mutation, baseline, frozen_target, frozen_id, frozen_at, highest_seen,
-                  active, finished)
+                  sender_epoch, active, finished)
 
 }  // namespace bitrefit::protocol
 

@@ -332,11 +332,8 @@ class sender {
     o.done.clear();
     o.next_report = 0;
     const protocol::owner before = o.sm;
-    // The coordinator shares this process: the newest attempt it started bounds every prepare ever
-    // sent (each is persisted before it is sent), which is what the log's prepare record says.
-    const attempt_id newest{coord_.epoch, coord_.counter};
-    o.sm = protocol::owner::recovered(before, newest);
-    if (trace_) trace_->owners.at(i)->line({{"recovered", true}, {"newest_prepared", wire::value_to_json(newest)}});
+    o.sm = protocol::owner::recovered(before);
+    if (trace_) trace_->owners.at(i)->line({{"recovered", true}});
     auto lost = [&](version_t v, const char* what) {
       return error(errc::mismatch, "owner " + std::to_string(i) + " lost its state: no durable " + what + " image of version " + std::to_string(v),
                    {.file = {}, .tensor = {}, .field = "baseline"});
@@ -374,7 +371,7 @@ class sender {
     if (!frozen) o.store.retain_only(committed_.version);
     o.frozen_version = o.persisted = frozen ? frozen->target : 0;
     const attempt_id newest_prepared = snap.prepared ? snap.prepared->attempt : attempt_id{};
-    o.sm = protocol::owner::restarted(i, committed_, frozen, newest_prepared);
+    o.sm = protocol::owner::restarted(i, committed_, frozen, newest_prepared, epoch);
     if (trace_) {  // what owner::restarted was given, so that the replay starts from the same owner
       wire::json init{{"role", "owner"}, {"id", i}, {"epoch", epoch}, {"baseline", wire::value_to_json(committed_)},
                       {"newest_prepared", wire::value_to_json(newest_prepared)}};

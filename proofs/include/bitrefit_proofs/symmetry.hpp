@@ -160,7 +160,7 @@ void rename(const perm& p, protocol::basic_receiver<M>& r) {
 }
 template <class M>
 void rename(const perm& p, protocol::basic_owner<M>& o) {
-  static_assert(field_count<protocol::basic_owner<M>> == 9);
+  static_assert(field_count<protocol::basic_owner<M>> == 10);  // sender_epoch: no receiver in it
   if (o.active) rename(p, *o.active);
 }
 }  // namespace symmetry_detail

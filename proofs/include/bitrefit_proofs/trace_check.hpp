@@ -243,7 +243,7 @@ class checker {
         }
         const attempt_id newest = i.contains("newest_prepared") ? wire::value_from_json<attempt_id>(i.at("newest_prepared")) : attempt_id{};
         o.emplace(protocol::owner::restarted(i.at("id").get<std::uint32_t>(), wire::value_from_json<protocol::commit_record>(i.at("baseline")),
-                                             frozen, newest));
+                                             frozen, newest, epoch));
         owners_of_epoch_[epoch].insert(f.path.filename().string());
         history.push_back({l.seq, o->baseline});
         continue;
@@ -253,8 +253,7 @@ class checker {
         return;
       }
       if (b.contains("recovered")) {
-        const attempt_id newest = b.contains("newest_prepared") ? wire::value_from_json<attempt_id>(b.at("newest_prepared")) : attempt_id{};
-        o = protocol::owner::recovered(*o, newest);
+        o = protocol::owner::recovered(*o);
         continue;
       }
       protocol::owner_event ev;

@@ -404,7 +404,7 @@ struct basic_cluster {
       }
       case move_kind::owner_crash: {
         --budget.owner_crashes;
-        owners[m.index] = owner_t::recovered(owners[m.index], log.state.prepared ? log.state.prepared->attempt : attempt_id{});
+        owners[m.index] = owner_t::recovered(owners[m.index]);
         return;
       }
       case move_kind::sender_restart: {
@@ -649,7 +649,7 @@ struct basic_cluster {
       std::optional<typename owner_t::durable_frozen> f;
       if (const auto& img = stores[o].frozen)
         f = typename owner_t::durable_frozen{img->target, frozen_identity(o, img->target, img->flavor), img->frozen_at};
-      owners[o] = owner_t::restarted(o, stores[o].baseline, f, newest, mut());
+      owners[o] = owner_t::restarted(o, stores[o].baseline, f, newest, max_epoch, mut());
     }
     q.push_back({node_ref::coord(), coordinator_event{start_event{}}});
   }
