@@ -261,10 +261,23 @@ struct basic_receiver {
     }
   }
 
-  /// Join again, or (after an abort: the parameters are a mix) restore first.
+  /// Join again (a roll call, or an announcement whose roster lacks this incarnation), or restore
+  /// first when the parameters may not be exactly K: after an abort, or inside an attempt (member,
+  /// stopping, between) that the coordinator asking will not finish with this receiver — a roll
+  /// call or such an announcement comes only from a coordinator whose roster does not hold this
+  /// incarnation. Its landed writes stay, so "join at=K" would be a lie that gets it admitted to an
+  /// XOR attempt on dirty bits (finding H2); the dense restore waits for every issued apply, so
+  /// nothing of the old attempt lands afterwards. The mutation replays the old rule.
   void rejoin(out_t& out) {
-    if (phase == receiver_phase::aborted) restore(committed, out);
-    else to_coord(out, join_msg{self(), committed});
+    if (phase == receiver_phase::aborted || (in_attempt() && !mutated(protocol_mutation::join_mid_attempt)))
+      restore(committed, out);
+    else
+      to_coord(out, join_msg{self(), committed});
+  }
+
+  /// Between admission and the end of its transition: the parameters may differ from K.v.
+  bool in_attempt() const noexcept {
+    return phase == receiver_phase::member || phase == receiver_phase::stopping || phase == receiver_phase::between;
   }
 
   /// The timer, once armed (join, admission, ack), keeps running outside a restore: joining, it
@@ -384,25 +397,18 @@ struct basic_receiver {
 
   void on_msg(const roll_call_msg& m, out_t& out) {
     epoch_seen = std::max(epoch_seen, m.epoch);
-    // A roll call goes only to receivers the new coordinator's roster does not hold: whatever
-    // attempt this one was in (member, stopping, between) will not be finished with it. Its
-    // parameters may hold landed writes of that attempt, so "join at=K" would be a lie that gets it
-    // admitted to an XOR attempt on dirty bits (finding H2): restore K densely under a new
-    // incarnation first, as an evicted member does (the restore waits for every issued apply, so
-    // nothing of the old attempt lands afterwards). The mutation replays the old rule.
-    if (in_attempt() && !mutated(protocol_mutation::join_mid_attempt)) restore(committed, out);
-    else rejoin(out);
-  }
-
-  /// Between admission and the end of its transition: the parameters may differ from K.v.
-  bool in_attempt() const noexcept {
-    return phase == receiver_phase::member || phase == receiver_phase::stopping || phase == receiver_phase::between;
+    rejoin(out);  // (restores first when inside an attempt, finding H2)
   }
 
   void on_msg(const prepare_msg& m, out_t& out) {
     const prepare_record& p = m.record;
     if (attempt && attempt->attempt == p.attempt) return;  // duplicate
     if (p.attempt <= highest_seen) return;                 // stale
+    // A prepare of an older coordinator than one this receiver heard from (roll call, prepare,
+    // abort) is a late copy from a fenced epoch: that coordinator can never commit it, and a
+    // receiver that already answered the newer one's roll call with "join at=K" would otherwise
+    // write the dead attempt's XOR payloads under that claim (finding H2, second form).
+    if (p.attempt.epoch < epoch_seen) return;
     epoch_seen = std::max(epoch_seen, p.attempt.epoch);    // a prepare is sent by its attempt's coordinator
     if (phase == receiver_phase::aborted) {                // only a dense refit brings it back
       highest_seen = p.attempt;
