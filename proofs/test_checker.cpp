@@ -332,10 +332,17 @@ void expect_equivariant(const cluster_bounds& b, std::size_t max_states) {
       if (++visited > max_states) break;
       ASSERT_TRUE(renamed(c.world(), perms[0]) == c.world()) << "identity renaming changed a reachable world:\n"
                                                              << c.world().summary();
+      // The checker fingerprints a successor with canonicalize(false) and then keeps it as the
+      // real successor: the world must come back exactly as it was, and every renaming of it must
+      // get the same fingerprint.
+      CW kept = c;
+      const std::uint64_t fp = kept.canonicalize(false);
+      ASSERT_TRUE(kept == c) << "canonicalize(false) did not leave the world as it was:\n" << c.world().summary();
       const auto succ = successors(c);
       for (std::size_t k = 1; k < perms.size(); ++k) {
         CW pc = c;
         pc.rename_receivers(perms[k]);
+        ASSERT_EQ(CW(pc).canonicalize(false), fp) << "two images of one class fingerprint apart:\n" << c.world().summary();
         ASSERT_EQ(pc.check_invariants().has_value(), c.check_invariants().has_value()) << c.world().summary();
         ASSERT_EQ(pc.transition_done(), c.transition_done()) << c.world().summary();
         ASSERT_EQ(pc.world().transition_done(), c.world().transition_done());

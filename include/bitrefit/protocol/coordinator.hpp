@@ -282,7 +282,7 @@ struct basic_coordinator {
   /// incarnation the roster does not hold. Idempotent.
   void reannounce(out_t& out) {
     for (std::uint32_t o = 0; o < owner_at.size(); ++o)
-      if (owner_at[o] != committed) send(out, endpoint::owner_(o), announce_msg{committed});
+      if (owner_at[o] != committed) send(out, endpoint::owner_(o), announce_msg{committed, std::nullopt, false});
     for (std::uint32_t r = 0; r < roster.size(); ++r) {
       if (!roster[r].known) send(out, endpoint::receiver_(r), roll_call_msg{epoch});
       else if (roster[r].evicted || roster[r].at != committed) announce_to(out, r);
@@ -403,7 +403,7 @@ struct basic_coordinator {
     if (p && committed.baseline == p->next) {
       // It committed, but announcements may have been lost (failover between compare-and-set and
       // announcement): announce again, idempotently.
-      send_owners(out, announce_msg{committed});
+      send_owners(out, announce_msg{committed, std::nullopt, false});
       for (const auto& m : p->members) announce_to(out, m.receiver);
     }
     if (p) owner_at.assign(config.owners, commit_record{~version_t{0}, {}});  // unknown until they report
@@ -648,7 +648,7 @@ struct basic_coordinator {
 
   /// K is durable: tell everyone (owners advance their baseline, receivers reopen the gate).
   void finish_transition(out_t& out) {
-    send_owners(out, announce_msg{committed});
+    send_owners(out, announce_msg{committed, std::nullopt, false});
     for (std::uint32_t r = 0; r < config.receivers; ++r) announce_to(out, r);
     out.push_back(committed_action{committed});
     out.push_back(arm_deadline_action{});  // until every owner and receiver confirmed K (see reannounce)

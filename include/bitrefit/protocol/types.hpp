@@ -104,12 +104,53 @@ BITREFIT_FIELDS(prepare_record, attempt, base, target, next, mode, xor_allowed, 
 // Hashing for state deduplication (model checker, RapidCheck shrinking caches).
 
 namespace detail {
+/// Fields are buffered and folded 16 at a time: each pair of words, keyed by its position in the
+/// block, is multiplied 64x64->128 and the halves xored, the eight products summed into the
+/// running state (the accumulation step of XXH3 and wyhash). The products do not depend on each
+/// other, so the CPU overlaps them; a dependent shift-add-xor step per field, as before, cost the
+/// model checker a fifth of its time (a cluster state is about 700 fields). The field count ends
+/// the hash, so sequences of different lengths hash apart whatever the padding.
 struct hasher {
   std::uint64_t h = 0xcbf29ce484222325ull;
+  std::uint64_t count = 0;
+  std::uint32_t n = 0;
+  std::uint64_t block[16];
+
   void mix(std::uint64_t v) noexcept {
-    v *= 0x9E3779B97F4A7C15ull;
-    v ^= v >> 29;
-    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    block[n++] = v;
+    if (n == 16) [[unlikely]] fold();
+  }
+  /// The hash of everything mixed so far (the hasher may go on mixing afterwards).
+  std::uint64_t digest() noexcept {
+    if (n) fold();
+    std::uint64_t x = h ^ count;
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+  }
+
+ private:
+  static std::uint64_t mum(std::uint64_t a, std::uint64_t b) noexcept {
+    __extension__ typedef unsigned __int128 u128;
+    const u128 p = static_cast<u128>(a) * b;
+    return static_cast<std::uint64_t>(p) ^ static_cast<std::uint64_t>(p >> 64);
+  }
+  void fold() noexcept {
+    static constexpr std::uint64_t key[18] = {
+        0xe71b9592244ececaull, 0x3fcb4b70f79a7ffcull, 0x3bce14ab261db1d4ull, 0x2a438f2a3172f442ull,
+        0xff3f3f8cfe53b312ull, 0xe427f474114d9fceull, 0x15d25341edc5fe85ull, 0x23eb71643ac5c727ull,
+        0xf4a3cc3052800e04ull, 0x09c9c31ae2f93909ull, 0x74406663d3e1ec74ull, 0x2cc9d354d76fd970ull,
+        0xa946a04e9ff35ab3ull, 0x4dfc3c3b18c1c02bull, 0x2a162b8dc835698dull, 0x89fb1806dc3fe287ull,
+        0x8e822f9a9b04393eull, 0xa5ea88f7f5301958ull};
+    for (std::uint32_t i = n; i < 16; ++i) block[i] = 0;  // a short last block: the count tells it apart
+    std::uint64_t acc = 0;
+    for (std::uint32_t i = 0; i < 16; i += 2) acc += mum(block[i] ^ key[i], block[i + 1] ^ key[i + 1]);
+    h = mum(h ^ acc ^ key[16], key[17]);
+    count += n;
+    n = 0;
   }
 };
 
@@ -165,7 +206,7 @@ std::size_t hash_of(const T& x) {
   detail::hasher h;
   using detail::hash_append;
   hash_append(h, x);
-  return static_cast<std::size_t>(h.h);
+  return static_cast<std::size_t>(h.digest());
 }
 
 inline std::string to_string(const commit_record& k) {

@@ -102,7 +102,7 @@ std::uint64_t fingerprint_of(const W& w) {
 /// A world with symmetry (interchangeable parts, e.g. receivers) names a canonical fingerprint:
 /// `w.canonicalize(true)` renames w in place to a canonical image of its symmetry class and returns
 /// that image's fingerprint, the same for every world of the class (`false`: the fingerprint only;
-/// w is left as any image of its class). The checker then keys states
+/// w is left exactly as it was, so the successor need not be rebuilt). The checker then keys states
 /// by it (exact mode: by the canonical image) but keeps and expands the REAL successors, so every
 /// stored state is one reached by the recorded moves and counterexamples replay unchanged; only
 /// states equivalent to one already seen are not explored again (proofs/README.md, "Symmetry
@@ -323,7 +323,7 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
   if constexpr (symmetric_world<W>) reduce = initial.symmetric();
   auto fingerprint_in_place = [&](W& w) -> std::uint64_t {
     if constexpr (symmetric_world<W>)
-      if (reduce) return w.canonicalize(opt.exact);  // exact: the canonical image is the key
+      if (reduce) return w.canonicalize(opt.exact);  // exact: the canonical image is the key; else w is unchanged
     return opt.exact ? 0 : fingerprint_of(w);
   };
   struct expanded {
@@ -364,6 +364,7 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
     l.states.push_back(std::move(*w));
   };
   std::vector<W> scratch(packed ? std::max(1u, threads) : 0u, initial);  // one decoded state per thread
+  std::vector<W> successors(std::max(1u, threads), initial);            // one successor being built per thread
   auto state_at = [&](unsigned t, std::size_t k) -> const W& {
     if constexpr (compact_world<W>) {
       if (packed) {
@@ -411,14 +412,16 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
       auto expand = [&](unsigned t, std::size_t k) {
         const W& w = state_at(t, b0 + k);
         auto& o = out[k];
+        W& succ = successors[t];
         for (const auto& m : w.enabled_moves()) {
-          W succ = w;
+          succ = w;  // assignment into the thread's scratch world reuses its heap blocks
           succ.apply(m);
           successor s{m, fingerprint_in_place(succ), std::nullopt, false, std::nullopt, std::nullopt, {}};
           const bool fresh = !known(succ, s.fp) && (opt.exact || kept[t].insert(s.fp).second);
-          if (reduce) {
-            // succ may be the canonical image now: the state kept is the real successor.
-            if (opt.exact) s.key.emplace(succ);
+          if (reduce && opt.exact) {
+            // succ is the canonical image now (the table's key): the state kept is the real
+            // successor. (Fingerprint mode: canonicalize(false) left succ as it was.)
+            s.key.emplace(succ);
             if (fresh) {
               succ = w;
               succ.apply(m);

@@ -189,14 +189,14 @@ class basic_cluster_world {
   }
   /// Symmetry reduction on (checker.hpp, symmetric_world)?
   bool symmetric() const noexcept { return symmetry_; }
-  /// Renames the receivers in place to the image with the smallest fingerprint among the
-  /// renamings that sort receivers by their own state's signature (symmetry.hpp,
-  /// receiver_signature; ties: the first permutation in lexicographic order, identity first) and
-  /// returns that fingerprint: equal for every world of one symmetry class (up to 64-bit hash
-  /// collisions, the same bound as fingerprint deduplication). The identity image is the world
-  /// itself (its containers are kept sorted, which test_proofs checks). `leave_canonical` false:
-  /// the world is left as whichever image was hashed last (the checker's fingerprint mode needs
-  /// only the number; it saves a renaming).
+  /// Returns the smallest fingerprint among the images of this world under the renamings that
+  /// sort receivers by their own state's signature (symmetry.hpp, receiver_signature; ties: the
+  /// first permutation in lexicographic order, identity first): equal for every world of one
+  /// symmetry class (up to 64-bit hash collisions, the same bound as fingerprint deduplication).
+  /// `leave_canonical`: the world is left renamed to that image (exact mode keys by it); false:
+  /// it is left exactly as it was (renamed back if another image was hashed last), so the checker
+  /// can keep the real successor without applying its move again. The identity image is the world
+  /// itself (its containers are kept sorted, which test_proofs checks).
   std::uint64_t canonicalize(bool leave_canonical = true) {
     if (!symmetry_) return protocol::hash_of(w_);
     const auto& ps = permutations();
@@ -224,7 +224,8 @@ class basic_cluster_world {
       const std::uint64_t h = protocol::hash_of(w_);
       if (!any || h < best) { best = h; best_k = k; any = true; }
     }
-    if (leave_canonical && best_k != at) permute_receivers(w_, relative_permutation(ps[at], ps[best_k]));
+    const std::size_t leave_at = leave_canonical ? best_k : 0;
+    if (leave_at != at) permute_receivers(w_, relative_permutation(ps[at], ps[leave_at]));
     return best;
   }
 

@@ -219,7 +219,7 @@ std::uint64_t receiver_signature(const protocol::model::basic_cluster<M>& w, std
   for (std::size_t i = 0; i < k; ++i) h.mix(std::uint64_t(std::uint32_t(w.regions[r * k + i])));
   hash_all(h, w.incarnations[r], w.device[r], w.sync_waiting[r], w.receiver_deadline[r]);
   if (r < w.coord.roster.size()) hash_all(h, w.coord.roster[r]);
-  return h.h;
+  return h.digest();
 }
 
 /// Every permutation of 0..n-1, the identity first (lexicographic order).
