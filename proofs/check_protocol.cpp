@@ -1,6 +1,7 @@
 // check_protocol — run the exhaustive checker on the protocol's cluster world with given bounds.
 //
-//   check_protocol [key=value ...] [--exact] [--no-liveness] [--scenario=FILE]
+//   check_protocol [key=value ...] [--exact] [--no-liveness] [--quiet] [--scenario=FILE]
+// A progress line goes to stderr every 30 s of search (progress=S to change, --quiet for none).
 // keys: receivers owners chunks transitions max_attempts crashes owner_crashes sender_restarts failovers drops duplicates aborts attest=0|1
 //       corruptions conflicts log_faults early_deadlines ordered_device=0|1 causal_payloads=0|1 gate=sync|async
 //       membership=0|1 (liveness goal: the world settles, members and roster included; 0: K reached the goal)
@@ -22,7 +23,19 @@
 using namespace bitrefit;
 
 template <class W>
-int run(const proofs::cluster_bounds& b, const proofs::check_options& opt, const std::string& scenario_file) {
+int run(const proofs::cluster_bounds& b, proofs::check_options opt, const std::string& scenario_file, double progress_s) {
+  // Progress on stderr (stdout stays one JSON object): at most one line per `progress_s` seconds.
+  double last = 0;
+  if (progress_s > 0)
+    opt.progress = [&](const proofs::check_progress& p) {
+      if (p.seconds - last < progress_s && std::string(p.phase) == "search") return;
+      last = p.seconds;
+      std::fprintf(stderr,
+                   "check_protocol: %s depth %u, %llu states, %llu transitions, frontier %llu (%.1f MB), %.0f s, %.0f states/s\n",
+                   p.phase, p.depth, (unsigned long long)p.states, (unsigned long long)p.transitions,
+                   (unsigned long long)p.frontier, double(p.frontier_bytes) / 1e6, p.seconds,
+                   p.seconds > 0 ? double(p.states) / p.seconds : 0.0);
+    };
   const auto r = proofs::check(proofs::basic_cluster_world<W>(b), opt);
   std::printf("{\"world\": \"%s\", \"verdict\": \"%s\", \"states\": %llu, \"transitions\": %llu, \"depth\": %u, "
               "\"goal_states\": %llu, \"terminal_states\": %llu, \"seconds\": %.2f, \"states_per_second\": %.0f, "
@@ -53,10 +66,12 @@ int main(int argc, char** argv) {
   proofs::cluster_bounds b;
   proofs::check_options opt;
   std::string scenario_file;
+  double progress_s = 30;  // a progress line on stderr every 30 s of search (--quiet: none; progress=S)
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--exact") { opt.exact = true; continue; }
     if (a == "--no-liveness") { opt.liveness = false; continue; }
+    if (a == "--quiet") { progress_s = 0; continue; }
     if (a.rfind("--scenario=", 0) == 0) { scenario_file = a.substr(11); continue; }
     auto eq = a.find('=');
     if (eq == std::string::npos) { std::cerr << "check_protocol: expected key=value, got '" << a << "'\n"; return 2; }
@@ -84,6 +99,7 @@ int main(int argc, char** argv) {
     else if (k == "membership") b.membership_liveness = n() != 0;
     else if (k == "threads") opt.threads = n();
     else if (k == "symmetry") b.symmetry = n() != 0;
+    else if (k == "progress") progress_s = std::strtod(v.c_str(), nullptr);
     else if (k == "max_states") opt.max_states = std::strtoull(v.c_str(), nullptr, 10);
     else if (k == "gate") b.gate = v == "async" ? protocol::gate_policy::asynchronous : protocol::gate_policy::synchronous;
     else if (k == "mutation") {
@@ -93,6 +109,6 @@ int main(int argc, char** argv) {
     } else { std::cerr << "check_protocol: unknown key '" << k << "'\n"; return 2; }
   }
   // The shipped protocol's world, or the machines with a run-time mutation (mutation.hpp).
-  return b.mutation == protocol::protocol_mutation::none ? run<protocol::model::cluster>(b, opt, scenario_file)
-                                                         : run<protocol::model::mutated_cluster>(b, opt, scenario_file);
+  return b.mutation == protocol::protocol_mutation::none ? run<protocol::model::cluster>(b, opt, scenario_file, progress_s)
+                                                         : run<protocol::model::mutated_cluster>(b, opt, scenario_file, progress_s);
 }

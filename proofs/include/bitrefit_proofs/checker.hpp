@@ -50,6 +50,17 @@ concept checkable_world = std::copyable<W> && std::equality_comparable<W> && req
   { std::hash<W>{}(cw) } -> std::convertible_to<std::size_t>;
 };
 
+/// A snapshot of a running search (check_options::progress).
+struct check_progress {
+  const char* phase;             // "search" (after a BFS level) or "liveness" (search done)
+  std::uint32_t depth;           // BFS levels done
+  std::uint64_t states;          // unique states so far
+  std::uint64_t transitions;     // moves applied so far
+  std::uint64_t frontier;        // states in the next level
+  std::size_t frontier_bytes;    // their encodings (compact frontier), else 0
+  double seconds;                // since the search began
+};
+
 struct check_options {
   bool liveness = true;            // reverse reachability of a goal state from every state
   bool exact = false;              // keep states (exact ==) instead of 64-bit fingerprints
@@ -60,7 +71,11 @@ struct check_options {
   unsigned threads = 0;
   /// Keep the frontier encoded (compact_world only; not with `exact`). Same counts either way.
   bool compact = true;
+  /// Called after each BFS level (and once before the liveness pass) with what is known so far,
+  /// for progress lines on long runs; the callee decides how often to print. Empty: silent.
+  std::function<void(const check_progress&)> progress;
 };
+
 
 enum class verdict { ok, invariant_violated, end_unreachable, state_limit };
 
@@ -475,8 +490,14 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
     frontier.clear();
     std::swap(frontier, next);
     ++level;
+    if (opt.progress)
+      opt.progress(check_progress{"search", level, parent.size(), res.transitions, frontier.size(), frontier.bytes.size(),
+                                  std::chrono::duration<double>(clock::now() - t0).count()});
   }
   for (auto g : goal) res.goal_states += g;
+  if (opt.progress && opt.liveness)
+    opt.progress(check_progress{"liveness", res.depth, parent.size(), res.transitions, 0, 0,
+                                std::chrono::duration<double>(clock::now() - t0).count()});
 
   if (opt.liveness) {
     // Reverse reachability: mark every state from which a goal state is reachable.
