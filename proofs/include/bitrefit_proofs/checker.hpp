@@ -26,9 +26,11 @@
 #include <concepts>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <ranges>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -194,6 +196,30 @@ class fingerprint_table {
   std::size_t size_ = 0;
 };
 
+/// An append-only array of 32-bit values in blocks of 4 MiB: no reallocation, so no moment with
+/// the old and the new copy both alive (a doubling vector of the liveness edges peaked at three
+/// times their size on runs of tens of millions of transitions).
+class chunked_u32 {
+ public:
+  void push_back(std::uint32_t v) {
+    if ((n_ & (block - 1)) == 0) blocks_.push_back(std::make_unique_for_overwrite<std::uint32_t[]>(block));
+    blocks_.back()[n_ & (block - 1)] = v;
+    ++n_;
+  }
+  std::uint32_t operator[](std::uint64_t i) const noexcept { return blocks_[i / block][i & (block - 1)]; }
+  std::uint64_t size() const noexcept { return n_; }
+  void clear() noexcept {
+    blocks_.clear();
+    blocks_.shrink_to_fit();
+    n_ = 0;
+  }
+
+ private:
+  static constexpr std::uint64_t block = std::uint64_t{1} << 20;
+  std::vector<std::unique_ptr<std::uint32_t[]>> blocks_;
+  std::uint64_t n_ = 0;
+};
+
 /// A fixed set of worker threads that run f(k) for k in [0, n) together with the calling thread,
 /// claiming indices in increasing order from a shared counter (so each thread sees its indices in
 /// increasing order). One pool per search: threads are started once, not per batch.
@@ -292,7 +318,11 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
   std::vector<std::uint32_t> parent;  // per state id (ids are assigned in BFS order)
   std::vector<Move> via;              // the move from parent
   std::vector<std::uint8_t> goal;
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> edges;  // (from, to), liveness only
+  // Liveness only: the state graph's edges, forward, as compressed rows. States are expanded in id
+  // order (the frontier holds ids in increasing order), so the edges of state s are the targets
+  // out_to[out_start[s] .. out_start[s + 1]): 4 bytes per edge and 8 per state.
+  std::vector<std::uint64_t> out_start;
+  detail::chunked_u32 out_to;
   detail::fingerprint_table by_fingerprint;
   std::unordered_map<W, std::uint32_t> by_state;
 
@@ -462,10 +492,11 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
       for (std::size_t k = 0; k < n; ++k) {
         const std::uint32_t id = frontier.ids[b0 + k];
         if (out[k].succ.empty()) ++res.terminal_states;
+        if (opt.liveness) out_start.push_back(out_to.size());  // == state id's row (ids expand in order)
         for (auto& s : out[k].succ) {
           ++res.transitions;
           const auto [sid, fresh] = opt.exact ? intern(s.key ? *s.key : *s.state, 0) : by_fingerprint.insert(s.fp, std::uint32_t(parent.size()));
-          if (opt.liveness) edges.emplace_back(id, sid);
+          if (opt.liveness) out_to.push_back(sid);
           if (!fresh) continue;
           parent.push_back(id);
           via.push_back(s.move);
@@ -500,17 +531,23 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
                                 std::chrono::duration<double>(clock::now() - t0).count()});
 
   if (opt.liveness) {
-    // Reverse reachability: mark every state from which a goal state is reachable.
+    // Reverse reachability: mark every state from which a goal state is reachable. The reverse
+    // graph is built from the forward rows, which are then freed.
     const std::size_t n = parent.size();
-    std::vector<std::uint32_t> start(n + 1, 0), rev(edges.size());
-    for (const auto& e : edges) ++start[e.second + 1];
+    out_start.push_back(out_to.size());
+    if (out_start.size() != n + 1) throw std::logic_error("check: states were not expanded in id order");
+    std::vector<std::uint64_t> start(n + 1, 0);
+    for (std::uint64_t e = 0; e < out_to.size(); ++e) ++start[out_to[e] + 1];
     for (std::size_t i = 0; i < n; ++i) start[i + 1] += start[i];
+    std::vector<std::uint32_t> rev(out_to.size());
     {
-      std::vector<std::uint32_t> fill(start.begin(), start.end() - 1);
-      for (const auto& e : edges) rev[fill[e.second]++] = e.first;
+      std::vector<std::uint64_t> fill(start.begin(), start.end() - 1);
+      for (std::uint32_t from = 0; from < n; ++from)
+        for (std::uint64_t e = out_start[from]; e < out_start[from + 1]; ++e) rev[fill[out_to[e]]++] = from;
     }
-    edges.clear();
-    edges.shrink_to_fit();
+    out_to.clear();
+    out_start.clear();
+    out_start.shrink_to_fit();
     std::vector<std::uint8_t> reaches(n, 0);
     std::vector<std::uint32_t> work;
     for (std::uint32_t i = 0; i < n; ++i)
@@ -518,7 +555,7 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
     while (!work.empty()) {
       const std::uint32_t s = work.back();
       work.pop_back();
-      for (std::uint32_t k = start[s]; k < start[s + 1]; ++k)
+      for (std::uint64_t k = start[s]; k < start[s + 1]; ++k)
         if (!reaches[rev[k]]) { reaches[rev[k]] = 1; work.push_back(rev[k]); }
     }
     for (std::uint32_t i = 0; i < n; ++i)
