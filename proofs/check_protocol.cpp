@@ -6,6 +6,7 @@
 //       corruptions conflicts log_faults early_deadlines ordered_device=0|1 causal_payloads=0|1 gate=sync|async
 //       membership=0|1 (liveness goal: the world settles, members and roster included; 0: K reached the goal)
 //       mutation=<name> max_states threads (0 = every core; the counts do not depend on it)
+//       compress_frontier=0|1 (default 1: the frontier's encodings kept zstd-compressed in blocks)
 //       symmetry=0|1 (default 1: receivers interchangeable, one state per renaming class; the
 //       verdict does not depend on it, the counts do)
 // Prints one JSON object: bounds, verdict, unique states, transitions, depth, goal and terminal
@@ -99,6 +100,7 @@ int main(int argc, char** argv) {
     else if (k == "membership") b.membership_liveness = n() != 0;
     else if (k == "threads") opt.threads = n();
     else if (k == "symmetry") b.symmetry = n() != 0;
+    else if (k == "compress_frontier") opt.compress_frontier = n() != 0;
     else if (k == "progress") progress_s = std::strtod(v.c_str(), nullptr);
     else if (k == "max_states") opt.max_states = std::strtoull(v.c_str(), nullptr, 10);
     else if (k == "gate") b.gate = v == "async" ? protocol::gate_policy::asynchronous : protocol::gate_policy::synchronous;

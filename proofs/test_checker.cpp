@@ -459,5 +459,44 @@ TEST(Compact, EveryReachableStateRoundTrips) {
     EXPECT_EQ(packed.transitions, live.transitions);
     EXPECT_EQ(packed.depth, live.depth);
     EXPECT_EQ(packed.goal_states, live.goal_states);
+    check_options raw{true, false, 20'000'000, 2, true};
+    raw.compress_frontier = false;
+    const auto uncompressed = check(cluster_world(bb), raw);
+    EXPECT_EQ(packed.states, uncompressed.states);
+    EXPECT_EQ(packed.transitions, uncompressed.transitions);
+    EXPECT_EQ(packed.depth, uncompressed.depth);
+  }
+}
+
+// The compressed frontier (packed_frontier.hpp) gives back every encoding byte for byte, across
+// block boundaries, to readers that each see indices in increasing order, and after its contents
+// are cleared or swapped with another level's (a reader must not serve a block of the old contents).
+TEST(Compact, PackedFrontierReturnsEveryEncoding) {
+  auto encoding = [](std::size_t k, std::size_t round) {
+    std::vector<std::uint8_t> e(1 + (k * 7919 + round) % 900);
+    for (std::size_t i = 0; i < e.size(); ++i) e[i] = std::uint8_t((k * 31 + i * 7 + round) % 5 == 0 ? k + i : 0);
+    return e;
+  };
+  for (bool compress : {true, false}) {
+    proofs::packed_frontier a(compress, 16), b(compress, 16);
+    proofs::packed_frontier::reader r0, r1;
+    for (std::size_t round = 0; round < 3; ++round) {
+      const std::size_t n = 100 + 37 * round;  // not a multiple of the block: the last block is short
+      a.clear();
+      for (std::size_t k = 0; k < n; ++k) {
+        const auto e = encoding(k, round);
+        a.push(e.data(), e.size());
+      }
+      a.seal();
+      ASSERT_EQ(a.size(), n);
+      for (std::size_t k = 0; k < n; ++k) {  // two readers taking turns, as the checker's threads do
+        const auto [p, end] = (k % 2 ? r1 : r0).at(a, k);
+        const auto e = encoding(k, round);
+        ASSERT_EQ(std::size_t(end - p), e.size()) << k;
+        ASSERT_TRUE(std::equal(p, end, e.begin())) << "state " << k << " of round " << round;
+      }
+      std::swap(a, b);  // the next round writes into what was the other level
+    }
+    if (compress) EXPECT_LT(b.bytes_held(), 100u * 450u / 2);  // mostly zeros: it must shrink
   }
 }

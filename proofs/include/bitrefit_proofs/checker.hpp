@@ -38,6 +38,8 @@
 #include <utility>
 #include <vector>
 
+#include "bitrefit_proofs/packed_frontier.hpp"
+
 namespace bitrefit::proofs {
 
 template <class W>
@@ -59,7 +61,7 @@ struct check_progress {
   std::uint64_t states;          // unique states so far
   std::uint64_t transitions;     // moves applied so far
   std::uint64_t frontier;        // states in the next level
-  std::size_t frontier_bytes;    // their encodings (compact frontier), else 0
+  std::size_t frontier_bytes;    // their encodings as held (compact frontier, compressed), else 0
   double seconds;                // since the search began
 };
 
@@ -73,6 +75,8 @@ struct check_options {
   unsigned threads = 0;
   /// Keep the frontier encoded (compact_world only; not with `exact`). Same counts either way.
   bool compact = true;
+  /// Compact frontier: its encodings compressed in blocks (packed_frontier.hpp). Same counts either way.
+  bool compress_frontier = true;
   /// Called after each BFS level (and once before the liveness pass) with what is known so far,
   /// for progress lines on long runs; the callee decides how often to print. Empty: silent.
   std::function<void(const check_progress&)> progress;
@@ -376,32 +380,35 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
   };
 
   // The frontier (this BFS level) and the next one: ids, and the states as live worlds or, compact,
-  // as one byte arena with offsets.
+  // as encodings in compressed blocks (packed_frontier.hpp).
   bool packed = false;
   if constexpr (compact_world<W>) packed = opt.compact && !opt.exact;
   struct level_states {
+    explicit level_states(bool compress) : encoded(compress) {}
     std::vector<std::uint32_t> ids;
     std::vector<W> states;
-    std::vector<std::uint8_t> bytes;
-    std::vector<std::size_t> offsets{0};
+    packed_frontier encoded;
     std::size_t size() const noexcept { return ids.size(); }
     bool empty() const noexcept { return ids.empty(); }
     void clear() {
       ids.clear();
       states.clear();
-      bytes.clear();
-      offsets.assign(1, 0);
+      encoded.clear();
     }
   };
-  level_states frontier, next;
+  level_states frontier(opt.compress_frontier), next(opt.compress_frontier);
   // Either `w` (a live state) or `enc` (its encoding) is given.
+  std::vector<std::uint8_t> initial_bytes;
   auto push_state = [&](level_states& l, std::uint32_t id, W* w, const std::vector<std::uint8_t>* enc) {
     l.ids.push_back(id);
     if constexpr (compact_world<W>) {
       if (packed) {
-        if (enc) l.bytes.insert(l.bytes.end(), enc->begin(), enc->end());
-        else w->encode(l.bytes);
-        l.offsets.push_back(l.bytes.size());
+        if (!enc) {
+          initial_bytes.clear();
+          w->encode(initial_bytes);
+          enc = &initial_bytes;
+        }
+        l.encoded.push(enc->data(), enc->size());
         return;
       }
     }
@@ -409,11 +416,13 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
     l.states.push_back(std::move(*w));
   };
   std::vector<W> scratch(packed ? std::max(1u, threads) : 0u, initial);  // one decoded state per thread
+  std::vector<packed_frontier::reader> readers(std::max(1u, threads));
   std::vector<W> successors(std::max(1u, threads), initial);            // one successor being built per thread
   auto state_at = [&](unsigned t, std::size_t k) -> const W& {
     if constexpr (compact_world<W>) {
       if (packed) {
-        scratch[t].decode(frontier.bytes.data() + frontier.offsets[k], frontier.bytes.data() + frontier.offsets[k + 1]);
+        const auto [p, end] = readers[t].at(frontier.encoded, k);
+        scratch[t].decode(p, end);
         return scratch[t];
       }
     }
@@ -436,6 +445,7 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
       return finish();
     }
     push_state(frontier, 0, &w0, nullptr);
+    frontier.encoded.seal();
   }
   // States per batch: enough to keep every thread busy between two hand-overs, few enough that
   // the successors held between the two phases (full states) stay in cache: measured, 256 states
@@ -518,11 +528,12 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
         }
       }
     }
+    next.encoded.seal();
     frontier.clear();
     std::swap(frontier, next);
     ++level;
     if (opt.progress)
-      opt.progress(check_progress{"search", level, parent.size(), res.transitions, frontier.size(), frontier.bytes.size(),
+      opt.progress(check_progress{"search", level, parent.size(), res.transitions, frontier.size(), frontier.encoded.bytes_held(),
                                   std::chrono::duration<double>(clock::now() - t0).count()});
   }
   for (auto g : goal) res.goal_states += g;
