@@ -82,7 +82,6 @@ struct check_options {
   std::function<void(const check_progress&)> progress;
 };
 
-
 enum class verdict { ok, invariant_violated, end_unreachable, state_limit };
 
 constexpr const char* to_string(verdict v) noexcept {
