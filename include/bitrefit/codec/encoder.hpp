@@ -484,8 +484,11 @@ class chunk_encoder {
                                ranks_.span().subspan(at, c), totals);
         vals_.append({slice_new_.data(), c * E});
         old_vals_.resize_uninit((at + c) * E);
+        // plain pointers: through the members, each byte store could alias them (no vectorising)
         std::byte* o = old_vals_.data() + at * E;
-        for (std::size_t k = 0; k < c * E; ++k) o[k] = slice_xor_[k] ^ slice_new_[k];
+        const std::byte* x = slice_xor_.data();
+        const std::byte* nw = slice_new_.data();
+        for (std::size_t k = 0; k < c * E; ++k) o[k] = x[k] ^ nw[k];
       } else {
         vals_.append({(mode == value_mode::xor_mask ? slice_xor_ : slice_new_).data(), c * E});
       }
