@@ -152,4 +152,37 @@ void check_change_set_chain(S s, S restarted, int versions) {
 }
 
 
+/// ChangeSetStore law 6: load_changes(b, t) is the saved change set exactly while t is held as a
+/// delta on b's current image (on a full image and on a delta), and applies to load(b) to give
+/// load(t); nullopt for another base, an absent version, a full image of t, and a replaced base.
+template <class S>
+void check_load_changes(S s, S restarted) {
+  image_model m;
+  auto width = [&](const std::string& n) { return m.width(n); };
+  const baseline_image a = m.initial(), b = m.step(a), c = m.step(b);
+  const change_set ab = diff_images(a, b, width), bc = diff_images(b, c, width);
+  s.save(0, a);
+  s.save_changes(0, 1, ab);
+  s.save_changes(1, 2, bc);
+  auto got = restarted.load_changes(0, 1);
+  ASSERT_TRUE(got) << "a delta on a full image";
+  EXPECT_EQ(*got, ab);
+  got = restarted.load_changes(1, 2);
+  ASSERT_TRUE(got) << "a delta on a delta";
+  EXPECT_EQ(*got, bc);
+  auto img = restarted.load(1);
+  ASSERT_TRUE(img);
+  apply_changes(*img, *got);
+  EXPECT_TRUE(same_bits(img, c));
+  EXPECT_FALSE(restarted.load_changes(0, 2)) << "another base";
+  EXPECT_FALSE(restarted.load_changes(2, 3)) << "absent";
+  s.save(2, c);
+  EXPECT_FALSE(restarted.load_changes(1, 2)) << "a full image of the target";
+  s.save_changes(1, 2, bc);
+  EXPECT_TRUE(restarted.load_changes(1, 2));
+  s.save(1, m.step(a));  // version 1 replaced by other bits: delta 2 was built on the old ones
+  EXPECT_FALSE(restarted.load_changes(1, 2)) << "a replaced base (law 5)";
+  EXPECT_FALSE(restarted.load(2));
+}
+
 }  // namespace bitrefit::durability::laws

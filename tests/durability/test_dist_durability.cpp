@@ -231,6 +231,11 @@ TEST_F(S3Baselines, LawsAndChainsAsTheFilesystemStore) {
   EXPECT_FALSE(s3_baseline_store(b, {.key_prefix = "owner-1", .max_chain = 16}).load(11));
 }
 
+TEST_F(S3Baselines, LoadChangesIsTheStoredChangeSet) {
+  auto b = bucket();
+  check_load_changes(s3_baseline_store(b, {.key_prefix = "changes", .max_chain = 16}), s3_baseline_store(b, {.key_prefix = "changes", .max_chain = 16}));
+}
+
 TEST_F(S3Baselines, SameBytesAsTheFilesystemStore) {
   // One format: an image saved to S3 is byte for byte the file the filesystem store writes.
   auto b = bucket();

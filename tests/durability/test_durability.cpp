@@ -300,6 +300,20 @@ TEST(BaselineStore, FilesystemChangeSetChainFoldsEveryMaxChainVersions) {
   fs::remove_all(dir);
 }
 
+TEST(BaselineStore, FilesystemLoadChangesIsTheStoredChangeSet) {
+  auto dir = fresh_dir("changes");
+  check_load_changes(filesystem_baseline_store(dir), filesystem_baseline_store(dir));
+  // a damaged delta is no change set, and says why
+  filesystem_baseline_store s(dir);
+  const auto p = s.delta_path(2);
+  ASSERT_TRUE(fs::exists(p));
+  fs::resize_file(p, fs::file_size(p) - 3);
+  EXPECT_FALSE(s.load_changes(1, 2));
+  ASSERT_TRUE(s.last_error());
+  EXPECT_EQ(s.last_error()->code(), errc::integrity);
+  fs::remove_all(dir);
+}
+
 TEST(BaselineStore, FilesystemDeltaIsSmallerThanTheImage) {
   auto dir = fresh_dir("small");
   image_model m;

@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "bitrefit/durability/filesystem.hpp"
 #include "bitrefit/durability/memory.hpp"
 #include "bitrefit/layout/canonical_store.hpp"
 #include "bitrefit/refit/receiver.hpp"
@@ -505,6 +506,103 @@ TEST(OwnerShard, FrozenChangeSetActsAsTheDenseTarget) {
   EXPECT_EQ(shard.baseline(), dense);
   shard.advance();  // idempotent
   EXPECT_EQ(shard.baseline(), dense);
+}
+
+namespace {
+/// A store that counts the images it hands out per version (test policy over any store): a
+/// restarted owner must not build its frozen target's image when the store keeps the change set.
+template <class S>
+struct counting_store {
+  S inner;
+  std::map<version_t, int> image_loads;
+  void save(version_t v, const durability::baseline_image& img) { inner.save(v, img); }
+  void save_changes(version_t b, version_t t, const durability::change_set& cs) { inner.save_changes(b, t, cs); }
+  std::optional<durability::baseline_image> load(version_t v) {
+    ++image_loads[v];
+    return inner.load(v);
+  }
+  void retain_only(version_t v) { inner.retain_only(v); }
+  std::optional<durability::change_set> load_changes(version_t b, version_t t)
+    requires durability::ChangeSetStore<S>
+  {
+    return inner.load_changes(b, t);
+  }
+};
+static_assert(durability::ChangeSetStore<counting_store<durability::filesystem_baseline_store>>);
+static_assert(!durability::ChangeSetStore<counting_store<durability::memory_baseline_store>>);
+}  // namespace
+
+// Issue 18 item 4: a restarted owner recovers its frozen target from the stored change set
+// (durability law 6), holding O(changes), never a second image of its tensors; from a store that
+// keeps images only, from the image. Either way the same frozen set and identity, every dtype.
+TEST(OwnerShard, RestartedOwnerLoadsItsFrozenTargetAsTheStoredChangeSet) {
+  truth_model truth;
+  truth.m = model_manifest({{"model.big", dtype::BF16, {30, 1000}},
+                            {"model.norm.bias", dtype::F32, {4000}},
+                            {"model.steps", dtype::I64, {16}},
+                            {"model.fp8.weight", dtype::F8_E4M3, {7000}},
+                            {"model.wide", dtype::F64, {2000}},
+                            {"model.empty", dtype::BF16, {0, 4}}});
+  truth.bits.clear();
+  for (auto& t : truth.m.tensors()) {
+    auto& b = truth.bits[t.name];
+    b.resize(t.bytes());
+    for (auto& x : b) x = static_cast<std::byte>(truth.rng());
+  }
+  refit::owner_shard shard(truth.m, 0, 1, 1 << 16);
+  shard.load_baseline(truth.source());
+  const durability::baseline_image base = shard.baseline();
+  truth.step();
+  ASSERT_GT(shard.freeze(truth.source()), 100u);
+  const auto dir = std::filesystem::temp_directory_path() / ("bitrefit-test-frozen-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  auto restart = [&](auto& store) {
+    store.save(4, base);
+    store.save_changes(4, 5, shard.changes());
+    auto b = store.load(4);
+    refit::owner_shard again(truth.m, 0, 1, 1 << 16);
+    EXPECT_TRUE(b && again.load_baseline(*b));
+    EXPECT_TRUE(refit::load_frozen_target(store, again, 4, 5));
+    EXPECT_EQ(again.changes(), shard.changes());
+    EXPECT_EQ(refit::frozen_identity(again), refit::frozen_identity(shard));
+    EXPECT_EQ(again.frozen_image(), shard.frozen_image());
+    return store.image_loads[5];
+  };
+  counting_store<durability::filesystem_baseline_store> fs_store{durability::filesystem_baseline_store(dir), {}};
+  EXPECT_EQ(restart(fs_store), 0) << "the target's image was built although the store holds its change set";
+  counting_store<durability::memory_baseline_store> mem_store{durability::memory_baseline_store(), {}};
+  EXPECT_EQ(restart(mem_store), 1);
+  // a change set that does not fit the owned tensors is refused, and the image path decides
+  refit::owner_shard again(truth.m, 0, 1, 1 << 16);
+  ASSERT_TRUE(again.load_baseline(base));
+  auto cs = shard.changes();
+  auto wrong_width = cs;
+  wrong_width.begin()->second.element_size *= 2, wrong_width.begin()->second.elements /= 2;
+  wrong_width.begin()->second.positions.resize(wrong_width.begin()->second.values.size() / wrong_width.begin()->second.element_size);
+  for (std::size_t k = 0; k < wrong_width.begin()->second.positions.size(); ++k) wrong_width.begin()->second.positions[k] = k;
+  EXPECT_FALSE(again.load_frozen(wrong_width));
+  auto foreign = cs;
+  foreign["not.owned"] = cs.begin()->second;
+  EXPECT_FALSE(again.load_frozen(foreign));
+  // entries with the base's own bits are no change: dropped, as the image form would never list them
+  auto padded = cs;
+  auto& [name, c] = *padded.begin();
+  const std::size_t E = c.element_size;
+  std::vector<std::uint64_t> pos;
+  std::vector<std::byte> val;
+  std::size_t k = 0;
+  for (std::uint64_t p = 0; p < c.elements; ++p) {
+    if (k < c.positions.size() && c.positions[k] == p) {
+      pos.push_back(p), val.insert(val.end(), c.values.begin() + k * E, c.values.begin() + (k + 1) * E), ++k;
+    } else if (p % 7 == 0) {
+      pos.push_back(p), val.insert(val.end(), base.at(name).begin() + p * E, base.at(name).begin() + (p + 1) * E);
+    }
+  }
+  ASSERT_GT(pos.size(), c.positions.size());
+  c.positions = pos, c.values = val;
+  ASSERT_TRUE(again.load_frozen(padded));
+  EXPECT_EQ(again.changes(), shard.changes());
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ReceiverStore, CorruptOrForeignFramesAreRefusedWithNothingApplied) {

@@ -239,10 +239,12 @@ inline delta_file delta_head(std::vector<std::byte> d, version_t t, const std::s
   return f;
 }
 
-/// img := img + the delta's change set, decoded and applied in one pass (no change_set is built:
-/// a chain load touches each change once). Every position is range-checked before its write; on
-/// a throw `img` is a scratch copy the caller discards.
-inline void apply_delta(baseline_image& img, const delta_file& f) {
+/// Walks a verified delta's records, checking everything the file alone can tell: per tensor
+/// on_tensor(name, E, elements, count) once, then on_change(x, value bytes) for each change in
+/// position order, after x is checked to be strictly increasing and below `elements`. Any record
+/// that does not fit is errc::integrity naming the file (errc::format for trailing bytes).
+template <class OnTensor, class OnChange>
+void walk_delta(const delta_file& f, OnTensor&& on_tensor, OnChange&& on_change) {
   const auto& p = f.file;
   byte_reader r{f.body, delta_head_size, p};
   std::set<std::string, std::less<>> seen;
@@ -253,24 +255,60 @@ inline void apply_delta(baseline_image& img, const delta_file& f) {
     if (E == 0 || E > 8 || count > elements || count > pos_bytes)
       throw error(errc::integrity, "delta: implausible element size or count", {.file = p, .tensor = name, .field = "elements"});
     if (!seen.insert(name).second) throw error(errc::integrity, "delta: tensor listed twice", {.file = p, .tensor = name, .field = {}});
-    auto it = img.find(name);
-    // No product of two file fields is ever formed (elements * E could wrap to the image's size):
-    // the image's size is divided instead, so every later x * E stays below it.
-    if (it == img.end() || it->second.size() % E != 0 || elements != it->second.size() / E)
-      throw error(errc::integrity, "delta names a tensor the base image does not hold, or of another size", {.file = p, .tensor = name, .field = "elements"});
+    on_tensor(name, E, elements, count);
     byte_reader pr{r.take(pos_bytes), 0, p};
     const std::byte* val = r.take(count * E).data();
-    std::byte* dst = it->second.data();
     std::uint64_t next = 0;
     for (std::uint64_t k = 0; k < count; ++k, val += E) {
       const std::uint64_t x = next + pr.leb128();
       if (x < next || x >= elements) throw error(errc::integrity, "delta: position outside the tensor", {.file = p, .tensor = name, .field = "positions"});
-      std::memcpy(dst + x * E, val, E);
+      on_change(x, val);
       next = x + 1;
     }
     if (pr.at != pos_bytes) throw error(errc::integrity, "delta: stray bytes after the positions", {.file = p, .tensor = name, .field = "positions"});
   }
   if (r.at != f.body.size()) throw error(errc::format, "trailing bytes after the last tensor", {.file = p, .tensor = {}, .field = {}});
+}
+
+/// img := img + the delta's change set, decoded and applied in one pass (no change_set is built:
+/// a chain load touches each change once). Every position is range-checked before its write; on
+/// a throw `img` is a scratch copy the caller discards.
+inline void apply_delta(baseline_image& img, const delta_file& f) {
+  std::byte* dst = nullptr;
+  std::size_t E = 0;
+  walk_delta(
+      f,
+      [&](const std::string& name, std::uint64_t e, std::uint64_t elements, std::uint64_t) {
+        auto it = img.find(name);
+        // No product of two file fields is ever formed (elements * E could wrap to the image's
+        // size): the image's size is divided instead, so every later x * E stays below it.
+        if (it == img.end() || it->second.size() % e != 0 || elements != it->second.size() / e)
+          throw error(errc::integrity, "delta names a tensor the base image does not hold, or of another size", {.file = f.file, .tensor = name, .field = "elements"});
+        dst = it->second.data(), E = static_cast<std::size_t>(e);
+      },
+      [&](std::uint64_t x, const std::byte* val) { std::memcpy(dst + x * E, val, E); });
+}
+
+/// The delta's change set itself (for a reader that keeps changes, not images: a restarted
+/// owner's frozen target). Shapes are the file's; whether they fit an image is the caller's check.
+inline change_set delta_change_set(const delta_file& f) {
+  change_set cs;
+  tensor_changes* cur = nullptr;
+  walk_delta(
+      f,
+      [&](const std::string& name, std::uint64_t E, std::uint64_t elements, std::uint64_t count) {
+        cur = &cs[name];
+        cur->element_size = static_cast<std::uint32_t>(E);
+        cur->elements = elements;
+        cur->positions.reserve(count);  // count <= the file's position bytes: bounded by the file
+        cur->values.reserve(count * E);
+      },
+      [&](std::uint64_t x, const std::byte* val) {
+        cur->positions.push_back(x);
+        cur->values.insert(cur->values.end(), val, val + cur->element_size);
+      });
+  std::erase_if(cs, [](const auto& kv) { return kv.second.positions.empty(); });
+  return cs;
 }
 
 // ---- the chain walk, over any BaselineFiles -------------------------------------------------------
@@ -331,6 +369,22 @@ baseline_image load_chain(F& f, version_t v) {
     throw error(errc::mismatch, "the base image (version " + std::to_string(cur) + ") this delta was written against is gone or was replaced",
                 {.file = chain.back().file, .tensor = {}, .field = "base"});
   }
+}
+
+/// The change set of t against b, read from t's delta alone, when load_chain(t) would be
+/// exactly load_chain(b) + that delta: t has no full image, its delta's base is b, and its link is
+/// the digest of a file that holds b's image now (law 5). nullopt otherwise (the caller loads the
+/// image, which names any loss). Throws like load_chain when the delta itself does not verify.
+/// Cost: the delta's bytes and the change set; no image is built.
+template <BaselineFiles F>
+std::optional<change_set> delta_changes(F& f, version_t b, version_t t) {
+  const std::string delta = delta_name(t);
+  if (f.digest_of(full_name(t)) || !f.digest_of(delta)) return std::nullopt;
+  const delta_file d = delta_head(detail::read_verified(f, delta), t, f.where(delta));
+  if (d.base != b) return std::nullopt;
+  const auto full_b = f.digest_of(full_name(b)), delta_b = f.digest_of(delta_name(b));
+  if (!(full_b && *full_b == d.link) && !(delta_b && *delta_b == d.link)) return std::nullopt;
+  return delta_change_set(d);
 }
 
 /// The file names load_chain(v) would read (headers of deltas only; nothing is verified here beyond

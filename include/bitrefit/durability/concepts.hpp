@@ -37,6 +37,13 @@
 //     point leaves load(t) returning the replaced bits or a mix.
 //  5. A change set is bound to the very image it was computed against: if b's image is replaced or
 //     damaged afterwards, load(t) reports loss (nullopt) rather than applying cs to other bits.
+//
+// ChangeSetStore (a DeltaBaselineStore that also hands a stored change set back as it is, so a
+// restarted owner recovers its frozen target in memory O(changes), never as a second image):
+//  6. load_changes(b, t) returns cs only if load(t) == apply_changes(load(b), cs) with both loads
+//     as they would return now; nullopt whenever the store cannot vouch for that cheaply (t held
+//     as a full image, absent, a delta on another base or on bits that are gone, or damaged). A
+//     nullopt is not loss: the caller then loads the image, and that load names any loss.
 #pragma once
 
 #include <concepts>
@@ -68,6 +75,11 @@ concept BaselineStore = requires(S& s, version_t v, const baseline_image& img) {
 template <class S>
 concept DeltaBaselineStore = BaselineStore<S> && requires(S& s, version_t v, const change_set& cs) {
   { s.save_changes(v, v, cs) } -> std::same_as<void>;
+};
+
+template <class S>
+concept ChangeSetStore = DeltaBaselineStore<S> && requires(S& s, version_t v) {
+  { s.load_changes(v, v) } -> std::same_as<std::optional<change_set>>;
 };
 
 /// Where a store keeps the files of baseline_format.hpp (a directory, a bucket prefix), as the

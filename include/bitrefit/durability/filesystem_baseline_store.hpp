@@ -108,6 +108,20 @@ class basic_filesystem_baseline_store {
     }
   }
 
+  /// Law 6: t's change set against b, read from delta-v<t>.bin alone, when that delta is linked
+  /// to the file holding b's image now; else nullopt (last_error() says why when a file on the way
+  /// does not verify). Cost: the delta's bytes.
+  std::optional<change_set> load_changes(version_t b, version_t t) {
+    last_error_.reset();
+    try {
+      files f{dir_};
+      return baseline_format::delta_changes(f, b, t);
+    } catch (const error& e) {
+      last_error_ = e;
+      return std::nullopt;
+    }
+  }
+
   /// Same, but throws the reason: errc::integrity (a file's digest does not match: torn or corrupt;
   /// or a record whose count, position or length does not fit the image or the file), errc::format
   /// (a verified file of another kind or version), errc::mismatch (absent, or a delta whose base
@@ -215,6 +229,6 @@ class basic_filesystem_baseline_store {
 
 /// The shipped baseline store: no crash points.
 using filesystem_baseline_store = basic_filesystem_baseline_store<>;
-static_assert(DeltaBaselineStore<filesystem_baseline_store>);
+static_assert(ChangeSetStore<filesystem_baseline_store>);
 
 }  // namespace bitrefit::durability

@@ -83,6 +83,22 @@ class s3_baseline_store {
     return baseline_format::load_chain(f, v);
   }
 
+  /// Law 6: t's change set against b, read from delta-v<t>.bin alone, when that delta is linked
+  /// to the object holding b's image now; else nullopt (last_error() says why when an object on
+  /// the way does not verify). Network failures are thrown, as by load.
+  std::optional<change_set> load_changes(version_t b, version_t t) {
+    last_error_.reset();
+    try {
+      files f{*this, listing()};
+      return baseline_format::delta_changes(f, b, t);
+    } catch (const transport::s3_error&) {
+      throw;
+    } catch (const error& e) {
+      last_error_ = e;
+      return std::nullopt;
+    }
+  }
+
   /// Law 3: keeps v's chain (folded into a full image when due), deletes every other image and
   /// aborts incomplete uploads under the prefix.
   void retain_only(version_t v) {
@@ -162,6 +178,6 @@ class s3_baseline_store {
   std::optional<error> last_error_;
 };
 
-static_assert(DeltaBaselineStore<s3_baseline_store>);
+static_assert(ChangeSetStore<s3_baseline_store>);
 
 }  // namespace bitrefit::durability

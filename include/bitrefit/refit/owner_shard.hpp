@@ -146,6 +146,40 @@ class owner_shard {
     return true;
   }
 
+  /// Same, from the durable change set itself (durability::ChangeSetStore::load_changes): no image
+  /// of the target is built. Entries whose bits equal B^v's are dropped, so the frozen set is
+  /// exactly the one the image form yields. False when `cs` does not fit the owned tensors (a
+  /// tensor not owned, another size, positions not strictly increasing in range).
+  bool load_frozen(durability::change_set cs) {
+    try {
+      durability::check_fits(baseline_, cs);  // B^v holds the owned tensors only
+    } catch (const error&) {
+      return false;
+    }
+    for (auto* t : owned_)  // same bytes, other element width: not this tensor's change set
+      if (auto it = cs.find(t->name); it != cs.end() && it->second.element_size != element_size(t->type)) return false;
+    for (auto& [name, c] : cs) {
+      const std::byte* base = baseline_.at(name).data();
+      const std::size_t E = c.element_size;
+      std::size_t kept = 0;
+      for (std::size_t k = 0; k < c.positions.size(); ++k) {
+        const std::byte* v = c.values.data() + k * E;
+        if (std::memcmp(base + c.positions[k] * E, v, E) == 0) continue;
+        c.positions[kept] = c.positions[k];
+        std::memmove(c.values.data() + kept * E, v, E);
+        ++kept;
+      }
+      c.positions.resize(kept);
+      c.values.resize(kept * E);
+      c.positions.shrink_to_fit();
+      c.values.shrink_to_fit();
+    }
+    std::erase_if(cs, [](const auto& kv) { return kv.second.positions.empty(); });
+    changes_ = std::move(cs);
+    frozen_ = true;
+    return true;
+  }
+
   /// Freezes the transition's target as its change set against B^v: `src` finds, per owned
   /// tensor, the elements whose bits differ and their new bits (a projection's changes()).
   /// @pre no transition is frozen (or it is being replaced by the same target after an owner restart).

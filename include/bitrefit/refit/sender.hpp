@@ -342,8 +342,7 @@ class sender {
     if (!base || !o.shard.load_baseline(*base)) throw lost(o.sm.baseline.version, "baseline");
     o.frozen_version = o.persisted = 0;
     if (o.sm.frozen_target) {
-      auto frozen = o.store.load(*o.sm.frozen_target);
-      if (!frozen || !o.shard.load_frozen(*frozen)) throw lost(*o.sm.frozen_target, "frozen target");
+      if (!load_frozen_target(o.store, o.shard, o.sm.baseline.version, *o.sm.frozen_target)) throw lost(*o.sm.frozen_target, "frozen target");
       o.frozen_version = o.persisted = *o.sm.frozen_target;
     }
   }

@@ -58,6 +58,19 @@ inline digest128 frozen_identity(const owner_shard& shard) {
   return h.digest();
 }
 
+/// Loads the frozen target of `target` (a transition from `base`, whose image `shard` already
+/// holds as B^v) from the owner's store: from the stored change set itself where the store keeps
+/// one (durability::ChangeSetStore, law 6: memory O(changes)), else from the target's image (a
+/// transient full copy). False when the store holds no usable image of the target.
+template <durability::BaselineStore B>
+bool load_frozen_target(B& store, owner_shard& shard, version_t base, version_t target) {
+  if constexpr (durability::ChangeSetStore<B>) {
+    if (auto cs = store.load_changes(base, target); cs && shard.load_frozen(std::move(*cs))) return true;
+  }
+  const auto img = store.load(target);
+  return img && shard.load_frozen(*img);
+}
+
 /// The frozen target a restarted owner finds in its baseline store for the transition the log's
 /// prepare record says was in flight (not aborted, K.v -> K.v+1), loaded into `shard` (whose
 /// baseline must already be B^{K.v}). nullopt when there is no such transition or the store no
@@ -69,8 +82,7 @@ template <durability::BaselineStore B>
 std::optional<protocol::owner::durable_frozen> recover_frozen(B& store, owner_shard& shard, const protocol::log_snapshot& snap) {
   const auto& p = snap.prepared;
   if (!p || p->aborted || p->base != snap.record || p->target != snap.record.version + 1) return std::nullopt;
-  const auto img = store.load(p->target);
-  if (!img || !shard.load_frozen(*img)) return std::nullopt;
+  if (!load_frozen_target(store, shard, p->base.version, p->target)) return std::nullopt;
   return protocol::owner::durable_frozen{p->target, frozen_identity(shard), attempt_id{}};
 }
 
