@@ -495,6 +495,14 @@ TEST(BaselineStore, FilesystemDeltaRecordsOutsideTheImageAreRefusedByName) {
     ASSERT_TRUE(s.last_error()) << what;
     EXPECT_EQ(s.last_error()->code(), errc::integrity) << what << ": " << s.last_error()->what();
     EXPECT_EQ(s.last_error()->where().file, s.delta_path(2).string()) << what;
+    // the change-set reader (law 6) walks the same records: refused by the walk (nothing sized by
+    // a claim), or a set that does not fit the base image, which check_fits refuses
+    if (auto cs = s.load_changes(1, 2)) {
+      EXPECT_THROW(check_fits(img, *cs), error) << what;
+    } else {
+      ASSERT_TRUE(s.last_error()) << what;
+      EXPECT_EQ(s.last_error()->code(), errc::integrity) << what << ": " << s.last_error()->what();
+    }
     EXPECT_EQ(*s.load(1), img) << what;
   };
   for (const char* name : {"crash-baseline_delta_oob", "crash-baseline_delta_use_after_free"}) {
@@ -518,5 +526,14 @@ TEST(BaselineStore, FilesystemDeltaRecordsOutsideTheImageAreRefusedByName) {
   w.bytes(pos.out.data(), pos.out.size());
   w.bytes("\xAA\xAA\xAA\xAA\xAA\xAA\xAA\xAA", 8);
   expect_refused(w.out, "elements x element size wrapping to the image's size");
+  // constructed: a record claiming 2^40 changes of 8 bytes behind 2^40 position bytes, in a file of
+  // a few dozen bytes (a reader that reserved by the claim would ask for 16 TiB)
+  fuzz::byte_writer big;
+  big.bytes("BRDELT01", 8);
+  for (std::uint64_t v : {std::uint64_t{2}, std::uint64_t{1}, link, std::uint64_t{1}, std::uint64_t{1}}) big.u64(v);
+  big.bytes("a", 1);
+  for (std::uint64_t v : {std::uint64_t{8}, std::uint64_t{1} << 41, std::uint64_t{1} << 40, std::uint64_t{1} << 40}) big.u64(v);
+  big.bytes("\x01\x01\x01\x01", 4);
+  expect_refused(big.out, "a change count far beyond the file");
   fs::remove_all(dir);
 }

@@ -255,6 +255,11 @@ void walk_delta(const delta_file& f, OnTensor&& on_tensor, OnChange&& on_change)
     if (E == 0 || E > 8 || count > elements || count > pos_bytes)
       throw error(errc::integrity, "delta: implausible element size or count", {.file = p, .tensor = name, .field = "elements"});
     if (!seen.insert(name).second) throw error(errc::integrity, "delta: tensor listed twice", {.file = p, .tensor = name, .field = {}});
+    // the record's positions and values lie inside the file: what on_tensor sizes by `count` is
+    // bounded by the file's bytes, whatever the fields claim
+    r.need(pos_bytes);
+    if (count > (r.d.size() - r.at - pos_bytes) / E)
+      throw error(errc::integrity, "delta: record runs past the end of the file", {.file = p, .tensor = name, .field = "count"});
     on_tensor(name, E, elements, count);
     byte_reader pr{r.take(pos_bytes), 0, p};
     const std::byte* val = r.take(count * E).data();
@@ -375,6 +380,8 @@ baseline_image load_chain(F& f, version_t v) {
 /// exactly load_chain(b) + that delta: t has no full image, its delta's base is b, and its link is
 /// the digest of a file that holds b's image now (law 5). nullopt otherwise (the caller loads the
 /// image, which names any loss). Throws like load_chain when the delta itself does not verify.
+/// Whether the set fits b's image (tensors, sizes) is the caller's check_fits: load_chain would
+/// refuse a delta that does not.
 /// Cost: the delta's bytes and the change set; no image is built.
 template <BaselineFiles F>
 std::optional<change_set> delta_changes(F& f, version_t b, version_t t) {

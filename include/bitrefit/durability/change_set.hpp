@@ -84,7 +84,9 @@ inline void check_fits(const baseline_image& img, const change_set& cs, const st
     auto it = img.find(name);
     if (it == img.end())
       throw error(errc::mismatch, "change set names a tensor the base image does not hold", {.file = file, .tensor = name, .field = {}});
-    if (c.element_size == 0 || it->second.size() != c.elements * c.element_size)
+    // never the product elements * element_size: from a file, the two can wrap to the image's size
+    // (2^61 + 8 elements of 8 bytes "are" 64 bytes); the image's size is divided instead
+    if (c.element_size == 0 || it->second.size() % c.element_size != 0 || c.elements != it->second.size() / c.element_size)
       throw error(errc::mismatch, "change set: tensor size differs from the base image", {.file = file, .tensor = name, .field = "elements"});
     if (c.values.size() != c.positions.size() * c.element_size)
       throw error(errc::mismatch, "change set: value bytes do not match the position count", {.file = file, .tensor = name, .field = "values"});

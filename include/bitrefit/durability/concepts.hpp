@@ -40,10 +40,12 @@
 //
 // ChangeSetStore (a DeltaBaselineStore that also hands a stored change set back as it is, so a
 // restarted owner recovers its frozen target in memory O(changes), never as a second image):
-//  6. load_changes(b, t) returns cs only if load(t) == apply_changes(load(b), cs) with both loads
-//     as they would return now; nullopt whenever the store cannot vouch for that cheaply (t held
-//     as a full image, absent, a delta on another base or on bits that are gone, or damaged). A
-//     nullopt is not loss: the caller then loads the image, and that load names any loss.
+//  6. load_changes(b, t) returns the change set t is stored as, against the image load(b) returns
+//     now, or nullopt (t held as a full image, absent, a delta on another base or on bits that are
+//     gone, or damaged). A returned cs is read from the delta alone, so the caller checks that it
+//     fits load(b) (check_fits): if it does, load(t) == apply_changes(load(b), cs); if it does not,
+//     load(t) reports loss. A nullopt is not loss: the caller then loads the image, and that load
+//     names any loss.
 #pragma once
 
 #include <concepts>
