@@ -48,6 +48,24 @@ void operator delete(void* p) noexcept { metered_delete(p); }
 void operator delete[](void* p) noexcept { metered_delete(p); }
 void operator delete(void* p, std::size_t) noexcept { metered_delete(p); }
 void operator delete[](void* p, std::size_t) noexcept { metered_delete(p); }
+// the nothrow forms too (std::get_temporary_buffer, e.g. under stable_sort, allocates with them and
+// frees with the plain delete above; under ASan they would otherwise be the sanitizer's own)
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return metered_new(n);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return metered_new(n);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept { metered_delete(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { metered_delete(p); }
 
 namespace {
 

@@ -321,7 +321,8 @@ class conditioned_encoder {
     unsigned used = 0;
     for (unsigned k = 0; k < K; ++k)
       if (count[k]) order[used++] = k;
-    std::stable_sort(order.begin(), order.begin() + used, [&](unsigned a, unsigned b) { return count[a] > count[b]; });
+    // largest first, ties by class (std::sort with a total order: no temporary buffer, unlike stable_sort)
+    std::sort(order.begin(), order.begin() + used, [&](unsigned a, unsigned b) { return count[a] != count[b] ? count[a] > count[b] : a < b; });
     std::array<std::array<unsigned, max_base_classes>, 2> queue{};
     std::array<unsigned, 2> queued{};
     std::array<std::uint64_t, 2> load{};
