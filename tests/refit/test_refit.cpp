@@ -430,14 +430,15 @@ TEST(TraceCheck, ARealRunIsAcceptedAndAnyAlteredRemovedOrReorderedActionIsReject
 // chunk's frame, a restarted owner's reload, and B := frozen — equals the same computed from the
 // dense target. Tensors span many 64 KiB blocks/leaves; every dtype, with -0.0, NaN payloads,
 // infinities and subnormals among the changes.
-TEST(OwnerShard, FrozenChangeSetActsAsTheDenseTarget) {
-  truth_model truth;
-  truth.m = model_manifest({{"model.big", dtype::BF16, {300, 1000}},
-                            {"model.norm.bias", dtype::F32, {40000}},
+namespace {
+/// A truth model over every checkpoint dtype, `scale` elements per unit of size, random bits.
+void every_dtype_model(truth_model& truth, std::uint64_t scale) {
+  truth.m = model_manifest({{"model.big", dtype::BF16, {3 * scale, 1000}},
+                            {"model.norm.bias", dtype::F32, {400 * scale}},
                             {"model.steps", dtype::I64, {16}},
-                            {"model.fp8.weight", dtype::F8_E4M3, {70000}},
+                            {"model.fp8.weight", dtype::F8_E4M3, {700 * scale}},
                             {"model.half", dtype::F16, {77}},
-                            {"model.wide", dtype::F64, {20000}},
+                            {"model.wide", dtype::F64, {200 * scale}},
                             {"model.empty", dtype::BF16, {0, 4}}});
   truth.bits.clear();
   for (auto& t : truth.m.tensors()) {
@@ -445,6 +446,12 @@ TEST(OwnerShard, FrozenChangeSetActsAsTheDenseTarget) {
     b.resize(t.bytes());
     for (auto& x : b) x = static_cast<std::byte>(truth.rng());
   }
+}
+}  // namespace
+
+TEST(OwnerShard, FrozenChangeSetActsAsTheDenseTarget) {
+  truth_model truth;
+  every_dtype_model(truth, 100);
   refit::owner_shard shard(truth.m, 0, 1, 1 << 16);
   shard.load_baseline(truth.source());
   const durability::baseline_image base = shard.baseline();
@@ -537,18 +544,7 @@ static_assert(!durability::ChangeSetStore<counting_store<durability::memory_base
 // keeps images only, from the image. Either way the same frozen set and identity, every dtype.
 TEST(OwnerShard, RestartedOwnerLoadsItsFrozenTargetAsTheStoredChangeSet) {
   truth_model truth;
-  truth.m = model_manifest({{"model.big", dtype::BF16, {30, 1000}},
-                            {"model.norm.bias", dtype::F32, {4000}},
-                            {"model.steps", dtype::I64, {16}},
-                            {"model.fp8.weight", dtype::F8_E4M3, {7000}},
-                            {"model.wide", dtype::F64, {2000}},
-                            {"model.empty", dtype::BF16, {0, 4}}});
-  truth.bits.clear();
-  for (auto& t : truth.m.tensors()) {
-    auto& b = truth.bits[t.name];
-    b.resize(t.bytes());
-    for (auto& x : b) x = static_cast<std::byte>(truth.rng());
-  }
+  every_dtype_model(truth, 10);
   refit::owner_shard shard(truth.m, 0, 1, 1 << 16);
   shard.load_baseline(truth.source());
   const durability::baseline_image base = shard.baseline();
