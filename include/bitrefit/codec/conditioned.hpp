@@ -341,9 +341,15 @@ class conditioned_encoder {
       ln.gw = gap_enc_[k].begin(gap_puts(k, shift[k]));
       ln.vw = val_enc_[k].begin(value_puts(k, VA, element_bits));
     };
-    auto finish = [&](lane& ln) { gs[ln.k] = gap_enc_[ln.k].finish(ln.gw), vs[ln.k] = val_enc_[ln.k].finish(ln.vw); };
     std::array<lane, 2> lanes;
     std::array<bool, 2> busy{};
+    // lane l's class is coded: its streams are done; the lane takes its next class or goes idle
+    auto advance = [&](unsigned l) {
+      lane& ln = lanes[l];
+      gs[ln.k] = gap_enc_[ln.k].finish(ln.gw), vs[ln.k] = val_enc_[ln.k].finish(ln.vw);
+      if (ln.next < queued[l]) start(ln, l);
+      else busy[l] = false;
+    };
     for (unsigned l = 0; l < 2; ++l)
       if (queued[l]) start(lanes[l], l), busy[l] = true;
     // both lanes busy: interleaved steps; a lane whose class ends moves to its next class
@@ -353,20 +359,14 @@ class conditioned_encoder {
       for (; n > 0; --n) step<Packed>(a, gaps, vcode, vextra), step<Packed>(b, gaps, vcode, vextra);
       lanes[0] = a, lanes[1] = b;
       for (unsigned l = 0; l < 2; ++l)
-        if (lanes[l].j == lanes[l].stop) {
-          finish(lanes[l]);
-          if (lanes[l].next < queued[l]) start(lanes[l], l);
-          else busy[l] = false;
-        }
+        if (lanes[l].j == lanes[l].stop) advance(l);
     }
     for (unsigned l = 0; l < 2; ++l)
       while (busy[l]) {
         lane a = lanes[l];
         while (a.j > a.stop) step<Packed>(a, gaps, vcode, vextra);
         lanes[l] = a;
-        finish(lanes[l]);
-        if (lanes[l].next < queued[l]) start(lanes[l], l);
-        else busy[l] = false;
+        advance(l);
       }
   }
 
