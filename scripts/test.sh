@@ -2,18 +2,36 @@
 # README test command: installs what is missing, builds everything in build/ with all cores and runs
 # every test (all ctest labels). With BITREFIT_SANITIZE=1 (.ci/run sets it) it then runs
 # scripts/sanitize.sh: clang ASan+UBSan and TSan builds of the labels they cover and the fuzz label;
-# a sanitizer report or a fuzz crash fails the run. Exits with ctest's status (non-zero too when
-# the sanitizer runs fail) and ends with ctest's summary line.
+# a sanitizer report or a fuzz crash fails the run. The sanitizer trees build in the background at
+# nice 19 while the main ctest runs (its tests leave one core of two idle most of the time, and the
+# niced build yields the cores whenever a test wants them); their tests run after. Exits with
+# ctest's status (non-zero too when the sanitizer runs fail) and ends with ctest's summary line.
 # CTEST_PARALLEL_LEVEL=N in the environment runs N tests at a time (default: one at a time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/configure.sh
 cmake --build build --parallel "$(nproc)"
 set +e
+sanitize_build=
+if [ "${BITREFIT_SANITIZE:-0}" = 1 ]; then
+  # own session (setsid): an interrupted run stops the whole build, compilers included
+  setsid nice -n 19 bash scripts/sanitize.sh --build-only >build/sanitize-build.log 2>&1 &
+  sanitize_build=$!
+  trap 'kill -- "-$sanitize_build" 2>/dev/null' EXIT
+fi
 ctest --test-dir build --output-on-failure 2>&1 | tee build/ctest.log
 status=${PIPESTATUS[0]}
-if [ "${BITREFIT_SANITIZE:-0}" = 1 ]; then
-  bash scripts/sanitize.sh || status=1
+if [ -n "$sanitize_build" ]; then
+  echo "== waiting for the sanitizer builds (log: build/sanitize-build.log)"
+  if wait "$sanitize_build"; then
+    grep '^== ' build/sanitize-build.log
+    bash scripts/sanitize.sh --test-only || status=1
+  else
+    cat build/sanitize-build.log
+    echo "== sanitizer builds FAILED"
+    status=1
+  fi
+  trap - EXIT
 fi
 set -e
 echo "== $(grep -E 'tests passed|No tests were found' build/ctest.log | tail -n 1)"
