@@ -218,7 +218,9 @@ TEST(FixedLog2, ExactPowersAndCloseElsewhere) {
   }
   for (int i = 0; i < 1000; ++i) {
     const std::uint64_t v = g() >> (g() % 60);
-    if (v) EXPECT_NEAR(static_cast<double>(log2_q32(v)) / 4294967296.0, std::log2(static_cast<double>(v)), 1e-6);
+    if (v) {
+      EXPECT_NEAR(static_cast<double>(log2_q32(v)) / 4294967296.0, std::log2(static_cast<double>(v)), 1e-6);
+    }
   }
   // n·H(c/n) against the floating-point formula
   EXPECT_NEAR(binary_entropy_q8(1000000, 25000) / 256.0, 1000000 * (-(0.025 * std::log2(0.025)) - 0.975 * std::log2(0.975)), 2.0);
@@ -450,6 +452,22 @@ RC_GTEST_PROP(Conditioned, AlteredSectionsAreRefusedOrDecodedWhole, ()) {
 // ---- every instruction-set variant gives the same bits -------------------------------------------
 // (the dispatch picks one per CPU; these run every variant the test machine can execute)
 
+// The class choice reads one histogram entry per exponent of the format: histograms of another
+// length are refused by name (they would be read past their end), and a valid choice is a valid spec.
+TEST(ClassChoice, HistogramsMustHaveOneEntryPerExponent) {
+  for (dtype t : {dtype::BF16, dtype::F16, dtype::F32, dtype::F64, dtype::F8_E4M3, dtype::F8_E5M2}) {
+    const auto f = *float_format_of(t);
+    std::vector<std::uint64_t> base(f.exponents()), changed(f.exponents());
+    for (std::size_t e = 0; e < base.size(); ++e) base[e] = 1000 + e % 7, changed[e] = e < base.size() / 2 ? 500 : 3;
+    const class_spec spec = choose_class_spec(f, base, changed, 8, 1, 1, 1);
+    EXPECT_GT(spec.count, 1u) << dtype_name(t) << ": two change rates, so more than one class pays";
+    EXPECT_TRUE(valid_class_spec(spec, f)) << dtype_name(t);
+    const std::vector<std::uint64_t> short_one(f.exponents() - 1, 1);
+    EXPECT_THROW(choose_class_spec(f, short_one, changed, 8, 1, 1, 1), error) << dtype_name(t);
+    EXPECT_THROW(choose_class_spec(f, base, short_one, 8, 1, 1, 1), error) << dtype_name(t);
+  }
+}
+
 TEST(Kernels, ClassMasksOfEveryVariantEqualTheScalarOnes) {
   std::mt19937_64 g(12);
   for (dtype t : {dtype::BF16, dtype::F16, dtype::F32}) {
@@ -518,8 +536,9 @@ TEST(Kernels, ChangeDetectionOfEveryVariantIsTheSame) {
         EXPECT_EQ(run([&](auto* p, auto* x, auto* n) { return detail::collect_dispatch<T, true, true>(a.data(), b.data(), m, p, x, n); }), ref);
 #ifdef BITREFIT_CODEC_X86_AVX2
         if constexpr (sizeof(T) == 2 || sizeof(T) == 4)
-          if (detail::cpu_has_avx512_compress())
+          if (detail::cpu_has_avx512_compress()) {
             EXPECT_EQ(run([&](auto* p, auto* x, auto* n) { return detail::collect_avx512<T, true, true>(a.data(), b.data(), m, p, x, n); }), ref);
+          }
 #endif
       });
     }

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "bitrefit/codec/fixed_log2.hpp"
@@ -323,6 +324,10 @@ inline void rank_by_class(std::span<const std::byte> base, const float_format& f
 inline class_spec choose_class_spec(const float_format& f, std::span<const std::uint64_t> base_exponents,
                                     std::span<const std::uint64_t> changed_exponents, unsigned max_classes,
                                     std::uint64_t scale_num, std::uint64_t scale_den, std::uint64_t class_overhead_q8) {
+  if (base_exponents.size() != f.exponents() || changed_exponents.size() != f.exponents())
+    throw error(errc::invalid_argument, "class choice: exponent histograms of " + std::to_string(base_exponents.size()) + " and " +
+                                            std::to_string(changed_exponents.size()) + " entries for a format of " + std::to_string(f.exponents()),
+                {.file = {}, .tensor = {}, .field = "exponents"});
   class_spec best;
   max_classes = std::clamp(max_classes, 1u, max_base_classes);
   // groups of consecutive exponents: start exponent, n, c

@@ -158,6 +158,7 @@ class conditioned_encoder {
     std::size_t n = gaps_.capacity_bytes() + vcode_.capacity_bytes() + vextra_.capacity_bytes() + (gap_hist_.capacity() + val_hist_.capacity()) * sizeof(std::uint64_t);
     for (auto& e : gap_enc_) n += e.capacity_bytes();
     for (auto& e : val_enc_) n += e.capacity_bytes();
+    for (std::size_t k = 0; k < max_base_classes; ++k) n += (gsym_[k].capacity() + vsym_[k].capacity()) * sizeof(rans::enc_symbol);
     return n;
   }
 
