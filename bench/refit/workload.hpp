@@ -127,9 +127,7 @@ class workload {
 
   /// The current version's canonical bits for the sender's identity projection.
   refit::tensor_source source() const {
-    return [this](const tensor_info& t, std::span<std::byte> out) {
-      std::memcpy(out.data(), bits_.bytes(t.name).data(), out.size());
-    };
+    return refit::copy_from([this](const tensor_info& t) { return std::span<const std::byte>(bits_.bytes(t.name)); });
   }
 
   /// Makes version()+1 with the same bits: the unrecorded warm-up refit every session starts with

@@ -61,9 +61,7 @@ int main(int argc, char** argv) {
   std::vector<std::byte> bits(model.total_bytes());
   std::mt19937 rng(7);
   for (auto& b : bits) b = std::byte(rng());
-  const refit::tensor_source source = [&](const tensor_info&, std::span<std::byte> out) {
-    std::memcpy(out.data(), bits.data(), out.size());
-  };
+  const refit::tensor_source source = refit::copy_from([&](const tensor_info&) { return std::span<const std::byte>(bits); });
 
   link_t link(transport::inprocess_transport{}, mib_per_s * 1048576.0);
   durability::memory_commit_log log;

@@ -22,9 +22,7 @@ int main() {
   std::mt19937 rng(1);
   for (auto& t : model.tensors())
     for (std::uint64_t i = 0; i < t.bytes(); ++i) trainer[t.name].push_back(std::byte(rng()));
-  const refit::tensor_source bits = [&](const tensor_info& t, std::span<std::byte> out) {
-    std::memcpy(out.data(), trainer[t.name].data(), out.size());
-  };
+  const refit::tensor_source bits = refit::copy_from([&](const tensor_info& t) { return std::span<const std::byte>(trainer[t.name]); });
 
   // Policies: an in-process network, an in-memory commit log and baseline store (swap in the
   // directory object store and the filesystem ones to run across processes), and the identity

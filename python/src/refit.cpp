@@ -321,12 +321,12 @@ class py_sender {
   /// The trainer's bits of each canonical tensor, read from the resolved tensors (name order ==
   /// manifest order). Valid while `refs` lives; called from the engine's threads, without the GIL.
   refit::tensor_source source(const std::vector<tensor_ref>& refs) const {
-    return [this, &refs](const tensor_info& t, std::span<std::byte> out) {
+    return refit::copy_from([this, &refs](const tensor_info& t) -> std::span<const std::byte> {
       const auto i = manifest_.index_of(t.name);
-      if (!i || refs[*i].bytes.size() != out.size())
+      if (!i || refs[*i].bytes.size() != t.bytes())
         throw error(errc::mismatch, "no tensor of this size in the state_dict", {.file = {}, .tensor = t.name, .field = "state_dict"});
-      if (!out.empty()) std::memcpy(out.data(), refs[*i].bytes.data(), out.size());
-    };
+      return refs[*i].bytes;
+    });
   }
 
   /// The engine, taken from the background server; raises what ended the server.

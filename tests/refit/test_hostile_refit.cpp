@@ -287,7 +287,7 @@ TEST(HostileRefit, EveryHostileInputIsRefusedByNameAndEveryRefitCommitsBitExact)
     b.resize(t.bytes());
     for (auto& x : b) x = static_cast<std::byte>(rng());
   }
-  auto source = [&truth](const tensor_info& t, std::span<std::byte> out) { std::ranges::copy(truth.at(t.name), out.begin()); };
+  auto source = refit::copy_from([&truth](const tensor_info& t) { return std::span<const std::byte>(truth.at(t.name)); });
 
   net_t net{transport::inprocess_transport{}};
   durability::memory_commit_log log;

@@ -109,10 +109,12 @@ class owner_shard {
   }
 
   /// Sets B^v from the trainer (initial version, or a dense reload).
-  void load_baseline(const tensor_source& src) {
+  void load_baseline(const dense_source& src) {
     for (auto* t : owned_) src(*t, baseline_[t->name]);
     thaw();
   }
+  /// Same, from a trainer that hands over canonical bits (each owned tensor read whole).
+  void load_baseline(const tensor_source& src) { load_baseline(whole_tensors(src)); }
   /// Sets B^v from a durable image; false when the image does not match the owned tensors.
   bool load_baseline(const durability::baseline_image& img) {
     if (!fits(img)) return false;

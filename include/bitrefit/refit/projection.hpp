@@ -9,16 +9,20 @@
 // Freezing a transition (changes()) never materialises the canonical model: the sharded projection
 // runs layout's direct path (layout::direct_delta: each owned run of each shard compared with B^v
 // at its canonical position), so an owner's frozen target is its change set, O(changes). The
-// identity projection is the one-shard case, but its input writes whole tensors, so it reads each
-// tensor into a per-thread scratch of that tensor's size and diffs it (O(largest tensor), reused).
+// identity projection's input reads any element range of a canonical tensor (tensor_source), so a
+// freeze reads each tensor in blocks of change_block_bytes into a per-thread scratch of one block
+// and diffs block by block: the sender's extra memory is O(block) per thread, never O(tensor).
 // project() (dense canonical bits) remains for B^v itself when an owner boots from the trainer.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -32,8 +36,44 @@
 
 namespace bitrefit::refit {
 
-/// Reads the current bits of one canonical tensor into `out` (exactly its byte size).
-using tensor_source = std::function<void(const tensor_info&, std::span<std::byte> out)>;
+/// Reads the current bits of elements `r` of canonical tensor `t` into `out` (exactly r.size() *
+/// element_size(t.type) bytes; r lies inside the tensor). The identity projection's input: a freeze
+/// asks for blocks of at most change_block_bytes, a dense load (B^v from the trainer) for the whole
+/// tensor. Called from the sender's threads, several tensors at once. copy_from() builds one over
+/// tensors the trainer holds in memory.
+using tensor_source = std::function<void(const tensor_info& t, layout::index_range r, std::span<std::byte> out)>;
+
+/// Writes the dense bits of one whole canonical tensor into `out` (exactly its byte size): how an
+/// owner loads B^v from the trainer (owner_shard::load_baseline). From a projection: its project().
+using dense_source = std::function<void(const tensor_info&, std::span<std::byte> out)>;
+
+/// The bytes of a freeze's reads (and of its per-thread scratch): 1 MiB stays in L2 between the
+/// source's copy and the diff, and the per-block cost (one call, one scan setup) is negligible.
+inline constexpr std::size_t change_block_bytes = std::size_t{1} << 20;
+
+/// The tensor_source of a trainer that holds each canonical tensor's bits in memory: `bits(t)` gives
+/// tensor t's bytes (exactly t.bytes(), e.g. a CPU tensor's storage), and ranges are copied out of it.
+template <class Bits>
+  requires std::is_invocable_r_v<std::span<const std::byte>, const Bits&, const tensor_info&>
+tensor_source copy_from(Bits bits) {
+  return [bits = std::move(bits)](const tensor_info& t, layout::index_range r, std::span<std::byte> out) {
+    const std::span<const std::byte> all = bits(t);
+    const std::size_t es = element_size(t.type);
+    if (all.size() != t.bytes() || r.end > t.elements() || r.begin > r.end || out.size() != r.size() * es)
+      throw error(errc::mismatch, "trainer bits of " + std::to_string(all.size()) + " bytes for a tensor of " + std::to_string(t.bytes()) +
+                                      ", or a read outside it",
+                  {.file = {}, .tensor = t.name, .field = "input"});
+    if (!out.empty()) std::memcpy(out.data(), all.data() + r.begin * es, out.size());
+  };
+}
+
+/// The dense source that reads whole tensors through `src` (one range: the whole tensor).
+inline dense_source whole_tensors(tensor_source src) {
+  return [src = std::move(src)](const tensor_info& t, std::span<std::byte> out) {
+    if (!src) throw error(errc::invalid_argument, "no canonical bits given for this version", {.file = {}, .tensor = t.name, .field = "input"});
+    src(t, layout::index_range{0, t.elements()}, out);
+  };
+}
 
 /// Writes into `out` (positions ascending, new bits; replacing them) every element of canonical
 /// tensor `t` whose bits in the trainer's state differ from `base` (t's baseline bits): how an
@@ -41,16 +81,26 @@ using tensor_source = std::function<void(const tensor_info&, std::span<std::byte
 using change_source = std::function<void(const tensor_info&, std::span<const std::byte> base, durability::tensor_changes& out)>;
 
 /// The change source of a trainer that hands over canonical bits (identity projection): each
-/// tensor is read into a per-thread scratch of its size (kept across transitions) and diffed.
+/// tensor is read in blocks of change_block_bytes into a per-thread scratch of one block (kept
+/// across transitions) and each block diffed against the same range of `base`.
 inline change_source changes_of(tensor_source src) {
   return [src = std::move(src)](const tensor_info& t, std::span<const std::byte> base, durability::tensor_changes& out) {
     if (!src) throw error(errc::invalid_argument, "no canonical bits given for this version", {.file = {}, .tensor = t.name, .field = "input"});
+    const std::size_t es = element_size(t.type);
+    const std::uint64_t n = t.elements();
+    const std::uint64_t block = std::max<std::size_t>(change_block_bytes / es, 1);
     thread_local std::vector<std::byte> scratch;
-    scratch.resize(t.bytes());
-    src(t, scratch);
+    scratch.resize(std::min<std::uint64_t>(block, n) * es);
     out.positions.clear();
     out.values.clear();
-    durability::diff_tensor(base, scratch, element_size(t.type), out);
+    for (std::uint64_t b = 0; b < n; b += block) {
+      const layout::index_range r{b, std::min(n, b + block)};
+      const std::span<std::byte> now(scratch.data(), r.size() * es);
+      src(t, r, now);
+      const std::size_t first = out.positions.size();
+      durability::diff_tensor(base.subspan(b * es, now.size()), now, es, out);
+      for (std::size_t k = first; k < out.positions.size(); ++k) out.positions[k] += b;  // block -> tensor position
+    }
   };
 }
 
@@ -67,7 +117,7 @@ class identity_projection {
     if (out.size() != t.bytes())
       throw error(errc::invalid_argument, "projection buffer of " + std::to_string(out.size()) + " bytes for a tensor of " + std::to_string(t.bytes()),
                   {.file = {}, .tensor = t.name, .field = "out"});
-    in(t, out);
+    in(t, layout::index_range{0, t.elements()}, out);
   }
   /// The changes of `t` against its baseline bits `base` into `out` (positions, new bits; replaced).
   void changes(const input& in, const tensor_info& t, std::span<const std::byte> base, durability::tensor_changes& out) const {

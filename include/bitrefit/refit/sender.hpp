@@ -159,7 +159,7 @@ class sender {
   void start() { start_from({}); }
 
  private:
-  void start_from(const tensor_source& committed_bits) {
+  void start_from(const dense_source& committed_bits) {
     const protocol::log_reply r = log_.apply(protocol::read_request{});
     if (r.outcome != protocol::log_outcome::ok) throw error(errc::io, "commit log unreadable at start", {.file = {}, .tensor = {}, .field = "commit_log"});
     committed_ = r.snapshot.record;
@@ -176,7 +176,7 @@ class sender {
   }
 
   /// The trainer's state `in` as canonical bits, through the projection (valid while `in` lives).
-  tensor_source source_of(const input& in) const {
+  dense_source source_of(const input& in) const {
     return [this, p = &in](const tensor_info& t, std::span<std::byte> out) { proj_.project(*p, t, out); };
   }
   /// The changes of the trainer's state `in` against an owner's B^v, through the projection's
@@ -350,7 +350,7 @@ class sender {
   /// A (re)started sender rebuilds owner i from its baseline store (refit/takeover.hpp): B^{K.v},
   /// and the frozen target of a transition its predecessor admitted but did not commit — kept on
   /// disk (not retain_only'd away) so that the coordinator's takeover retries exactly those bits.
-  void recover_owner(std::uint32_t i, const tensor_source& committed_bits, const protocol::log_snapshot& snap, std::uint64_t epoch) {
+  void recover_owner(std::uint32_t i, const dense_source& committed_bits, const protocol::log_snapshot& snap, std::uint64_t epoch) {
     auto& o = *owners_[i];
     quiesce(o);
     o.persisted = 0;

@@ -377,9 +377,7 @@ int run_trainer(options o) {
     }
   };
   export_all();
-  const refit::tensor_source source = [&](const tensor_info& t, std::span<std::byte> out) {
-    std::memcpy(out.data(), dense.at(t.name).data(), out.size());
-  };
+  const refit::tensor_source source = refit::copy_from([&](const tensor_info& t) { return std::span<const std::byte>(dense.at(t.name)); });
 
   trainer tr;
   tr.o = o;
