@@ -93,7 +93,9 @@ TEST(IdentityProjection, FreezeReadsBoundedBlocksAndEqualsTheWholeTensorDiff) {
       durability::diff_tensor(base.at(t.name), next.at(t.name), es, want);
       ASSERT_EQ(got.positions, want.positions) << t.name << " " << dtype_name(type);
       ASSERT_EQ(got.values.size(), want.values.size()) << t.name;
-      EXPECT_EQ(std::memcmp(got.values.data(), want.values.data(), want.values.size()), 0) << t.name << " " << dtype_name(type);
+      if (!want.values.empty()) {  // (memcmp of an empty vector's null data is undefined)
+        EXPECT_EQ(std::memcmp(got.values.data(), want.values.data(), want.values.size()), 0) << t.name << " " << dtype_name(type);
+      }
       if (t.elements() > 0) {
         EXPECT_FALSE(want.positions.empty()) << "the fixture changes every tensor";
       }

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <mutex>
@@ -466,16 +467,24 @@ TEST_F(RelayNode, ControlMessagesRouteThroughTheTreeInBatches) {
     owner.post("receiver/2", pattern(10, 0));
     return !c.receive("receiver/2", 50ms).empty();
   }));
-  const auto before = peer_named(a.stats(), "parent")->counters.messages_in;
-  for (int i = 0; i < 200; ++i) owner.post("receiver/2", pattern(20, i));
-  std::vector<bytes> got;
-  ASSERT_TRUE(eventually([&] {
-    for (auto& x : c.receive("receiver/2", 20ms)) got.push_back(x);
-    return got.size() >= 200;
-  })) << got.size();
-  for (int i = 0; i < 200; ++i) EXPECT_EQ(got[i], pattern(20, i));  // in order, none lost
-  const auto after = peer_named(a.stats(), "parent")->counters.messages_in;
-  EXPECT_LT(after - before, 200u) << "200 posts crossed the root->a hop as " << (after - before) << " messages";
+  // Batching coalesces what is queued for a link while its last write is in flight, so how many
+  // posts share a message depends on how the threads are scheduled: on a loaded machine a burst
+  // can drain one post at a time. Every burst must arrive whole and in order; at least one of up
+  // to five bursts must cross the root->a hop in fewer messages than posts (none would, unbatched).
+  std::uint64_t fewest = ~std::uint64_t{0};
+  for (int burst = 0; burst < 5 && fewest >= 200; ++burst) {
+    const auto before = peer_named(a.stats(), "parent")->counters.messages_in;
+    for (int i = 0; i < 200; ++i) owner.post("receiver/2", pattern(20, burst * 200 + i));
+    std::vector<bytes> got;
+    ASSERT_TRUE(eventually([&] {
+      for (auto& x : c.receive("receiver/2", 20ms)) got.push_back(x);
+      return got.size() >= 200;
+    })) << got.size();
+    ASSERT_EQ(got.size(), 200u);
+    for (int i = 0; i < 200; ++i) EXPECT_EQ(got[i], pattern(20, burst * 200 + i));  // in order, none lost
+    fewest = std::min<std::uint64_t>(fewest, peer_named(a.stats(), "parent")->counters.messages_in - before);
+  }
+  EXPECT_LT(fewest, 200u) << "each of five bursts of 200 posts crossed the root->a hop as 200 messages or more";
   // upward from the deepest member, and sideways between members
   c.post("coordinator", pattern(7, 1));
   auto up = owner.receive("coordinator", 3s);
