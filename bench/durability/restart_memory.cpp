@@ -6,45 +6,36 @@
 //   bitrefit-bench-restart-memory [--elements N] [--change-every K] [--dir PATH]
 // prints one JSON object: elements, changes, delta_file_bytes, and per path peak_extra_kib,
 // held_after_kib (what stays: the change set) and frozen_identity (equal for both: same target).
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <random>
+#include <stdexcept>
 #include <string>
 
+#include "../common/process_memory.hpp"
 #include "bitrefit/durability/filesystem.hpp"
 #include "bitrefit/refit/takeover.hpp"
 
 using namespace bitrefit;
 
 namespace {
-long status_kib(const char* key) {
-  std::ifstream f("/proc/self/status");
-  for (std::string l; std::getline(f, l);)
-    if (l.rfind(key, 0) == 0) return std::stol(l.substr(std::strlen(key)));
-  return -1;
-}
+using bitrefit_bench::status_kib;
 
-// Runs one path in a child; returns its JSON fragment.
+// Runs one path in a child (fresh heap, fresh VmHWM); returns its JSON fragment.
 std::string measure(const char* path, const model_manifest& m, const std::filesystem::path& dir) {
-  int fds[2];
-  if (pipe(fds) != 0) std::exit(2);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
+  return bitrefit_bench::in_child("bitrefit-bench-restart-memory", path, [&] {
     durability::filesystem_baseline_store s(dir);
     refit::owner_shard shard(m, 0, 1, 1 << 20);
     {
       auto b = s.load(0);
-      if (!b || !shard.load_baseline(*b)) std::_Exit(3);
+      if (!b || !shard.load_baseline(*b)) throw std::runtime_error("cannot load the baseline from the store");
     }
     const long before = status_kib("VmRSS:");
-    std::ofstream("/proc/self/clear_refs") << "5";  // VmHWM := VmRSS
+    bitrefit_bench::reset_peak_rss();
     bool ok;
     if (std::string(path) == "image") {
       auto img = s.load(1);
@@ -52,26 +43,14 @@ std::string measure(const char* path, const model_manifest& m, const std::filesy
     } else {
       ok = refit::load_frozen_target(s, shard, 0, 1);
     }
+    if (!ok) throw std::runtime_error("the frozen target did not load");
     const long peak = status_kib("VmHWM:"), after = status_kib("VmRSS:");
     const auto id = refit::frozen_identity(shard);
     char buf[512];
-    const int n = std::snprintf(buf, sizeof buf, "\"%s\": {\"ok\": %s, \"peak_extra_kib\": %ld, \"held_after_kib\": %ld, \"frozen_identity\": \"%016llx%016llx\"}",
-                                path, ok ? "true" : "false", peak - before, after - before, (unsigned long long)id.high64, (unsigned long long)id.low64);
-    if (write(fds[1], buf, static_cast<std::size_t>(n)) != n) std::_Exit(4);
-    std::_Exit(ok ? 0 : 5);
-  }
-  close(fds[1]);
-  std::string out;
-  char buf[512];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
-  close(fds[0]);
-  int st = 0;
-  waitpid(pid, &st, 0);
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-    std::fprintf(stderr, "bitrefit-bench-restart-memory: the %s child failed (status %d)\n", path, st);
-    std::exit(1);
-  }
-  return out;
+    std::snprintf(buf, sizeof buf, "\"%s\": {\"ok\": true, \"peak_extra_kib\": %ld, \"held_after_kib\": %ld, \"frozen_identity\": \"%016llx%016llx\"}",
+                  path, peak - before, after - before, (unsigned long long)id.high64, (unsigned long long)id.low64);
+    return std::string(buf);
+  });
 }
 }  // namespace
 

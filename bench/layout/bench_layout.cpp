@@ -30,13 +30,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
 #include <time.h>
 #include <vector>
 
+#include "../common/process_memory.hpp"
 #include "bitrefit/layout/delta_build.hpp"
 #include "materialising_reference.hpp"
 #include "bitrefit/layout/megatron.hpp"
@@ -66,11 +66,8 @@ double cpu_now() {
 }
 
 std::uint64_t peak_rss_bytes() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  return 0;
+  const long kib = bitrefit_bench::status_kib("VmHWM:");
+  return kib < 0 ? 0 : static_cast<std::uint64_t>(kib) * 1024;
 }
 
 }  // namespace

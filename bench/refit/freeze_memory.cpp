@@ -11,19 +11,16 @@
 //   bitrefit-bench-freeze-memory [--elements N] [--change-every K] [--repeat R]
 // prints one JSON object: elements, changes, block_bytes, and per path ok, peak_extra_kib,
 // held_after_kib, seconds, frozen_identity (equal for both: the same change set).
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "../common/process_memory.hpp"
 #include "bitrefit/refit/owner_shard.hpp"
 #include "bitrefit/refit/projection.hpp"
 #include "bitrefit/refit/takeover.hpp"
@@ -31,12 +28,7 @@
 using namespace bitrefit;
 
 namespace {
-long status_kib(const char* key) {
-  std::ifstream f("/proc/self/status");
-  for (std::string l; std::getline(f, l);)
-    if (l.rfind(key, 0) == 0) return std::stol(l.substr(std::strlen(key)));
-  return -1;
-}
+using bitrefit_bench::status_kib;
 
 struct result {
   long peak = 0, held = 0;
@@ -46,11 +38,7 @@ struct result {
 
 // Runs one path in a child (fresh heap, fresh VmHWM); returns what it measured.
 result measure(const std::string& path, const model_manifest& m, const std::vector<std::byte>& base, const std::vector<std::byte>& next) {
-  int fds[2];
-  if (pipe(fds) != 0) std::exit(2);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
+  const std::string out = bitrefit_bench::in_child("bitrefit-bench-freeze-memory", path, [&] {
     refit::owner_shard shard(m, 0, 1, 1 << 20);
     shard.load_baseline(refit::copy_from([&](const tensor_info&) { return std::span<const std::byte>(base); }));
     const refit::tensor_source trainer = refit::copy_from([&](const tensor_info&) { return std::span<const std::byte>(next); });
@@ -68,7 +56,7 @@ result measure(const std::string& path, const model_manifest& m, const std::vect
       }
     };
     const long before = status_kib("VmRSS:");
-    std::ofstream("/proc/self/clear_refs") << "5";  // VmHWM := VmRSS
+    bitrefit_bench::reset_peak_rss();
     freeze();  // the first transition: memory
     const long peak = status_kib("VmHWM:"), after = status_kib("VmRSS:");
     double s = 1e300;  // later transitions (scratch warm, as in a long run): time, best of 3
@@ -79,22 +67,14 @@ result measure(const std::string& path, const model_manifest& m, const std::vect
     }
     const auto id = refit::frozen_identity(shard);
     char buf[256];
-    const int n = std::snprintf(buf, sizeof buf, "%ld %ld %.6f %016llx%016llx", peak - before, after - before, s, (unsigned long long)id.high64,
-                                (unsigned long long)id.low64);
-    if (write(fds[1], buf, static_cast<std::size_t>(n)) != n) std::_Exit(4);
-    std::_Exit(0);
-  }
-  close(fds[1]);
-  std::string out;
-  char buf[256];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
-  close(fds[0]);
-  int st = 0;
-  waitpid(pid, &st, 0);
+    std::snprintf(buf, sizeof buf, "%ld %ld %.6f %016llx%016llx", peak - before, after - before, s, (unsigned long long)id.high64,
+                  (unsigned long long)id.low64);
+    return std::string(buf);
+  });
   result r;
   char id[64] = {};
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || std::sscanf(out.c_str(), "%ld %ld %lf %63s", &r.peak, &r.held, &r.seconds, id) != 4) {
-    std::fprintf(stderr, "bitrefit-bench-freeze-memory: the %s child failed (status %d)\n", path.c_str(), st);
+  if (std::sscanf(out.c_str(), "%ld %ld %lf %63s", &r.peak, &r.held, &r.seconds, id) != 4) {
+    std::fprintf(stderr, "bitrefit-bench-freeze-memory: the %s child reported \"%s\"\n", path.c_str(), out.c_str());
     std::exit(1);
   }
   r.identity = id;

@@ -26,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../common/process_memory.hpp"
 #include "bitrefit/transport/relay/pki.hpp"
 #include "bitrefit/transport/relay/tree_transport.hpp"
 
@@ -84,13 +85,7 @@ std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::uint64_t status_kib(const char* field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(field, 0) == 0) return std::stoull(line.substr(std::strlen(field)));
-  return 0;
-}
+using bitrefit_bench::status_kib;
 
 /// CPU seconds this process used (user + system), all threads.
 double cpu_seconds() {
