@@ -125,3 +125,27 @@ TEST(IdentityProjection, CopyFromRefusesBitsOfAnotherSizeAndReadsOutsideTheTenso
   src(t, layout::index_range{8, 10}, out);
   EXPECT_EQ(std::memcmp(out.data(), held.data() + 16, 4), 0);
 }
+
+// A version whose canonical bits were never given (an empty tensor_source) is refused by every
+// read through it, freeze and dense load alike, with the same error naming the tensor.
+TEST(IdentityProjection, EveryReadRefusesAMissingSourceNamingTheTensor) {
+  const tensor_info t{"layers.0.w", dtype::BF16, {10}};
+  const refit::identity_projection p(model_manifest({t}));
+  const refit::tensor_source none;
+  std::vector<std::byte> base(t.bytes()), out(t.bytes());
+  durability::tensor_changes changes;
+  const auto expect_refused = [&](auto&& read, const char* what) {
+    try {
+      read();
+      ADD_FAILURE() << what << " accepted a missing source";
+    } catch (const error& e) {
+      EXPECT_EQ(e.code(), errc::invalid_argument) << what;
+      EXPECT_NE(std::string(e.what()).find("no canonical bits given"), std::string::npos) << what << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("layers.0.w"), std::string::npos) << what << ": " << e.what();
+    }
+  };
+  expect_refused([&] { p.changes(none, t, base, changes); }, "changes()");
+  expect_refused([&] { p.project(none, t, out); }, "project()");
+  expect_refused([&] { refit::changes_of(none)(t, base, changes); }, "changes_of");
+  expect_refused([&] { refit::whole_tensors(none)(t, out); }, "whole_tensors");
+}

@@ -51,6 +51,14 @@ using dense_source = std::function<void(const tensor_info&, std::span<std::byte>
 /// source's copy and the diff, and the per-block cost (one call, one scan setup) is negligible.
 inline constexpr std::size_t change_block_bytes = std::size_t{1} << 20;
 
+namespace detail {
+/// The one check that a version's canonical bits were given at all (an empty std::function), named
+/// by tensor: every read through a tensor_source starts with it.
+inline void require_source(const tensor_source& src, const tensor_info& t) {
+  if (!src) throw error(errc::invalid_argument, "no canonical bits given for this version", {.file = {}, .tensor = t.name, .field = "input"});
+}
+}  // namespace detail
+
 /// The tensor_source of a trainer that holds each canonical tensor's bits in memory: `bits(t)` gives
 /// tensor t's bytes (exactly t.bytes(), e.g. a CPU tensor's storage), and ranges are copied out of it.
 template <class Bits>
@@ -70,7 +78,7 @@ tensor_source copy_from(Bits bits) {
 /// The dense source that reads whole tensors through `src` (one range: the whole tensor).
 inline dense_source whole_tensors(tensor_source src) {
   return [src = std::move(src)](const tensor_info& t, std::span<std::byte> out) {
-    if (!src) throw error(errc::invalid_argument, "no canonical bits given for this version", {.file = {}, .tensor = t.name, .field = "input"});
+    detail::require_source(src, t);
     src(t, layout::index_range{0, t.elements()}, out);
   };
 }
@@ -85,7 +93,7 @@ using change_source = std::function<void(const tensor_info&, std::span<const std
 /// across transitions) and each block diffed against the same range of `base`.
 inline change_source changes_of(tensor_source src) {
   return [src = std::move(src)](const tensor_info& t, std::span<const std::byte> base, durability::tensor_changes& out) {
-    if (!src) throw error(errc::invalid_argument, "no canonical bits given for this version", {.file = {}, .tensor = t.name, .field = "input"});
+    detail::require_source(src, t);
     const std::size_t es = element_size(t.type);
     const std::uint64_t n = t.elements();
     const std::uint64_t block = std::max<std::size_t>(change_block_bytes / es, 1);
@@ -113,7 +121,7 @@ class identity_projection {
 
   const model_manifest& canonical() const noexcept { return manifest_; }
   void project(const input& in, const tensor_info& t, std::span<std::byte> out) const {
-    if (!in) throw error(errc::invalid_argument, "no canonical bits given for this version", {.file = {}, .tensor = t.name, .field = "input"});
+    detail::require_source(in, t);
     if (out.size() != t.bytes())
       throw error(errc::invalid_argument, "projection buffer of " + std::to_string(out.size()) + " bytes for a tensor of " + std::to_string(t.bytes()),
                   {.file = {}, .tensor = t.name, .field = "out"});
