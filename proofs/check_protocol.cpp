@@ -31,9 +31,13 @@ int run(const proofs::cluster_bounds& b, proofs::check_options opt, const std::s
     opt.progress = [&](const proofs::check_progress& p) {
       if (p.seconds - last < progress_s && std::string(p.phase) == "search") return;
       last = p.seconds;
+      char level[96] = "";
+      if (p.level_expanded < p.level_size)  // inside a level: how far its expansion is
+        std::snprintf(level, sizeof level, " (level %u: %llu of %llu states expanded)", p.depth + 1,
+                      (unsigned long long)p.level_expanded, (unsigned long long)p.level_size);
       std::fprintf(stderr,
-                   "check_protocol: %s depth %u, %llu states, %llu transitions, frontier %llu (%.1f MB), %.0f s, %.0f states/s\n",
-                   p.phase, p.depth, (unsigned long long)p.states, (unsigned long long)p.transitions,
+                   "check_protocol: %s depth %u%s, %llu states, %llu transitions, frontier %llu (%.1f MB), %.0f s, %.0f states/s\n",
+                   p.phase, p.depth, level, (unsigned long long)p.states, (unsigned long long)p.transitions,
                    (unsigned long long)p.frontier, double(p.frontier_bytes) / 1e6, p.seconds,
                    p.seconds > 0 ? double(p.states) / p.seconds : 0.0);
     };

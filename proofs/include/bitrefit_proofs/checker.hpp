@@ -56,13 +56,15 @@ concept checkable_world = std::copyable<W> && std::equality_comparable<W> && req
 
 /// A snapshot of a running search (check_options::progress).
 struct check_progress {
-  const char* phase;             // "search" (after a BFS level) or "liveness" (search done)
+  const char* phase;             // "search" (during or after a BFS level) or "liveness" (search done)
   std::uint32_t depth;           // BFS levels done
   std::uint64_t states;          // unique states so far
   std::uint64_t transitions;     // moves applied so far
-  std::uint64_t frontier;        // states in the next level
+  std::uint64_t frontier;        // states in the next level (so far, while a level is expanded)
   std::size_t frontier_bytes;    // their encodings as held (compact frontier, compressed), else 0
   double seconds;                // since the search began
+  std::uint64_t level_expanded = 0;  // states of the level being expanded that are done (== level_size:
+  std::uint64_t level_size = 0;      // the level ended; both 0 in the liveness phase)
 };
 
 struct check_options {
@@ -77,8 +79,9 @@ struct check_options {
   bool compact = true;
   /// Compact frontier: its encodings compressed in blocks (packed_frontier.hpp). Same counts either way.
   bool compress_frontier = true;
-  /// Called after each BFS level (and once before the liveness pass) with what is known so far,
-  /// for progress lines on long runs; the callee decides how often to print. Empty: silent.
+  /// Called after each batch of a BFS level (a wide level of a large world takes minutes), after
+  /// each level, and once before the liveness pass, with what is known so far, for progress lines
+  /// on long runs; the callee decides how often to print. Empty: silent.
   std::function<void(const check_progress&)> progress;
 };
 
@@ -526,14 +529,18 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
           else push_state(next, sid, &*s.state, nullptr);
         }
       }
+      if (opt.progress && b0 + n < frontier.size())
+        opt.progress(check_progress{"search", level, parent.size(), res.transitions, next.size(), next.encoded.bytes_held(),
+                                    std::chrono::duration<double>(clock::now() - t0).count(), b0 + n, frontier.size()});
     }
     next.encoded.seal();
+    const std::uint64_t previous_level = frontier.size();
     frontier.clear();
     std::swap(frontier, next);
     ++level;
     if (opt.progress)
       opt.progress(check_progress{"search", level, parent.size(), res.transitions, frontier.size(), frontier.encoded.bytes_held(),
-                                  std::chrono::duration<double>(clock::now() - t0).count()});
+                                  std::chrono::duration<double>(clock::now() - t0).count(), previous_level, previous_level});
   }
   for (auto g : goal) res.goal_states += g;
   if (opt.progress && opt.liveness)
