@@ -29,12 +29,15 @@ int run(const proofs::cluster_bounds& b, proofs::check_options opt, const std::s
   double last = 0;
   if (progress_s > 0)
     opt.progress = [&](const proofs::check_progress& p) {
-      if (p.seconds - last < progress_s && std::string(p.phase) == "search") return;
+      const bool liveness_starts = std::string(p.phase) == "liveness" && p.liveness_sweeps == 0;
+      if (p.seconds - last < progress_s && !liveness_starts) return;
       last = p.seconds;
       char level[96] = "";
       if (p.level_expanded < p.level_size)  // inside a level: how far its expansion is
         std::snprintf(level, sizeof level, " (level %u: %llu of %llu states expanded)", p.depth + 1,
                       (unsigned long long)p.level_expanded, (unsigned long long)p.level_size);
+      else if (p.liveness_sweeps > 0)
+        std::snprintf(level, sizeof level, " (%u sweeps over the state graph done)", p.liveness_sweeps);
       std::fprintf(stderr,
                    "check_protocol: %s depth %u%s, %llu states, %llu transitions, frontier %llu (%.1f MB), %.0f s, %.0f states/s\n",
                    p.phase, p.depth, level, (unsigned long long)p.states, (unsigned long long)p.transitions,
@@ -45,12 +48,12 @@ int run(const proofs::cluster_bounds& b, proofs::check_options opt, const std::s
   std::printf("{\"world\": \"%s\", \"verdict\": \"%s\", \"states\": %llu, \"transitions\": %llu, \"depth\": %u, "
               "\"goal_states\": %llu, \"terminal_states\": %llu, \"seconds\": %.2f, \"states_per_second\": %.0f, "
               "\"threads\": %u, \"symmetry\": %d, \"collision_bound\": %.3g, "
-              "\"counterexample_moves\": %zu",
+              "\"liveness_sweeps\": %u, \"counterexample_moves\": %zu",
               protocol::model::world_line(b.world()).c_str(), proofs::to_string(r.outcome),
               (unsigned long long)r.states, (unsigned long long)r.transitions, r.depth,
               (unsigned long long)r.goal_states, (unsigned long long)r.terminal_states, r.seconds,
               r.seconds > 0 ? double(r.states) / r.seconds : 0.0, r.threads, b.symmetry && b.receivers >= 2 ? 1 : 0,
-              r.collision_bound,
+              r.collision_bound, r.liveness_sweeps,
               r.counterexample.size());
   if (!r.ok()) {
     std::string msg;

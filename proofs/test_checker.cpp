@@ -60,11 +60,37 @@ struct grid {
   friend bool operator==(const grid&, const grid&) = default;
 };
 
+// A ladder whose BFS ids run against its only way to the goal: the start's moves lead to rungs
+// 1..n in that order (rung k gets id k), rung k's one move goes down to rung k - 1, and rung 1's to
+// the goal (id n + 1). Every path to the goal takes edges to smaller ids, so the liveness sweeps
+// (each from the last id to the first) settle one rung per sweep. `cut` (0: none): rung `cut` has
+// no move, so it and every rung above it cannot reach the goal.
+struct ladder {
+  int at = -1;  // -1: the start; 0: the goal; k: rung k
+  int n = 5, cut = 0;
+  std::vector<int> enabled_moves() const {
+    std::vector<int> m;
+    if (at == -1)
+      for (int k = 1; k <= n; ++k) m.push_back(k);
+    else if (at > 0 && at != cut)
+      m.push_back(at - 1);
+    return m;
+  }
+  void apply(int m) { at = m; }
+  std::optional<std::string> check_invariants() const { return std::nullopt; }
+  bool transition_done() const { return at == 0; }
+  friend bool operator==(const ladder&, const ladder&) = default;
+};
+
 }  // namespace
 
 template <>
 struct std::hash<grid> {
   std::size_t operator()(const grid& g) const { return std::size_t(g.a) * 1000003u + std::size_t(g.b) * 7919u + g.sunk; }
+};
+template <>
+struct std::hash<ladder> {
+  std::size_t operator()(const ladder& l) const { return std::size_t(l.at + 1) * 1000003u; }
 };
 
 namespace {
@@ -102,6 +128,36 @@ TEST(Engine, ReverseReachabilityFindsATrap) {
   EXPECT_EQ(r.counterexample.size(), 3u);  // (0,0) -> ... -> (1,1) -> sink
   // Without the liveness check the same world passes: the trap is not a safety violation.
   EXPECT_TRUE(check(g, check_options{false}).ok());
+}
+
+// Liveness without a reverse graph (checker.hpp): the sweeps reach the same verdict as a reverse
+// reachability, also when every path to the goal runs against the id order, and a graph that
+// needs more than 16 sweeps is finished by the reverse reachability (without it, the rungs above
+// 15 would be reported as unable to reach the goal).
+TEST(Engine, LivenessSweepsAgreeWithReverseReachabilityOnAPathAgainstTheIdOrder) {
+  for (bool exact : {false, true}) {
+    check_options o;
+    o.exact = exact;
+    const auto short_ladder = check(ladder{-1, 5, 0}, o);
+    ASSERT_TRUE(short_ladder.ok()) << short_ladder.violation;
+    EXPECT_EQ(short_ladder.states, 7u);
+    EXPECT_EQ(short_ladder.liveness_sweeps, 6u);  // one per rung, then one that adds nothing
+    EXPECT_FALSE(short_ladder.liveness_reverse_graph);
+
+    const auto long_ladder = check(ladder{-1, 40, 0}, o);
+    ASSERT_TRUE(long_ladder.ok()) << long_ladder.violation;
+    EXPECT_EQ(long_ladder.states, 42u);
+    EXPECT_EQ(long_ladder.liveness_sweeps, 16u);
+    EXPECT_TRUE(long_ladder.liveness_reverse_graph);
+
+    // A cut rung: the first state that cannot reach the goal is the cut rung itself, one move away.
+    for (const auto& [n, cut] : {std::pair{5, 3}, std::pair{40, 30}}) {
+      const auto r = check(ladder{-1, n, cut}, o);
+      EXPECT_EQ(r.outcome, verdict::end_unreachable) << "n=" << n;
+      EXPECT_EQ(r.counterexample, std::vector<int>{cut}) << "n=" << n;
+      EXPECT_EQ(r.liveness_reverse_graph, n > 15) << "n=" << n;
+    }
+  }
 }
 
 TEST(Engine, FindsAWitness) {

@@ -65,6 +65,7 @@ struct check_progress {
   double seconds;                // since the search began
   std::uint64_t level_expanded = 0;  // states of the level being expanded that are done (== level_size:
   std::uint64_t level_size = 0;      // the level ended; both 0 in the liveness phase)
+  std::uint32_t liveness_sweeps = 0;  // liveness phase: passes over the state graph done
 };
 
 struct check_options {
@@ -110,6 +111,8 @@ struct check_result {
   double seconds = 0;
   double collision_bound = 0;     // fingerprint mode: ~ states^2 / 2^65
   unsigned threads = 1;           // worker threads used
+  std::uint32_t liveness_sweeps = 0;  // passes over the state graph the liveness check took (0: no liveness)
+  bool liveness_reverse_graph = false;  // the sweeps did not settle; a reverse reachability finished
 
   bool ok() const noexcept { return outcome == verdict::ok; }
 };
@@ -548,32 +551,63 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
                                 std::chrono::duration<double>(clock::now() - t0).count()});
 
   if (opt.liveness) {
-    // Reverse reachability: mark every state from which a goal state is reachable. The reverse
-    // graph is built from the forward rows, which are then freed.
+    // Mark every state from which a goal state is reachable, first without a reverse graph. That
+    // set is the least fixed point of X = goal ∪ {s : some successor of s is in X}. Each sweep walks
+    // the forward rows from the last id to the first and adds every state with a successor already
+    // in X, until a sweep adds nothing. Every state added reaches a goal (by induction over the
+    // order of adding), and when a sweep adds nothing, X holds every state with a successor in X,
+    // so X contains the whole set: exactly what a reverse reachability marks. Ids are BFS order,
+    // so most edges go to larger ids, and a sweep from the last id settles every path whose ids
+    // increase in one pass; each edge to a smaller id that every path to a goal needs costs another
+    // sweep (the protocol's pinned worlds take 2 to 6, the last adding nothing). Memory: the
+    // forward rows alone; the reverse graph took 4 more bytes per edge and 8 per state, held
+    // together with the forward rows while it was built: the largest block of a big run. A graph
+    // that needs more than max_sweeps (a long chain of edges to smaller ids) finishes with that
+    // reverse reachability, seeded with what the sweeps marked, so the cost stays bounded.
     const std::size_t n = parent.size();
     out_start.push_back(out_to.size());
     if (out_start.size() != n + 1) throw std::logic_error("check: states were not expanded in id order");
-    std::vector<std::uint64_t> start(n + 1, 0);
-    for (std::uint64_t e = 0; e < out_to.size(); ++e) ++start[out_to[e] + 1];
-    for (std::size_t i = 0; i < n; ++i) start[i + 1] += start[i];
-    std::vector<std::uint32_t> rev(out_to.size());
-    {
-      std::vector<std::uint64_t> fill(start.begin(), start.end() - 1);
-      for (std::uint32_t from = 0; from < n; ++from)
-        for (std::uint64_t e = out_start[from]; e < out_start[from + 1]; ++e) rev[fill[out_to[e]]++] = from;
+    std::vector<std::uint8_t> reaches(goal.begin(), goal.end());
+    constexpr std::uint32_t max_sweeps = 16;
+    bool grew = true;
+    while (grew && res.liveness_sweeps < max_sweeps) {
+      grew = false;
+      ++res.liveness_sweeps;
+      for (std::size_t s = n; s-- > 0;) {
+        if (reaches[s]) continue;
+        for (std::uint64_t e = out_start[s]; e < out_start[s + 1]; ++e)
+          if (reaches[out_to[e]]) {
+            reaches[s] = 1, grew = true;
+            break;
+          }
+      }
+      if (opt.progress)
+        opt.progress(check_progress{"liveness", res.depth, parent.size(), res.transitions, 0, 0,
+                                    std::chrono::duration<double>(clock::now() - t0).count(), 0, 0, res.liveness_sweeps});
     }
-    out_to.clear();
-    out_start.clear();
-    out_start.shrink_to_fit();
-    std::vector<std::uint8_t> reaches(n, 0);
-    std::vector<std::uint32_t> work;
-    for (std::uint32_t i = 0; i < n; ++i)
-      if (goal[i]) { reaches[i] = 1; work.push_back(i); }
-    while (!work.empty()) {
-      const std::uint32_t s = work.back();
-      work.pop_back();
-      for (std::uint64_t k = start[s]; k < start[s + 1]; ++k)
-        if (!reaches[rev[k]]) { reaches[rev[k]] = 1; work.push_back(rev[k]); }
+    if (grew) {  // not settled within max_sweeps: reverse reachability from every state marked so far
+      res.liveness_reverse_graph = true;
+      std::vector<std::uint64_t> start(n + 1, 0);
+      for (std::uint64_t e = 0; e < out_to.size(); ++e) ++start[out_to[e] + 1];
+      for (std::size_t i = 0; i < n; ++i) start[i + 1] += start[i];
+      std::vector<std::uint32_t> rev(out_to.size());
+      {
+        std::vector<std::uint64_t> fill(start.begin(), start.end() - 1);
+        for (std::uint32_t from = 0; from < n; ++from)
+          for (std::uint64_t e = out_start[from]; e < out_start[from + 1]; ++e) rev[fill[out_to[e]]++] = from;
+      }
+      out_to.clear();
+      out_start.clear();
+      out_start.shrink_to_fit();
+      std::vector<std::uint32_t> work;
+      for (std::uint32_t i = 0; i < n; ++i)
+        if (reaches[i]) work.push_back(i);
+      while (!work.empty()) {
+        const std::uint32_t s = work.back();
+        work.pop_back();
+        for (std::uint64_t k = start[s]; k < start[s + 1]; ++k)
+          if (!reaches[rev[k]]) reaches[rev[k]] = 1, work.push_back(rev[k]);
+      }
     }
     for (std::uint32_t i = 0; i < n; ++i)
       if (!reaches[i]) {  // the smallest id is one of the shallowest such states
