@@ -231,36 +231,52 @@ std::pair<elapsed, encode_stats> encode_known_model(const model& m, const model_
   return {best, st};
 }
 
-// Encodes the whole model with `threads` threads (chunk i on thread i mod threads, one encoder
-// each, as the sender's workers do); returns the wall time (best of a.repeat) and the largest
-// per-thread CPU time of that run.
+// Thread scaling of the chosen encoding: the whole model encoded with one thread and with
+// `threads` threads (chunk i on thread i mod threads, one encoder each, as the sender's workers
+// do). Each worker keeps its encoder and output buffer across repetitions, as the sender's workers
+// keep theirs, so the best repetition runs on warm scratch. The one-thread and the N-thread runs
+// alternate within each repetition: on a shared VM the speed of the machine drifts by up to 25 %
+// within a minute, and a ratio of two runs minutes apart measured the drift as much as the scaling.
+struct scaling {
+  double wall1 = 1e300, cpu1 = 0;  // best one-thread wall time, and its thread's CPU time
+  double wallN = 1e300, cpuN = 0;  // best N-thread wall time, and the largest per-thread CPU time of that run
+};
 template <class Backend>
-std::pair<double, double> encode_parallel(const model& m, const model_manifest& man, const bench_args& a, encode_options opt,
-                                          unsigned threads) {
+scaling encode_scaling(const model& m, const model_manifest& man, const bench_args& a, unsigned threads) {
+  encode_options opt;
   opt.zstd_level = a.zstd_level;
   opt.max_frame_input_bytes = a.frame_mib << 20;
   const auto plan = plan_chunks(man, a.frame_mib << 20);
-  double best_wall = 1e300, cpu_at_best = 0;
-  for (int rep = 0; rep < a.repeat; ++rep) {
-    std::vector<double> cpu(threads, 0.0);
+  std::vector<chunk_encoder<Backend>> encoders;
+  for (unsigned w = 0; w < threads; ++w) encoders.emplace_back(opt);
+  std::vector<byte_buffer> outs(threads);
+  // one run with n threads: wall time and the largest per-thread CPU time
+  const auto run = [&](unsigned n) {
+    std::vector<double> cpu(n, 0.0);
     const auto t0 = clock_t_::now();
     std::vector<std::thread> ts;
-    for (unsigned w = 0; w < threads; ++w)
+    for (unsigned w = 0; w < n; ++w)
       ts.emplace_back([&, w] {
-        chunk_encoder<Backend> enc(opt);
-        byte_buffer out;
         const stamp s0 = now();
-        for (std::size_t i = w; i < plan.size(); i += threads) {
+        for (std::size_t i = w; i < plan.size(); i += n) {
           const auto ps = pieces_of(m, plan[i], man);
-          enc.encode({frame_kind::delta, payload_id{{1, 0}, 0, static_cast<std::uint32_t>(i)}, 0, 1}, ps, out);
+          encoders[w].encode({frame_kind::delta, payload_id{{1, 0}, 0, static_cast<std::uint32_t>(i)}, 0, 1}, ps, outs[w]);
         }
         cpu[w] = now().cpu - s0.cpu;
       });
     for (auto& t : ts) t.join();
-    const double wall = seconds_since(t0);
-    if (wall < best_wall) best_wall = wall, cpu_at_best = *std::max_element(cpu.begin(), cpu.end());
+    return std::pair{seconds_since(t0), *std::max_element(cpu.begin(), cpu.end())};
+  };
+  scaling r;
+  // one extra, untimed round first: every worker's scratch grows to its chunks' size
+  for (int rep = -1; rep < std::max(a.repeat, 3); ++rep) {
+    const auto [w1, c1] = run(1);
+    const auto [wn, cn] = run(threads);
+    if (rep < 0) continue;
+    if (w1 < r.wall1) r.wall1 = w1, r.cpu1 = c1;
+    if (wn < r.wallN) r.wallN = wn, r.cpuN = cn;
   }
-  return {best_wall, cpu_at_best};
+  return r;
 }
 
 // What base-conditioned coding could reach at best, for reference: the entropy of the changed
@@ -357,8 +373,7 @@ nlohmann::json measure(const bench_args& a, model& m) {
     enc_scratch = enc.scratch_bytes() + out.capacity();
   }
   // thread scaling of the chosen encoding
-  const auto [wall1, cpu1] = encode_parallel<Backend>(m, man, a, encode_options{}, 1);
-  const auto [wallN, cpuN] = encode_parallel<Backend>(m, man, a, encode_options{}, a.threads);
+  const auto [wall1, cpu1, wallN, cpuN] = encode_scaling<Backend>(m, man, a, a.threads);
 
   const double n = static_cast<double>(ch.elements);
   const double gb = static_cast<double>(m.bytes) / 1e9;
