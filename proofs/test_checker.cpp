@@ -100,7 +100,7 @@ static_assert(proofs::checkable_world<cluster_world>);
 
 TEST(Engine, CountsAStateGraphKnownInClosedForm) {
   for (bool exact : {true, false}) {
-    const auto r = check(grid{}, check_options{true, exact});
+    const auto r = check(grid{}, check_options{.liveness = true, .exact = exact});
     ASSERT_TRUE(r.ok()) << r.violation;
     EXPECT_EQ(r.states, 16u);       // (n+1)^2
     EXPECT_EQ(r.transitions, 24u);  // 2 n (n+1)
@@ -127,7 +127,7 @@ TEST(Engine, ReverseReachabilityFindsATrap) {
   EXPECT_TRUE(end.sunk);
   EXPECT_EQ(r.counterexample.size(), 3u);  // (0,0) -> ... -> (1,1) -> sink
   // Without the liveness check the same world passes: the trap is not a safety violation.
-  EXPECT_TRUE(check(g, check_options{false}).ok());
+  EXPECT_TRUE(check(g, check_options{.liveness = false}).ok());
 }
 
 // Liveness without a reverse graph (checker.hpp): the sweeps reach the same verdict as a reverse
@@ -211,8 +211,8 @@ TEST(Protocol, ThreeReceiversOneDrop) {
 TEST(Protocol, FingerprintAndExactModeAgree) {
   for (auto b : {with(base(), [](auto& b) { b.owners = 1; b.chunks = 1; b.transitions = 2; b.owner_crashes = 1; }),
                  with(base(), [](auto& b) { b.owners = 1; b.chunks = 1; b.transitions = 1; b.duplicates = 1; b.drops = 1; })}) {
-    const auto exact = check(cluster_world(b), check_options{false, true});
-    const auto fingerprints = check(cluster_world(b), check_options{false, false});
+    const auto exact = check(cluster_world(b), check_options{.liveness = false, .exact = true});
+    const auto fingerprints = check(cluster_world(b), check_options{.liveness = false, .exact = false});
     ASSERT_TRUE(exact.ok()) << exact.violation;
     EXPECT_EQ(exact.states, fingerprints.states) << protocol::model::world_line(b.world());
     EXPECT_EQ(exact.transitions, fingerprints.transitions);
@@ -329,7 +329,7 @@ TEST(Engine, ThreadCountChangesNothing) {
   cluster_bounds b = small([](auto& b) { b.duplicates = 1; });
   std::optional<proofs::check_result<protocol::model::move>> first;
   for (unsigned t : {1u, 2u, 3u}) {
-    const auto r = check(cluster_world(b), check_options{true, false, 20'000'000, t});
+    const auto r = check(cluster_world(b), check_options{.liveness = true, .exact = false, .max_states = 20'000'000, .threads = t});
     ASSERT_TRUE(r.ok()) << r.violation;
     if (!first) { first = r; continue; }
     EXPECT_EQ(r.states, first->states) << t << " threads";
@@ -340,7 +340,7 @@ TEST(Engine, ThreadCountChangesNothing) {
   b.mutation = M::dedup_off;
   std::vector<protocol::model::move> ce;
   for (unsigned t : {1u, 2u, 3u}) {
-    const auto r = check(proofs::mutated_cluster_world(b), check_options{true, false, 20'000'000, t});
+    const auto r = check(proofs::mutated_cluster_world(b), check_options{.liveness = true, .exact = false, .max_states = 20'000'000, .threads = t});
     ASSERT_EQ(r.outcome, verdict::invariant_violated);
     if (t == 1) ce = r.counterexample;
     else EXPECT_EQ(r.counterexample, ce) << t << " threads";
@@ -462,9 +462,9 @@ TEST(Symmetry, SameVerdictsWithAndWithoutReduction) {
                  small([](auto& b) { b.owners = 1; b.receivers = 3; b.duplicates = 1; })}) {
     for (bool exact : {false, true}) {
       b.symmetry = false;
-      const auto full = check(cluster_world(b), check_options{true, exact});
+      const auto full = check(cluster_world(b), check_options{.liveness = true, .exact = exact});
       b.symmetry = true;
-      const auto reduced = check(cluster_world(b), check_options{true, exact});
+      const auto reduced = check(cluster_world(b), check_options{.liveness = true, .exact = exact});
       std::cout << protocol::model::world_line(b.world()) << (exact ? " (exact)" : "") << ": " << full.states
                 << " states -> " << reduced.states << " with symmetry" << std::endl;
       EXPECT_EQ(full.outcome, reduced.outcome);
@@ -509,8 +509,8 @@ TEST(Compact, EveryReachableStateRoundTrips) {
   }
   std::cout << checked << " states round-trip, " << bytes / checked << " bytes each on average" << std::endl;
   for (auto bb : {small([](auto& b) { b.owners = 1; b.failovers = 1; }), small([](auto& b) { b.receivers = 3; b.owners = 1; })}) {
-    const auto packed = check(cluster_world(bb), check_options{true, false, 20'000'000, 2, true});
-    const auto live = check(cluster_world(bb), check_options{true, false, 20'000'000, 2, false});
+    const auto packed = check(cluster_world(bb), check_options{.liveness = true, .exact = false, .max_states = 20'000'000, .threads = 2, .compact = true});
+    const auto live = check(cluster_world(bb), check_options{.liveness = true, .exact = false, .max_states = 20'000'000, .threads = 2, .compact = false});
     EXPECT_EQ(packed.states, live.states);
     EXPECT_EQ(packed.transitions, live.transitions);
     EXPECT_EQ(packed.depth, live.depth);
@@ -553,6 +553,8 @@ TEST(Compact, PackedFrontierReturnsEveryEncoding) {
       }
       std::swap(a, b);  // the next round writes into what was the other level
     }
-    if (compress) EXPECT_LT(b.bytes_held(), 100u * 450u / 2);  // mostly zeros: it must shrink
+    if (compress) {
+      EXPECT_LT(b.bytes_held(), 100u * 450u / 2);  // mostly zeros: it must shrink
+    }
   }
 }

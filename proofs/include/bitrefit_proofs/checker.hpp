@@ -83,7 +83,7 @@ struct check_options {
   /// Called after each batch of a BFS level (a wide level of a large world takes minutes), after
   /// each level, and once before the liveness pass, with what is known so far, for progress lines
   /// on long runs; the callee decides how often to print. Empty: silent.
-  std::function<void(const check_progress&)> progress;
+  std::function<void(const check_progress&)> progress{};
 };
 
 enum class verdict { ok, invariant_violated, end_unreachable, state_limit };
@@ -567,7 +567,7 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
     const std::size_t n = parent.size();
     out_start.push_back(out_to.size());
     if (out_start.size() != n + 1) throw std::logic_error("check: states were not expanded in id order");
-    std::vector<std::uint8_t> reaches(goal.begin(), goal.end());
+    std::vector<std::uint8_t> reaches = std::move(goal);  // goal_states is counted; the flags seed the set
     constexpr std::uint32_t max_sweeps = 16;
     bool grew = true;
     while (grew && res.liveness_sweeps < max_sweeps) {
