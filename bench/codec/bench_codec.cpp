@@ -235,8 +235,9 @@ std::pair<elapsed, encode_stats> encode_known_model(const model& m, const model_
 // `threads` threads (chunk i on thread i mod threads, one encoder each, as the sender's workers
 // do). Each worker keeps its encoder and output buffer across repetitions, as the sender's workers
 // keep theirs, so the best repetition runs on warm scratch. The one-thread and the N-thread runs
-// alternate within each repetition: on a shared VM the speed of the machine drifts by up to 25 %
-// within a minute, and a ratio of two runs minutes apart measured the drift as much as the scaling.
+// alternate within each repetition (at least 3, whatever --repeat says): on a shared VM the
+// machine's speed drifts by up to 25 % within a minute, and two series timed one after the other
+// measured that drift as much as the scaling.
 struct scaling {
   double wall1 = 1e300, cpu1 = 0;  // best one-thread wall time, and its thread's CPU time
   double wallN = 1e300, cpuN = 0;  // best N-thread wall time, and the largest per-thread CPU time of that run
