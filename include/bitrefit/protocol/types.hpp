@@ -200,9 +200,12 @@ void hash_append(hasher& h, const std::variant<T...>& v) {
 }
 }  // namespace detail
 
-/// Hash of any protocol value (states, messages, events, actions, the cluster world).
+/// Hash of any protocol value (states, messages, events, actions, the cluster world). Flattened:
+/// every hash_append below is inlined into one function per type, where GCC left the small ones
+/// (a digest, a pair of words) as calls; the model checker, which hashes every successor, runs
+/// 5.6 % fewer instructions (proofs/README.md "Speed").
 template <class T>
-std::size_t hash_of(const T& x) {
+[[gnu::flatten]] std::size_t hash_of(const T& x) {
   detail::hasher h;
   using detail::hash_append;
   hash_append(h, x);

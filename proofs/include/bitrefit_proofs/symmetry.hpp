@@ -204,7 +204,7 @@ void permute_receivers(protocol::model::basic_cluster<M>& w, const std::vector<s
 /// entry): renaming receivers moves signatures with the receivers and changes none. The canonical
 /// image only has to be looked for among the renamings that sort receivers by signature.
 template <class M>
-std::uint64_t receiver_signature(const protocol::model::basic_cluster<M>& w, std::uint32_t r) {
+[[gnu::flatten]] std::uint64_t receiver_signature(const protocol::model::basic_cluster<M>& w, std::uint32_t r) {
   using protocol::detail::hash_all;
   protocol::detail::hasher h;
   const auto& rc = w.receivers[r];
