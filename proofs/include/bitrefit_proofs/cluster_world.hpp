@@ -199,12 +199,39 @@ class basic_cluster_world {
   /// itself (its containers are kept sorted, which test_proofs checks).
   std::uint64_t canonicalize(bool leave_canonical = true) {
     if (!symmetry_) return protocol::hash_of(w_);
+    const auto [best, best_k, at] = hash_candidates();
+    const std::size_t leave_at = leave_canonical ? best_k : 0;
+    if (leave_at != at) permute_receivers(w_, relative_permutation(permutations()[at], permutations()[leave_at]));
+    return best;
+  }
+  /// The fingerprint of canonicalize(), for a lookup whose world is usually thrown away: the world
+  /// is left renamed to the image hashed last (`renamed`: not the world it was), not renamed back.
+  /// Most successors are known already, so the checker rebuilds the real successor (its parent plus
+  /// the move) only for the few it keeps; renaming every one back cost about 5 % of the search.
+  struct lookup_fingerprint {
+    std::uint64_t fp;
+    bool renamed;
+  };
+  lookup_fingerprint fingerprint_for_lookup() {
+    if (!symmetry_) return {protocol::hash_of(w_), false};
+    const auto [best, best_k, at] = hash_candidates();
+    (void)best_k;
+    return {best, at != 0};
+  }
+
+ private:
+  struct candidates_hashed {
+    std::uint64_t best;   // the smallest fingerprint among the candidate images
+    std::size_t best_k;   // its renaming (index into permutations())
+    std::size_t at;       // the renaming the world is left at (the candidate hashed last)
+  };
+  /// Hashes every candidate image (the renamings that sort receivers by signature; receiver r goes
+  /// to p[r], a smaller signature to a smaller id). Usually one; ties (receivers whose own states
+  /// are equal) leave several, and the fingerprint is the smallest over them. Every world of a
+  /// class has the same candidate images, so the same fingerprint.
+  candidates_hashed hash_candidates() {
     const auto& ps = permutations();
     const std::uint32_t n = w_.config.protocol.receivers;
-    // Candidates: the renamings that sort receivers by signature (receiver r goes to p[r]; a
-    // smaller signature to a smaller id). Usually one; ties (receivers whose own states are equal)
-    // leave several, and the fingerprint is the smallest over them. Every world of a class has the
-    // same candidate images, so the same fingerprint.
     std::uint64_t sig[8];
     for (std::uint32_t r = 0; r < n; ++r) sig[r] = receiver_signature(w_, r);
     std::uint64_t best = 0;
@@ -224,12 +251,9 @@ class basic_cluster_world {
       const std::uint64_t h = protocol::hash_of(w_);
       if (!any || h < best) { best = h; best_k = k; any = true; }
     }
-    const std::size_t leave_at = leave_canonical ? best_k : 0;
-    if (leave_at != at) permute_receivers(w_, relative_permutation(ps[at], ps[leave_at]));
-    return best;
+    return {best, best_k, at};
   }
 
- private:
   /// Every permutation of the receivers (identity first); one table per receiver count, shared.
   const std::vector<std::vector<std::uint32_t>>& permutations() const {
     static const auto table = [] {
