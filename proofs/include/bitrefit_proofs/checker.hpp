@@ -140,15 +140,6 @@ concept symmetric_world = requires(W& w, const W& cw) {
   { cw.symmetric() } -> std::convertible_to<bool>;  // reduction switched on for this run
 };
 
-/// A symmetric world that can also fingerprint a state for a lookup without restoring it:
-/// `w.fingerprint_for_lookup()` returns canonicalize()'s fingerprint and whether w was left renamed
-/// (to another image of its class). The checker rebuilds the real successor only when it keeps it.
-template <class W>
-concept lazily_symmetric_world = symmetric_world<W> && requires(W& w) {
-  { w.fingerprint_for_lookup().fp } -> std::convertible_to<std::uint64_t>;
-  { w.fingerprint_for_lookup().renamed } -> std::convertible_to<bool>;
-};
-
 /// A world that encodes itself compactly (e.g. bitrefit_proofs/compact.hpp): the checker keeps its
 /// breadth-first frontier as bytes instead of live worlds (a few hundred bytes a state instead of
 /// kilobytes of heap) and decodes each state into a per-thread scratch world to expand it.
@@ -398,18 +389,6 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
       if (reduce) return w.canonicalize(opt.exact);  // exact: the canonical image is the key; else w is unchanged
     return opt.exact ? 0 : fingerprint_of(w);
   };
-  // Fingerprint mode: the fingerprint of a successor that is usually thrown away (known already).
-  // `renamed`: w was left as another image of its class; the caller rebuilds it if it keeps it.
-  auto fingerprint_for_lookup = [&](W& w, bool& renamed) -> std::uint64_t {
-    renamed = false;
-    if constexpr (lazily_symmetric_world<W>)
-      if (reduce && !opt.exact) {
-        const auto r = w.fingerprint_for_lookup();
-        renamed = r.renamed;
-        return r.fp;
-      }
-    return fingerprint_in_place(w);
-  };
   struct alignas(64) expanded {  // neighbouring slots are filled by different threads: a line each
     std::vector<successor> succ;
   };
@@ -516,18 +495,16 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
         for (const auto& m : w.enabled_moves()) {
           succ = w;  // assignment into the thread's scratch world reuses its heap blocks
           succ.apply(m);
-          bool renamed = false;
-          successor s{m, fingerprint_for_lookup(succ, renamed), nullptr, false, std::nullopt, nullptr, {}};
+          successor s{m, fingerprint_in_place(succ), nullptr, false, std::nullopt, nullptr, {}};
           const bool fresh = !known(succ, s.fp) && (opt.exact || kept[t].v.insert(s.fp).second);
           if (reduce && opt.exact) {
             // succ is the canonical image now (the table's key): the state kept is the real
-            // successor.
+            // successor. (Fingerprint mode: canonicalize(false) left succ as it was.)
             s.key = std::make_unique<W>(succ);
-            renamed = true;
-          }
-          if (fresh && renamed) {  // kept: the real successor, not the image that was hashed
-            succ = w;
-            succ.apply(m);
+            if (fresh) {
+              succ = w;
+              succ.apply(m);
+            }
           }
           if (fresh) {
             s.goal = succ.transition_done();

@@ -193,49 +193,21 @@ class basic_cluster_world {
   /// sort receivers by their own state's signature (symmetry.hpp, receiver_signature; ties: the
   /// first permutation in lexicographic order, identity first): equal for every world of one
   /// symmetry class (up to 64-bit hash collisions, the same bound as fingerprint deduplication).
-  /// `leave_canonical`: the world is left renamed to that image (exact mode keys by it); false:
-  /// it is left exactly as it was (renamed back if another image was hashed last), so the checker
-  /// can keep the real successor without applying its move again. The identity image is the world
-  /// itself (its containers are kept sorted, which test_proofs checks).
+  /// Each image is hashed without being built (symmetry.hpp, renamed_fingerprint).
+  /// `leave_canonical`: the world is then renamed to that image (exact mode keys by it); false:
+  /// it is left exactly as it was, so the checker keeps the real successor as it is.
   std::uint64_t canonicalize(bool leave_canonical = true) {
     if (!symmetry_) return protocol::hash_of(w_);
-    const auto [best, best_k, at] = hash_candidates();
-    const std::size_t leave_at = leave_canonical ? best_k : 0;
-    if (leave_at != at) permute_receivers(w_, relative_permutation(permutations()[at], permutations()[leave_at]));
-    return best;
-  }
-  /// The fingerprint of canonicalize(), for a lookup whose world is usually thrown away: the world
-  /// is left renamed to the image hashed last (`renamed`: not the world it was), not renamed back.
-  /// Most successors are known already, so the checker rebuilds the real successor (its parent plus
-  /// the move) only for the few it keeps; renaming every one back cost about 5 % of the search.
-  struct lookup_fingerprint {
-    std::uint64_t fp;
-    bool renamed;
-  };
-  lookup_fingerprint fingerprint_for_lookup() {
-    if (!symmetry_) return {protocol::hash_of(w_), false};
-    const auto [best, best_k, at] = hash_candidates();
-    (void)best_k;
-    return {best, at != 0};
-  }
-
- private:
-  struct candidates_hashed {
-    std::uint64_t best;   // the smallest fingerprint among the candidate images
-    std::size_t best_k;   // its renaming (index into permutations())
-    std::size_t at;       // the renaming the world is left at (the candidate hashed last)
-  };
-  /// Hashes every candidate image (the renamings that sort receivers by signature; receiver r goes
-  /// to p[r], a smaller signature to a smaller id). Usually one; ties (receivers whose own states
-  /// are equal) leave several, and the fingerprint is the smallest over them. Every world of a
-  /// class has the same candidate images, so the same fingerprint.
-  candidates_hashed hash_candidates() {
     const auto& ps = permutations();
     const std::uint32_t n = w_.config.protocol.receivers;
+    // Candidates: the renamings that sort receivers by signature (receiver r goes to p[r]; a
+    // smaller signature to a smaller id). Usually one; ties (receivers whose own states are equal)
+    // leave several, and the fingerprint is the smallest over them. Every world of a class has the
+    // same candidate images, so the same fingerprint.
     std::uint64_t sig[8];
     for (std::uint32_t r = 0; r < n; ++r) sig[r] = receiver_signature(w_, r);
     std::uint64_t best = 0;
-    std::size_t best_k = 0, at = 0;
+    std::size_t best_k = 0;
     bool any = false;
     for (std::size_t k = 0; k < ps.size(); ++k) {
       const auto& p = ps[k];
@@ -244,16 +216,14 @@ class basic_cluster_world {
         for (std::uint32_t b = 0; b < n && sorted; ++b)
           if (sig[a] < sig[b] && p[a] > p[b]) sorted = false;
       if (!sorted) continue;
-      if (k != at) {
-        permute_receivers(w_, relative_permutation(ps[at], p));
-        at = k;
-      }
-      const std::uint64_t h = protocol::hash_of(w_);
+      const std::uint64_t h = renamed_fingerprint(w_, p);
       if (!any || h < best) { best = h; best_k = k; any = true; }
     }
-    return {best, best_k, at};
+    if (leave_canonical && best_k != 0) permute_receivers(w_, ps[best_k]);
+    return best;
   }
 
+ private:
   /// Every permutation of the receivers (identity first); one table per receiver count, shared.
   const std::vector<std::vector<std::uint32_t>>& permutations() const {
     static const auto table = [] {

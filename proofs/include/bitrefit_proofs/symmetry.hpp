@@ -199,6 +199,258 @@ void permute_receivers(protocol::model::basic_cluster<M>& w, const std::vector<s
   sort_all(w.fenced);
 }
 
+// ---- The fingerprint of a renamed world, without renaming it ------------------------------------
+//
+// The canonical fingerprint hashes the image of a world under the renaming that sorts its
+// receivers; building that image (permute_receivers, above) for about every second successor cost
+// a tenth of the checker's time, and most successors are thrown away once fingerprinted.
+// `renamed_fingerprint(w, p)` walks w once and hashes what permute_receivers(w, p) would hold:
+// every receiver id renamed on the fly, per-receiver vectors visited in their new order, and the
+// containers permute_receivers re-sorts after renaming (in-flight messages, the log queue, the
+// attempt notes, acks, fences, member lists) hashed as multisets (the sum of their elements'
+// digests), so no sorting is needed. Those containers are kept sorted by the model, so their order
+// is a function of their elements and a multiset hash loses nothing. The coordinator's per-member
+// flags are hashed together with the member they belong to.
+//
+// It is a different function from protocol::hash_of (it is never compared with it), and
+// test_proofs (`Symmetry.RenamedFingerprintIsTheFingerprintOfTheRenamedWorld`) checks
+// renamed_fingerprint(w, p) == renamed_fingerprint(permute_receivers(w, p), identity) for every
+// renaming of every reachable state of small worlds with every fault kind.
+namespace symmetry_detail {
+using protocol::detail::hasher;
+
+struct renaming {
+  const perm& p;
+  std::uint32_t inv[8];  // inv[j]: the receiver renamed to j
+  explicit renaming(const perm& p_) : p(p_) {
+    if (p.size() > 8) throw std::length_error("renamed_fingerprint: more than 8 receivers");
+    for (std::uint32_t r = 0; r < p.size(); ++r) inv[p[r]] = r;
+  }
+  std::uint32_t n() const noexcept { return std::uint32_t(p.size()); }
+  std::uint32_t to(std::uint32_t r) const { return p.at(r); }
+};
+
+inline void hash_renamed(hasher& h, const renaming& q, const protocol::member& m) {
+  h.mix(q.to(m.receiver));
+  h.mix(m.incarnation);
+}
+inline void hash_renamed(hasher& h, const renaming& q, const protocol::endpoint& e) {
+  h.mix(static_cast<std::uint64_t>(e.role));
+  h.mix(e.role == protocol::role::receiver ? q.to(e.index) : e.index);
+}
+inline void hash_attestation(hasher& h, const renaming& q, const digest128& d) {  // {x, r+1}
+  h.mix(d.low64);
+  h.mix(d.high64 >= 1 && d.high64 <= q.n() ? q.p[d.high64 - 1] + 1 : d.high64);
+}
+/// A per-receiver vector (index = receiver id) in its renamed order: new position j holds the
+/// element of receiver inv[j]. A vector of another size is hashed as it is.
+template <class T, class F>
+void hash_per_receiver(hasher& h, const renaming& q, const std::vector<T>& v, F elem) {
+  h.mix(v.size());
+  if (v.size() != q.n()) {
+    for (const auto& x : v) elem(x);
+    return;
+  }
+  for (std::uint32_t j = 0; j < q.n(); ++j) elem(v[q.inv[j]]);
+}
+/// A container kept sorted, whose order a renaming changes: the sum of its elements' digests.
+template <class T, class F>
+void hash_multiset(hasher& h, const std::vector<T>& v, F elem) {
+  std::uint64_t sum = 0;
+  for (const auto& x : v) {
+    hasher e;
+    elem(e, x);
+    sum += e.digest();
+  }
+  h.mix(v.size());
+  h.mix(sum);
+}
+inline void hash_members(hasher& h, const renaming& q, const std::vector<protocol::member>& ms) {
+  hash_multiset(h, ms, [&](hasher& e, const protocol::member& m) { hash_renamed(e, q, m); });
+}
+
+static_assert(field_count<protocol::prepare_record> == 11);
+inline void hash_renamed(hasher& h, const renaming& q, const protocol::prepare_record& r) {
+  using protocol::detail::hash_all;
+  hash_all(h, r.attempt, r.base, r.target, r.next, r.mode, r.xor_allowed);
+  hash_members(h, q, r.members);
+  if (r.expected.size() == q.n()) hash_per_receiver(h, q, r.expected, [&](const digest128& d) { hash_attestation(h, q, d); });
+  else hash_all(h, r.expected);
+  hash_all(h, r.frozen, r.retry, r.aborted);
+}
+static_assert(field_count<protocol::ack_msg> == 3);
+inline void hash_renamed(hasher& h, const renaming& q, const protocol::ack_msg& a) {
+  protocol::detail::hash_append(h, a.attempt);
+  hash_renamed(h, q, a.from);
+  h.mix(a.attestation.has_value());
+  if (a.attestation) hash_attestation(h, q, *a.attestation);
+}
+static_assert(field_count<protocol::model::attempt_note> == 3);
+inline void hash_renamed(hasher& h, const renaming& q, const protocol::model::attempt_note& a) {
+  protocol::detail::hash_all(h, a.attempt, a.target);
+  hash_members(h, q, a.members);
+}
+template <class M>
+void hash_renamed(hasher& h, const renaming& q, const protocol::basic_coordinator<M>& c) {
+  static_assert(field_count<protocol::basic_coordinator<M>> == 21);
+  using protocol::detail::hash_all;
+  hash_all(h, c.config, c.epoch, c.phase, c.counter, c.committed);
+  hash_per_receiver(h, q, c.roster, [&](const auto& e) { hash_all(h, e); });
+  hash_all(h, c.owner_at, c.target, c.xor_allowed);
+  if (c.expected.size() == q.n()) hash_per_receiver(h, q, c.expected, [&](const digest128& d) { hash_attestation(h, q, d); });
+  else hash_all(h, c.expected);
+  hash_all(h, c.frozen, c.attempts, c.dirty);
+  h.mix(c.attempt.has_value());
+  if (c.attempt) hash_renamed(h, q, *c.attempt);
+  hash_all(h, c.manifests);
+  // Per-member flags, each with its member (permute_receivers moves them along when it re-sorts
+  // the members); flags not sized for the attempt are hashed as they are, as they are not moved.
+  for (const auto* flags : {&c.arrived, &c.acked, &c.stopped}) {
+    if (c.attempt && flags->size() == c.attempt->members.size()) {
+      std::uint64_t sum = 0;
+      for (std::size_t k = 0; k < flags->size(); ++k) {
+        hasher e;
+        hash_renamed(e, q, c.attempt->members[k]);
+        e.mix((*flags)[k]);
+        sum += e.digest();
+      }
+      h.mix(flags->size());
+      h.mix(sum);
+    } else {
+      hash_all(h, *flags);
+    }
+  }
+  hash_all(h, c.then, c.lost_owner, c.mutation);
+}
+template <class M>
+void hash_renamed(hasher& h, const renaming& q, const protocol::basic_receiver<M>& r) {
+  static_assert(field_count<protocol::basic_receiver<M>> == 17);
+  using protocol::detail::hash_all;
+  h.mix(q.to(r.id));
+  hash_all(h, r.incarnation, r.gate, r.attest, r.mutation, r.phase, r.committed, r.gate_open, r.highest_seen, r.epoch_seen,
+           r.attempt, r.completed, r.unsynced, r.sync_pending, r.stopping_for);
+  h.mix(r.deferred.has_value());
+  if (r.deferred) hash_renamed(h, q, *r.deferred);
+  hash_all(h, r.early);
+}
+template <class M>
+void hash_renamed(hasher& h, const renaming& q, const protocol::basic_owner<M>& o) {
+  static_assert(field_count<protocol::basic_owner<M>> == 10);
+  using protocol::detail::hash_all;
+  hash_all(h, o.id, o.mutation, o.baseline, o.frozen_target, o.frozen_id, o.frozen_at, o.highest_seen, o.sender_epoch);
+  h.mix(o.active.has_value());
+  if (o.active) hash_renamed(h, q, *o.active);
+  hash_all(h, o.finished);
+}
+inline void hash_renamed(hasher& h, const renaming& q, const protocol::message& msg) {
+  h.mix(msg.index());
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        using protocol::detail::hash_all;
+        if constexpr (std::is_same_v<T, protocol::prepare_msg>) hash_renamed(h, q, x.record);
+        else if constexpr (std::is_same_v<T, protocol::announce_msg>) {
+          static_assert(field_count<protocol::announce_msg> == 3);
+          hash_all(h, x.record);
+          h.mix(x.roster.has_value());
+          if (x.roster) hash_renamed(h, q, *x.roster);
+          hash_all(h, x.evicted);
+        } else if constexpr (std::is_same_v<T, protocol::ack_msg>) hash_renamed(h, q, x);
+        else if constexpr (std::is_same_v<T, protocol::arrived_msg> || std::is_same_v<T, protocol::stopped_msg>) {
+          static_assert(field_count<T> == 2);
+          hash_all(h, x.attempt);
+          hash_renamed(h, q, x.from);
+        } else if constexpr (std::is_same_v<T, protocol::failed_msg>) {
+          static_assert(field_count<T> == 3);
+          hash_all(h, x.attempt);
+          hash_renamed(h, q, x.from);
+          hash_all(h, x.reason);
+        } else if constexpr (std::is_same_v<T, protocol::join_msg>) {
+          static_assert(field_count<T> == 2);
+          hash_renamed(h, q, x.from);
+          hash_all(h, x.at);
+        } else {
+          // the messages rename(p, message) leaves alone (checked there)
+          hash_all(h, x);
+        }
+      },
+      msg);
+}
+inline void hash_renamed(hasher& h, const renaming& q, const protocol::envelope& e) {
+  hash_renamed(h, q, e.from);
+  hash_renamed(h, q, e.to);
+  hash_renamed(h, q, e.msg);
+}
+inline void hash_renamed(hasher& h, const renaming& q, const protocol::log_request& r) {
+  h.mix(r.index());
+  if (const auto* pp = std::get_if<protocol::persist_prepare_request>(&r)) {
+    static_assert(field_count<protocol::persist_prepare_request> == 2);
+    protocol::detail::hash_all(h, pp->epoch);
+    hash_renamed(h, q, pp->record);
+  } else {
+    std::visit([&](const auto& x) { protocol::detail::hash_all(h, x); }, r);
+  }
+}
+}  // namespace symmetry_detail
+
+/// The fingerprint of the world permute_receivers(w, p) would make, computed from w without
+/// changing it (see above). With p the identity: the fingerprint of w itself.
+template <class M>
+[[gnu::flatten]] std::uint64_t renamed_fingerprint(const protocol::model::basic_cluster<M>& w,
+                                                   const std::vector<std::uint32_t>& p) {
+  using namespace symmetry_detail;
+  using protocol::detail::hash_all;
+  static_assert(field_count<protocol::model::basic_cluster<M>> == 25);
+  static_assert(field_count<protocol::basic_commit_log<M>> == 2);
+  static_assert(field_count<protocol::log_snapshot> == 3);
+  static_assert(field_count<protocol::model::pending_log> == 2);
+  const renaming q(p);
+  hasher h;
+  hash_all(h, w.config);
+  hash_all(h, w.log.state.epoch, w.log.state.record);
+  h.mix(w.log.state.prepared.has_value());
+  if (w.log.state.prepared) hash_renamed(h, q, *w.log.state.prepared);
+  hash_all(h, w.log.mutation);
+  hash_renamed(h, q, w.coord);
+  h.mix(w.owners.size());
+  for (const auto& o : w.owners) hash_renamed(h, q, o);
+  hash_per_receiver(h, q, w.receivers, [&](const auto& r) {
+    h.mix(r.has_value());
+    if (r) hash_renamed(h, q, *r);
+  });
+  hash_per_receiver(h, q, w.incarnations, [&](std::uint64_t x) { h.mix(x); });
+  hash_all(h, w.stores, w.trainer_flavor, w.truth);
+  {
+    const std::size_t k = w.regions_per_receiver();
+    h.mix(w.regions.size());
+    if (k && w.regions.size() == std::size_t(q.n()) * k) {
+      for (std::uint32_t j = 0; j < q.n(); ++j)
+        for (std::size_t i = 0; i < k; ++i) protocol::detail::hash_append(h, w.regions[q.inv[j] * k + i]);
+    } else {
+      for (const auto& x : w.regions) protocol::detail::hash_append(h, x);
+    }
+  }
+  hash_per_receiver(h, q, w.device, [&](const auto& d) { hash_all(h, d); });
+  hash_per_receiver(h, q, w.sync_waiting, [&](std::uint8_t x) { h.mix(x); });
+  hash_multiset(h, w.inflight, [&](hasher& e, const protocol::envelope& x) { hash_renamed(e, q, x); });
+  hash_multiset(h, w.log_queue, [&](hasher& e, const protocol::model::pending_log& x) {
+    hash_renamed(e, q, x.request);
+    e.mix(x.epoch);
+  });
+  hash_all(h, w.coord_deadline);
+  hash_per_receiver(h, q, w.receiver_deadline, [&](std::uint8_t x) { h.mix(x); });
+  hash_all(h, w.budget, w.max_epoch);
+  hash_multiset(h, w.attempts, [&](hasher& e, const protocol::model::attempt_note& x) { hash_renamed(e, q, x); });
+  hash_multiset(h, w.acks, [&](hasher& e, const std::pair<attempt_id, protocol::member>& x) {
+    protocol::detail::hash_append(e, x.first);
+    hash_renamed(e, q, x.second);
+  });
+  hash_all(h, w.stopped);
+  hash_multiset(h, w.fenced, [&](hasher& e, const protocol::member& x) { hash_renamed(e, q, x); });
+  hash_all(h, w.aborts_durable, w.violation, w.stuck);
+  return h.digest();
+}
+
 /// A fingerprint of receiver r's own state that names no receiver id (its machine without its id
 /// and deferred prepare's members, its incarnation counter, regions, device queue, flags, roster
 /// entry): renaming receivers moves signatures with the receivers and changes none. The canonical
