@@ -213,7 +213,7 @@ void permute_receivers(protocol::model::basic_cluster<M>& w, const std::vector<s
 // flags are hashed together with the member they belong to.
 //
 // It is a different function from protocol::hash_of (it is never compared with it), and
-// test_proofs (`Symmetry.RenamedFingerprintIsTheFingerprintOfTheRenamedWorld`) checks
+// test_proofs (`Symmetry.RenamingReceiversCommutesWithEveryMove`) checks
 // renamed_fingerprint(w, p) == renamed_fingerprint(permute_receivers(w, p), identity) for every
 // renaming of every reachable state of small worlds with every fault kind.
 namespace symmetry_detail {
@@ -482,14 +482,6 @@ inline std::vector<std::vector<std::uint32_t>> all_permutations(std::uint32_t n)
   do out.push_back(p);
   while (std::next_permutation(p.begin(), p.end()));
   return out;
-}
-
-/// q such that applying q after a renaming by `from` renames by `to` (q[from[r]] = to[r]).
-inline std::vector<std::uint32_t> relative_permutation(const std::vector<std::uint32_t>& from,
-                                                       const std::vector<std::uint32_t>& to) {
-  std::vector<std::uint32_t> q(from.size());
-  for (std::size_t r = 0; r < from.size(); ++r) q[from[r]] = to[r];
-  return q;
 }
 
 }  // namespace bitrefit::proofs
