@@ -381,7 +381,8 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
     std::unique_ptr<W> key;  // exact mode with symmetry: the canonical image (the table's key)
     std::vector<std::uint8_t> bytes;  // compact frontier: the fresh successor, encoded
   };
-  // Fingerprint (and, exact with symmetry, the key) of a state; may rename `w` (symmetry).
+  // Fingerprint (and, exact with symmetry, the key) of a state; renames `w` to its canonical image
+  // only in exact mode with symmetry (fingerprint mode hashes the image without building it).
   bool reduce = false;
   if constexpr (symmetric_world<W>) reduce = initial.symmetric();
   auto fingerprint_in_place = [&](W& w) -> std::uint64_t {
