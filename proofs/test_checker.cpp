@@ -456,6 +456,36 @@ TEST(Symmetry, RenamingReceiversCommutesWithEveryMove) {
   symmetry_test::expect_equivariant<proofs::mutated_cluster_world>(m, 4000);
 }
 
+// A receiver's deferred prepare (a newer attempt waiting for its device sync) names receivers: its
+// members and expected attestations. None of the worlds above reaches one within the states it
+// visits, so one is set by hand: renamed_fingerprint hashes it renamed (it fails when the deferred
+// prepare is hashed as it is), and hashes it at all (it fails when only the receiver's signature,
+// which keeps the deferred prepare's attempt only, stands for it).
+TEST(Symmetry, RenamedFingerprintRenamesADeferredPrepare) {
+  cluster_bounds b;
+  b.receivers = 3;
+  b.owners = 1;
+  b.chunks = 1;
+  b.transitions = 1;
+  auto w = cluster_world(b).world();
+  protocol::prepare_record p;
+  p.attempt = {1, 2};
+  p.target = 1;
+  p.members = {{0, 0}, {2, 1}};
+  p.expected = {digest128{11, 1}, digest128{12, 2}, digest128{13, 3}};  // {x, r+1}: receiver r's attestation
+  ASSERT_TRUE(w.receivers[1].has_value());
+  w.receivers[1]->deferred = p;
+  const auto perms = proofs::all_permutations(3);
+  for (const auto& q : perms) {
+    auto image = w;
+    proofs::permute_receivers(image, q);
+    EXPECT_EQ(proofs::renamed_fingerprint(w, q), proofs::renamed_fingerprint(image, perms[0]));
+  }
+  auto other = w;
+  other.receivers[1]->deferred->members = {{0, 0}, {1, 1}};
+  EXPECT_NE(proofs::renamed_fingerprint(w, perms[0]), proofs::renamed_fingerprint(other, perms[0]));
+}
+
 // The verdict does not depend on the reduction, and the reduced state count is between 1/n! and 1
 // of the full one (every class has at most n! members).
 TEST(Symmetry, SameVerdictsWithAndWithoutReduction) {

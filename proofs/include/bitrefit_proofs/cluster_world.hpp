@@ -193,7 +193,8 @@ class basic_cluster_world {
   /// sort receivers by their own state's signature (symmetry.hpp, receiver_signature; ties: the
   /// first permutation in lexicographic order, identity first): equal for every world of one
   /// symmetry class (up to 64-bit hash collisions, the same bound as fingerprint deduplication).
-  /// Each image is hashed without being built (symmetry.hpp, renamed_fingerprint).
+  /// Each image is hashed without being built (symmetry.hpp, renamed_fingerprint), the receivers'
+  /// own parts by their signatures.
   /// `leave_canonical`: the world is then renamed to that image (exact mode keys by it); false:
   /// it is left exactly as it was, so the checker keeps the real successor as it is.
   std::uint64_t canonicalize(bool leave_canonical = true) {
@@ -216,7 +217,7 @@ class basic_cluster_world {
         for (std::uint32_t b = 0; b < n && sorted; ++b)
           if (sig[a] < sig[b] && p[a] > p[b]) sorted = false;
       if (!sorted) continue;
-      const std::uint64_t h = renamed_fingerprint(w_, p);
+      const std::uint64_t h = renamed_fingerprint(w_, p, sig);
       if (!any || h < best) { best = h; best_k = k; any = true; }
     }
     if (leave_canonical && best_k != 0) permute_receivers(w_, ps[best_k]);

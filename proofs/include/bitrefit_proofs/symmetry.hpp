@@ -210,7 +210,9 @@ void permute_receivers(protocol::model::basic_cluster<M>& w, const std::vector<s
 // attempt notes, acks, fences, member lists) hashed as multisets (the sum of their elements'
 // digests), so no sorting is needed. Those containers are kept sorted by the model, so their order
 // is a function of their elements and a multiset hash loses nothing. The coordinator's per-member
-// flags are hashed together with the member they belong to.
+// flags are hashed together with the member they belong to. Each receiver's own part of the world
+// is hashed as its receiver_signature (computed anyway to choose the renamings) plus the fields the
+// signature leaves out because they name receivers, so that part is walked once, not twice.
 //
 // It is a different function from protocol::hash_of (it is never compared with it), and
 // test_proofs (`Symmetry.RenamingReceiversCommutesWithEveryMove`) checks
@@ -323,17 +325,6 @@ void hash_renamed(hasher& h, const renaming& q, const protocol::basic_coordinato
   hash_all(h, c.then, c.lost_owner, c.mutation);
 }
 template <class M>
-void hash_renamed(hasher& h, const renaming& q, const protocol::basic_receiver<M>& r) {
-  static_assert(field_count<protocol::basic_receiver<M>> == 17);
-  using protocol::detail::hash_all;
-  h.mix(q.to(r.id));
-  hash_all(h, r.incarnation, r.gate, r.attest, r.mutation, r.phase, r.committed, r.gate_open, r.highest_seen, r.epoch_seen,
-           r.attempt, r.completed, r.unsynced, r.sync_pending, r.stopping_for);
-  h.mix(r.deferred.has_value());
-  if (r.deferred) hash_renamed(h, q, *r.deferred);
-  hash_all(h, r.early);
-}
-template <class M>
 void hash_renamed(hasher& h, const renaming& q, const protocol::basic_owner<M>& o) {
   static_assert(field_count<protocol::basic_owner<M>> == 10);
   using protocol::detail::hash_all;
@@ -393,11 +384,42 @@ inline void hash_renamed(hasher& h, const renaming& q, const protocol::log_reque
 }
 }  // namespace symmetry_detail
 
+/// A fingerprint of receiver r's own state that names no receiver id: its machine without its id
+/// and its deferred prepare's members and attestations (that prepare contributes its attempt), its
+/// incarnation counter, regions, device queue, sync and deadline flags, roster entry. Renaming
+/// receivers moves signatures with the receivers and changes none. Two uses: the canonical image
+/// is looked for among the renamings that sort receivers by signature only, and
+/// renamed_fingerprint hashes each receiver's part of the world as its signature (plus the
+/// deferred prepare, renamed), so that part is walked once per successor, not twice.
+template <class M>
+[[gnu::flatten]] std::uint64_t receiver_signature(const protocol::model::basic_cluster<M>& w, std::uint32_t r) {
+  static_assert(symmetry_detail::field_count<protocol::basic_receiver<M>> == 17);  // all but id and deferred's names
+  using protocol::detail::hash_all;
+  protocol::detail::hasher h;
+  const auto& rc = w.receivers[r];
+  h.mix(rc.has_value());
+  if (rc) {
+    hash_all(h, rc->incarnation, rc->gate, rc->attest, rc->mutation, rc->phase, rc->committed, rc->gate_open,
+             rc->highest_seen, rc->epoch_seen, rc->attempt, rc->completed, rc->unsynced, rc->sync_pending,
+             rc->stopping_for, rc->early);
+    h.mix(rc->deferred.has_value());
+    if (rc->deferred) hash_all(h, rc->deferred->attempt);
+  }
+  const std::size_t k = w.regions_per_receiver();
+  for (std::size_t i = 0; i < k; ++i) h.mix(std::uint64_t(std::uint32_t(w.regions[r * k + i])));
+  hash_all(h, w.incarnations[r], w.device[r], w.sync_waiting[r], w.receiver_deadline[r]);
+  if (r < w.coord.roster.size()) hash_all(h, w.coord.roster[r]);
+  return h.digest();
+}
+
 /// The fingerprint of the world permute_receivers(w, p) would make, computed from w without
-/// changing it (see above). With p the identity: the fingerprint of w itself.
+/// changing it (see above). With p the identity: the fingerprint of w itself. `sig[r]`:
+/// receiver_signature(w, r) for every receiver (canonicalize has them already). The world's
+/// configuration is not hashed: it is the same for every state of one search, and fingerprints
+/// are only compared within one search.
 template <class M>
 [[gnu::flatten]] std::uint64_t renamed_fingerprint(const protocol::model::basic_cluster<M>& w,
-                                                   const std::vector<std::uint32_t>& p) {
+                                                   const std::vector<std::uint32_t>& p, const std::uint64_t* sig) {
   using namespace symmetry_detail;
   using protocol::detail::hash_all;
   static_assert(field_count<protocol::model::basic_cluster<M>> == 25);
@@ -405,8 +427,11 @@ template <class M>
   static_assert(field_count<protocol::log_snapshot> == 3);
   static_assert(field_count<protocol::model::pending_log> == 2);
   const renaming q(p);
+  const std::size_t n = q.n();
+  if (w.receivers.size() != n || w.incarnations.size() != n || w.device.size() != n || w.sync_waiting.size() != n ||
+      w.receiver_deadline.size() != n || w.regions.size() != n * w.regions_per_receiver())
+    throw std::logic_error("renamed_fingerprint: a per-receiver vector of the world does not hold one entry per receiver");
   hasher h;
-  hash_all(h, w.config);
   hash_all(h, w.log.state.epoch, w.log.state.record);
   h.mix(w.log.state.prepared.has_value());
   if (w.log.state.prepared) hash_renamed(h, q, *w.log.state.prepared);
@@ -414,32 +439,26 @@ template <class M>
   hash_renamed(h, q, w.coord);
   h.mix(w.owners.size());
   for (const auto& o : w.owners) hash_renamed(h, q, o);
-  hash_per_receiver(h, q, w.receivers, [&](const auto& r) {
-    h.mix(r.has_value());
-    if (r) hash_renamed(h, q, *r);
-  });
-  hash_per_receiver(h, q, w.incarnations, [&](std::uint64_t x) { h.mix(x); });
-  hash_all(h, w.stores, w.trainer_flavor, w.truth);
-  {
-    const std::size_t k = w.regions_per_receiver();
-    h.mix(w.regions.size());
-    if (k && w.regions.size() == std::size_t(q.n()) * k) {
-      for (std::uint32_t j = 0; j < q.n(); ++j)
-        for (std::size_t i = 0; i < k; ++i) protocol::detail::hash_append(h, w.regions[q.inv[j] * k + i]);
-    } else {
-      for (const auto& x : w.regions) protocol::detail::hash_append(h, x);
-    }
+  // Every receiver's own part (its machine, incarnation counter, regions, device queue, sync and
+  // deadline flags), in its renamed place: its signature, which names no receiver, and what the
+  // signature leaves out because it names receivers (its id and deferred prepare, renamed). A
+  // 64-bit digest stands for each part, as for the multisets below.
+  h.mix(n);
+  for (std::uint32_t j = 0; j < n; ++j) {
+    const auto& r = w.receivers[q.inv[j]];
+    h.mix(sig[q.inv[j]]);
+    if (!r) continue;  // the signature says so
+    h.mix(q.to(r->id));
+    h.mix(r->deferred.has_value());
+    if (r->deferred) hash_renamed(h, q, *r->deferred);
   }
-  hash_per_receiver(h, q, w.device, [&](const auto& d) { hash_all(h, d); });
-  hash_per_receiver(h, q, w.sync_waiting, [&](std::uint8_t x) { h.mix(x); });
+  hash_all(h, w.stores, w.trainer_flavor, w.truth);
   hash_multiset(h, w.inflight, [&](hasher& e, const protocol::envelope& x) { hash_renamed(e, q, x); });
   hash_multiset(h, w.log_queue, [&](hasher& e, const protocol::model::pending_log& x) {
     hash_renamed(e, q, x.request);
     e.mix(x.epoch);
   });
-  hash_all(h, w.coord_deadline);
-  hash_per_receiver(h, q, w.receiver_deadline, [&](std::uint8_t x) { h.mix(x); });
-  hash_all(h, w.budget, w.max_epoch);
+  hash_all(h, w.coord_deadline, w.budget, w.max_epoch);
   hash_multiset(h, w.attempts, [&](hasher& e, const protocol::model::attempt_note& x) { hash_renamed(e, q, x); });
   hash_multiset(h, w.acks, [&](hasher& e, const std::pair<attempt_id, protocol::member>& x) {
     protocol::detail::hash_append(e, x.first);
@@ -450,28 +469,13 @@ template <class M>
   hash_all(h, w.aborts_durable, w.violation, w.stuck);
   return h.digest();
 }
-
-/// A fingerprint of receiver r's own state that names no receiver id (its machine without its id
-/// and deferred prepare's members, its incarnation counter, regions, device queue, flags, roster
-/// entry): renaming receivers moves signatures with the receivers and changes none. The canonical
-/// image only has to be looked for among the renamings that sort receivers by signature.
+/// The same, computing the receivers' signatures itself.
 template <class M>
-[[gnu::flatten]] std::uint64_t receiver_signature(const protocol::model::basic_cluster<M>& w, std::uint32_t r) {
-  using protocol::detail::hash_all;
-  protocol::detail::hasher h;
-  const auto& rc = w.receivers[r];
-  h.mix(rc.has_value());
-  if (rc) {
-    hash_all(h, rc->incarnation, rc->phase, rc->committed, rc->gate_open, rc->highest_seen, rc->epoch_seen, rc->attempt,
-             rc->completed, rc->unsynced, rc->sync_pending, rc->stopping_for, rc->early);
-    h.mix(rc->deferred.has_value());
-    if (rc->deferred) hash_all(h, rc->deferred->attempt);
-  }
-  const std::size_t k = w.regions_per_receiver();
-  for (std::size_t i = 0; i < k; ++i) h.mix(std::uint64_t(std::uint32_t(w.regions[r * k + i])));
-  hash_all(h, w.incarnations[r], w.device[r], w.sync_waiting[r], w.receiver_deadline[r]);
-  if (r < w.coord.roster.size()) hash_all(h, w.coord.roster[r]);
-  return h.digest();
+std::uint64_t renamed_fingerprint(const protocol::model::basic_cluster<M>& w, const std::vector<std::uint32_t>& p) {
+  std::uint64_t sig[8];
+  if (w.receivers.size() > 8) throw std::length_error("renamed_fingerprint: more than 8 receivers");
+  for (std::uint32_t r = 0; r < w.receivers.size(); ++r) sig[r] = receiver_signature(w, r);
+  return renamed_fingerprint(w, p, sig);
 }
 
 /// Every permutation of 0..n-1, the identity first (lexicographic order).
