@@ -118,11 +118,11 @@ struct hasher {
 
   void mix(std::uint64_t v) noexcept {
     block[n++] = v;
-    if (n == 16) [[unlikely]] fold();
+    if (n == 16) [[unlikely]] fold(16);
   }
   /// The hash of everything mixed so far (the hasher may go on mixing afterwards).
   std::uint64_t digest() noexcept {
-    if (n) fold();
+    if (n) fold_partial();
     std::uint64_t x = h ^ count;
     x ^= x >> 30;
     x *= 0xbf58476d1ce4e5b9ull;
@@ -138,16 +138,21 @@ struct hasher {
     const u128 p = static_cast<u128>(a) * b;
     return static_cast<std::uint64_t>(p) ^ static_cast<std::uint64_t>(p >> 64);
   }
-  void fold() noexcept {
+  /// A short last block folds only its own pairs (an odd word paired with 0): most hashers of
+  /// the model checker's multisets hold a few words each, and padding them to 16 cost 8 products.
+  void fold_partial() noexcept {
+    if (n & 1) block[n] = 0;
+    fold(n + (n & 1));
+  }
+  void fold(std::uint32_t words) noexcept {
     static constexpr std::uint64_t key[18] = {
         0xe71b9592244ececaull, 0x3fcb4b70f79a7ffcull, 0x3bce14ab261db1d4ull, 0x2a438f2a3172f442ull,
         0xff3f3f8cfe53b312ull, 0xe427f474114d9fceull, 0x15d25341edc5fe85ull, 0x23eb71643ac5c727ull,
         0xf4a3cc3052800e04ull, 0x09c9c31ae2f93909ull, 0x74406663d3e1ec74ull, 0x2cc9d354d76fd970ull,
         0xa946a04e9ff35ab3ull, 0x4dfc3c3b18c1c02bull, 0x2a162b8dc835698dull, 0x89fb1806dc3fe287ull,
         0x8e822f9a9b04393eull, 0xa5ea88f7f5301958ull};
-    for (std::uint32_t i = n; i < 16; ++i) block[i] = 0;  // a short last block: the count tells it apart
-    std::uint64_t acc = 0;
-    for (std::uint32_t i = 0; i < 16; i += 2) acc += mum(block[i] ^ key[i], block[i + 1] ^ key[i + 1]);
+    std::uint64_t acc = 0;  // a short last block: the count tells it apart
+    for (std::uint32_t i = 0; i < words; i += 2) acc += mum(block[i] ^ key[i], block[i + 1] ^ key[i + 1]);
     h = mum(h ^ acc ^ key[16], key[17]);
     count += n;
     n = 0;
