@@ -462,12 +462,7 @@ TEST(Symmetry, RenamingReceiversCommutesWithEveryMove) {
 // prepare is hashed as it is), and hashes it at all (it fails when only the receiver's signature,
 // which keeps the deferred prepare's attempt only, stands for it).
 TEST(Symmetry, RenamedFingerprintRenamesADeferredPrepare) {
-  cluster_bounds b;
-  b.receivers = 3;
-  b.owners = 1;
-  b.chunks = 1;
-  b.transitions = 1;
-  auto w = cluster_world(b).world();
+  auto w = cluster_world(small([](auto& b) { b.receivers = 3; b.owners = 1; })).world();
   protocol::prepare_record p;
   p.attempt = {1, 2};
   p.target = 1;
