@@ -205,8 +205,7 @@ class basic_cluster_world {
     // smaller signature to a smaller id). Usually one; ties (receivers whose own states are equal)
     // leave several, and the fingerprint is the smallest over them. Every world of a class has the
     // same candidate images, so the same fingerprint.
-    std::uint64_t sig[8];
-    for (std::uint32_t r = 0; r < n; ++r) sig[r] = receiver_signature(w_, r);
+    const auto sig = receiver_signatures(w_);
     std::uint64_t best = 0;
     std::size_t best_k = 0;
     bool any = false;
@@ -217,7 +216,7 @@ class basic_cluster_world {
         for (std::uint32_t b = 0; b < n && sorted; ++b)
           if (sig[a] < sig[b] && p[a] > p[b]) sorted = false;
       if (!sorted) continue;
-      const std::uint64_t h = renamed_fingerprint(w_, p, sig);
+      const std::uint64_t h = renamed_fingerprint(w_, p, sig.data());
       if (!any || h < best) { best = h; best_k = k; any = true; }
     }
     if (leave_canonical && best_k != 0) permute_receivers(w_, ps[best_k]);

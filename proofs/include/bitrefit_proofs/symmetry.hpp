@@ -28,6 +28,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <numeric>
 #include <stdexcept>
@@ -412,6 +413,15 @@ template <class M>
   return h.digest();
 }
 
+/// receiver_signature of every receiver, by receiver id (at most 8 receivers, as renaming allows).
+template <class M>
+std::array<std::uint64_t, 8> receiver_signatures(const protocol::model::basic_cluster<M>& w) {
+  if (w.receivers.size() > 8) throw std::length_error("receiver_signatures: more than 8 receivers");
+  std::array<std::uint64_t, 8> sig{};
+  for (std::uint32_t r = 0; r < w.receivers.size(); ++r) sig[r] = receiver_signature(w, r);
+  return sig;
+}
+
 /// The fingerprint of the world permute_receivers(w, p) would make, computed from w without
 /// changing it (see above). With p the identity: the fingerprint of w itself. `sig[r]`:
 /// receiver_signature(w, r) for every receiver (canonicalize has them already). The world's
@@ -472,10 +482,7 @@ template <class M>
 /// The same, computing the receivers' signatures itself.
 template <class M>
 std::uint64_t renamed_fingerprint(const protocol::model::basic_cluster<M>& w, const std::vector<std::uint32_t>& p) {
-  std::uint64_t sig[8];
-  if (w.receivers.size() > 8) throw std::length_error("renamed_fingerprint: more than 8 receivers");
-  for (std::uint32_t r = 0; r < w.receivers.size(); ++r) sig[r] = receiver_signature(w, r);
-  return renamed_fingerprint(w, p, sig);
+  return renamed_fingerprint(w, p, receiver_signatures(w).data());
 }
 
 /// Every permutation of 0..n-1, the identity first (lexicographic order).
