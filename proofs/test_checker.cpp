@@ -381,7 +381,7 @@ void expect_equivariant(const cluster_bounds& b, std::size_t max_states) {
   std::unordered_set<std::size_t> seen;
   std::vector<CW> frontier{CW(b)};
   seen.insert(protocol::hash_of(frontier[0].world()));
-  std::size_t visited = 0, checked = 0;
+  std::size_t visited = 0, checked = 0, incremental_checked = 0;
   while (!frontier.empty() && visited < max_states) {
     std::vector<CW> next;
     for (const auto& c : frontier) {
@@ -421,14 +421,26 @@ void expect_equivariant(const cluster_bounds& b, std::size_t max_states) {
       for (const auto& m : c.enabled_moves()) {
         CW s = c;
         s.apply(m);
+        // The checker fingerprints a successor with what it shares with its parent taken over
+        // (c keeps its parts between its successors): the same fingerprint as from scratch, and
+        // the same canonical image when it renames.
+        CW incremental = s, scratch = s;
+        ASSERT_EQ(incremental.canonicalize_successor(c, false), scratch.canonicalize(false))
+            << "a successor's fingerprint from its parent's parts differs from its own:\n" << s.world().summary();
+        ASSERT_TRUE(incremental == s) << "canonicalize_successor(false) changed the world:\n" << s.world().summary();
+        ASSERT_EQ(incremental.canonicalize_successor(c, true), scratch.canonicalize(true)) << s.world().summary();
+        ASSERT_TRUE(incremental == scratch) << "the two canonical images differ:\n" << s.world().summary();
+        ++incremental_checked;
         if (seen.insert(protocol::hash_of(s.world())).second) next.push_back(std::move(s));
       }
     }
     frontier = std::move(next);
   }
   std::cout << protocol::model::world_line(b.world()) << ": " << visited << " states, " << checked
-            << " (state, permutation) pairs commute" << std::endl;
+            << " (state, permutation) pairs commute, " << incremental_checked << " successors fingerprinted from their parent alike"
+            << std::endl;
   EXPECT_GT(checked, 0u);
+  EXPECT_GT(incremental_checked, 0u);
 }
 }  // namespace symmetry_test
 
@@ -479,6 +491,44 @@ TEST(Symmetry, RenamedFingerprintRenamesADeferredPrepare) {
   auto other = w;
   other.receivers[1]->deferred->members = {{0, 0}, {1, 1}};
   EXPECT_NE(proofs::renamed_fingerprint(w, perms[0]), proofs::renamed_fingerprint(other, perms[0]));
+}
+
+// A world keeps its fingerprint parts for its successors (cluster_world.hpp, canonicalize_successor)
+// only while it is unchanged: a parent changed in place (a move applied to it, a renaming, another
+// state decoded into it, as the checker's scratch worlds are) must not hand its successors parts
+// of the state it held before. Along one path of moves, the parent is used (its parts computed),
+// then changed in place, then used again: each successor's fingerprint must equal its own.
+TEST(Symmetry, ParentPartsAreDroppedWhenTheParentChanges) {
+  const cluster_bounds b = small([](auto& b) { b.owners = 1; b.crashes = 1; });
+  const auto perms = proofs::all_permutations(b.receivers);
+  cluster_world parent(b), other(b);
+  auto expect_successors_alike = [&](const cluster_world& p) {
+    for (const auto& m : p.enabled_moves()) {
+      cluster_world s = p;
+      s.apply(m);
+      cluster_world scratch = s;
+      ASSERT_EQ(s.canonicalize_successor(p, false), scratch.canonicalize(false)) << p.world().summary();
+    }
+  };
+  for (std::size_t step = 0; step < 60; ++step) {
+    const auto moves = parent.enabled_moves();
+    if (moves.empty()) break;
+    expect_successors_alike(parent);  // computes and keeps the parent's parts
+    parent.apply(moves[(7 * step) % moves.size()]);  // in place
+    expect_successors_alike(parent);
+    parent.rename_receivers(perms[1]);
+    expect_successors_alike(parent);
+    // another state decoded into it, then its own again
+    const auto others = other.enabled_moves();
+    if (!others.empty()) other.apply(others[(3 * step) % others.size()]);
+    std::vector<std::uint8_t> theirs, own;
+    other.encode(theirs);
+    parent.encode(own);
+    parent.decode(theirs.data(), theirs.data() + theirs.size());
+    expect_successors_alike(parent);
+    parent.decode(own.data(), own.data() + own.size());
+    expect_successors_alike(parent);
+  }
 }
 
 // The verdict does not depend on the reduction, and the reduced state count is between 1/n! and 1

@@ -139,6 +139,13 @@ concept symmetric_world = requires(W& w, const W& cw) {
   { w.canonicalize(true) } -> std::convertible_to<std::uint64_t>;
   { cw.symmetric() } -> std::convertible_to<bool>;  // reduction switched on for this run
 };
+/// Optionally, `succ.canonicalize_successor(parent, leave)` returns what succ.canonicalize(leave)
+/// would (and renames alike), given the state succ was made from by one move: a world can take
+/// over the parts of the fingerprint it shares with its parent (cluster_world.hpp).
+template <class W>
+concept incremental_symmetric_world = symmetric_world<W> && requires(W& w, const W& parent) {
+  { w.canonicalize_successor(parent, true) } -> std::convertible_to<std::uint64_t>;
+};
 
 /// A world that encodes itself compactly (e.g. bitrefit_proofs/compact.hpp): the checker keeps its
 /// breadth-first frontier as bytes instead of live worlds (a few hundred bytes a state instead of
@@ -390,6 +397,13 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
       if (reduce) return w.canonicalize(opt.exact);  // exact: the canonical image is the key; else w is unchanged
     return opt.exact ? 0 : fingerprint_of(w);
   };
+  // The same for a successor of `parent`.
+  auto fingerprint_successor = [&](W& w, const W& parent) -> std::uint64_t {
+    if constexpr (incremental_symmetric_world<W>)
+      if (reduce) return w.canonicalize_successor(parent, opt.exact);
+    (void)parent;
+    return fingerprint_in_place(w);
+  };
   struct alignas(64) expanded {  // neighbouring slots are filled by different threads: a line each
     std::vector<successor> succ;
   };
@@ -496,7 +510,7 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
         for (const auto& m : w.enabled_moves()) {
           succ = w;  // assignment into the thread's scratch world reuses its heap blocks
           succ.apply(m);
-          successor s{m, fingerprint_in_place(succ), nullptr, false, std::nullopt, nullptr, {}};
+          successor s{m, fingerprint_successor(succ, w), nullptr, false, std::nullopt, nullptr, {}};
           const bool fresh = !known(succ, s.fp) && (opt.exact || kept[t].v.insert(s.fp).second);
           if (reduce && opt.exact) {
             // succ is the canonical image now (the table's key): the state kept is the real

@@ -13,6 +13,8 @@
 // silently. Operator abort is excluded (aborts = 0).
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -151,7 +153,10 @@ class basic_cluster_world {
     return out;
   }
 
-  void apply(const protocol::model::move& m) { w_.apply(m); }
+  void apply(const protocol::model::move& m) {
+    w_.apply(m);
+    cache_.clear();
+  }
 
   /// `e` carries attempt τ's data or control (payload, open, flush) to a receiver while τ's prepare
   /// to that receiver is still in flight.
@@ -180,11 +185,15 @@ class basic_cluster_world {
   friend bool operator==(const basic_cluster_world& a, const basic_cluster_world& b) { return a.w_ == b.w_; }
 
   /// Renames receiver r to p[r] throughout the world (symmetry.hpp); tests of the reduction.
-  void rename_receivers(const std::vector<std::uint32_t>& p) { permute_receivers(w_, p); }
+  void rename_receivers(const std::vector<std::uint32_t>& p) {
+    permute_receivers(w_, p);
+    cache_.clear();
+  }
   /// The world's state as compact bytes (compact.hpp; checker.hpp, compact_world). The bounds and
   /// switches of this view are not encoded: they are the same for every state of one search.
   void encode(std::vector<std::uint8_t>& out) const { compact::encode(w_, out); }
   void decode(const std::uint8_t* p, const std::uint8_t* end) {
+    cache_.clear();
     if (compact::decode(p, end, w_) != end) throw std::runtime_error("cluster_world: trailing bytes after a state");
   }
   /// Symmetry reduction on (checker.hpp, symmetric_world)?
@@ -199,13 +208,37 @@ class basic_cluster_world {
   /// it is left exactly as it was, so the checker keeps the real successor as it is.
   std::uint64_t canonicalize(bool leave_canonical = true) {
     if (!symmetry_) return protocol::hash_of(w_);
+    const auto sig = receiver_signatures(w_);
+    return canonical(sig, leave_canonical, [&](const std::vector<std::uint32_t>& p, std::size_t) {
+      return renamed_fingerprint(w_, p, sig.data());
+    });
+  }
+  /// canonicalize(leave_canonical) of a successor of `parent`, the same value, computed with what
+  /// it shares with the parent taken over (symmetry.hpp, "Parts of the fingerprint"): each
+  /// receiver's signature where that receiver's part of the world equals the parent's, and the
+  /// parent's fingerprint parts under each renaming, computed once per parent and kept in it
+  /// (a cache that every change of the parent empties, and that a copy does not take along).
+  std::uint64_t canonicalize_successor(const basic_cluster_world& parent, bool leave_canonical = true) {
+    if (!symmetry_) return protocol::hash_of(w_);
+    const auto& psig = parent.signatures();
+    std::array<std::uint64_t, 8> sig{};
+    for (std::uint32_t r = 0; r < w_.receivers.size(); ++r)
+      sig[r] = same_receiver_part(w_, parent.w_, r) ? psig[r] : receiver_signature(w_, r);
+    shared_with_parent(w_, parent.w_, cache_.shared);
+    return canonical(sig, leave_canonical, [&](const std::vector<std::uint32_t>& p, std::size_t k) {
+      return renamed_fingerprint_from_parent(w_, p, sig.data(), cache_.shared, parent.parts_under(k));
+    });
+  }
+
+ private:
+  /// The smallest of fingerprint(p, k) over the renamings p = permutations()[k] that sort the
+  /// receivers by `sig` (receiver r goes to p[r]; a smaller signature to a smaller id). Usually
+  /// one; ties (receivers whose own states are equal) leave several. Every world of a class has
+  /// the same candidate images, so the same fingerprint.
+  template <class F>
+  std::uint64_t canonical(const std::array<std::uint64_t, 8>& sig, bool leave_canonical, F&& fingerprint) {
     const auto& ps = permutations();
     const std::uint32_t n = w_.config.protocol.receivers;
-    // Candidates: the renamings that sort receivers by signature (receiver r goes to p[r]; a
-    // smaller signature to a smaller id). Usually one; ties (receivers whose own states are equal)
-    // leave several, and the fingerprint is the smallest over them. Every world of a class has the
-    // same candidate images, so the same fingerprint.
-    const auto sig = receiver_signatures(w_);
     std::uint64_t best = 0;
     std::size_t best_k = 0;
     bool any = false;
@@ -216,12 +249,67 @@ class basic_cluster_world {
         for (std::uint32_t b = 0; b < n && sorted; ++b)
           if (sig[a] < sig[b] && p[a] > p[b]) sorted = false;
       if (!sorted) continue;
-      const std::uint64_t h = renamed_fingerprint(w_, p, sig.data());
+      const std::uint64_t h = fingerprint(p, k);
       if (!any || h < best) { best = h; best_k = k; any = true; }
     }
-    if (leave_canonical && best_k != 0) permute_receivers(w_, ps[best_k]);
+    if (leave_canonical && best_k != 0) {
+      permute_receivers(w_, ps[best_k]);
+      cache_.clear();
+    }
     return best;
   }
+  /// Does receiver r's part of `a` (everything receiver_signature hashes, and more) equal `b`'s?
+  static bool same_receiver_part(const W& a, const W& b, std::uint32_t r) {
+    const std::size_t k = a.regions_per_receiver();
+    if (!(a.receivers[r] == b.receivers[r]) || a.incarnations[r] != b.incarnations[r] || a.device[r] != b.device[r] ||
+        a.sync_waiting[r] != b.sync_waiting[r] || a.receiver_deadline[r] != b.receiver_deadline[r] ||
+        !std::equal(a.regions.begin() + std::ptrdiff_t(r * k), a.regions.begin() + std::ptrdiff_t((r + 1) * k),
+                    b.regions.begin() + std::ptrdiff_t(r * k)))
+      return false;
+    const bool ra = r < a.coord.roster.size(), rb = r < b.coord.roster.size();
+    return ra == rb && (!ra || a.coord.roster[r] == b.coord.roster[r]);
+  }
+  /// This world's receiver signatures, computed once while it is unchanged.
+  const std::array<std::uint64_t, 8>& signatures() const {
+    if (!cache_.signatures_valid) {
+      cache_.signatures = receiver_signatures(w_);
+      cache_.signatures_valid = true;
+    }
+    return cache_.signatures;
+  }
+  /// This world's fingerprint parts under permutations()[k], computed once while it is unchanged.
+  const fingerprint_parts& parts_under(std::size_t k) const {
+    if (cache_.parts.size() <= k) {
+      cache_.parts.resize(permutations().size());
+      cache_.parts_valid.resize(permutations().size(), 0);
+    }
+    if (!cache_.parts_valid[k]) {
+      renamed_parts(w_, permutations()[k], cache_.parts[k]);
+      cache_.parts_valid[k] = 1;
+    }
+    return cache_.parts[k];
+  }
+  /// What canonicalize_successor keeps: a parent's signatures and parts (valid until the world
+  /// changes: apply, decode, renaming empty it), and a successor's scratch. A copied or moved
+  /// world starts with it empty: the copy is about to change (the checker's successors are copies
+  /// of their parent), and copying the parts would cost what they save.
+  struct fingerprint_cache {
+    fingerprint_cache() = default;
+    fingerprint_cache(const fingerprint_cache&) noexcept {}
+    fingerprint_cache& operator=(const fingerprint_cache&) noexcept {
+      clear();
+      return *this;
+    }
+    void clear() noexcept {
+      signatures_valid = false;
+      std::fill(parts_valid.begin(), parts_valid.end(), 0);
+    }
+    bool signatures_valid = false;
+    std::array<std::uint64_t, 8> signatures{};
+    std::vector<fingerprint_parts> parts;  // by permutation index
+    std::vector<std::uint8_t> parts_valid;
+    shared_parts shared;
+  };
 
  private:
   /// Every permutation of the receivers (identity first); one table per receiver count, shared.
@@ -239,6 +327,7 @@ class basic_cluster_world {
   bool causal_payloads_ = false;
   bool membership_liveness_ = true;
   bool symmetry_ = false;
+  mutable fingerprint_cache cache_;
 };
 
 using cluster_world = basic_cluster_world<protocol::model::cluster>;

@@ -422,37 +422,104 @@ std::array<std::uint64_t, 8> receiver_signatures(const protocol::model::basic_cl
   return sig;
 }
 
-/// The fingerprint of the world permute_receivers(w, p) would make, computed from w without
-/// changing it (see above). With p the identity: the fingerprint of w itself. `sig[r]`:
-/// receiver_signature(w, r) for every receiver (canonicalize has them already). The world's
-/// configuration is not hashed: it is the same for every state of one search, and fingerprints
-/// are only compared within one search.
+// ---- Parts of the fingerprint, and what a successor takes over from its parent --------------
+//
+// A successor differs from its parent in little: one message delivered, one machine stepped. The
+// fingerprint is therefore hashed in parts, each a digest of its own: the commit log, the
+// coordinator, the owners, the monitors' attempt notes and acks, and each message in flight (the
+// in-flight multiset is the sum of its messages' digests). The checker computes a parent's parts
+// once per renaming it needs (cluster_world.hpp, canonicalize_successor) and a successor takes over
+// every part that EQUALS the parent's (operator==, which compares every field the part hashes and
+// more), and every message it holds an equal of in the parent's multiset (a merge of the two sorted
+// multisets), hashing only the rest. Comparing equal values is a load and a compare per word;
+// hashing them was about nine instructions per word. The fingerprint is the same function of the
+// world whichever way the parts were obtained (test_proofs,
+// `Symmetry.RenamingReceiversCommutesWithEveryMove`, compares the two on every successor).
+
+/// The renamed parts of one world under one renaming (inflight: per message, in the world's order;
+/// filled only where a successor may take them over).
+struct fingerprint_parts {
+  std::uint64_t log = 0, coord = 0, owners = 0, attempts = 0, acks = 0;
+  std::vector<std::uint64_t> inflight;
+};
+
+/// Which parts of a world equal those of its parent; the same under every renaming.
+struct shared_parts {
+  bool log = false, coord = false, owners = false, attempts = false, acks = false;
+  /// Per message in flight of the world: the index of an equal message of the parent (each used
+  /// once), or -1.
+  std::vector<std::int32_t> inflight;
+};
+
+namespace symmetry_detail {
 template <class M>
-[[gnu::flatten]] std::uint64_t renamed_fingerprint(const protocol::model::basic_cluster<M>& w,
-                                                   const std::vector<std::uint32_t>& p, const std::uint64_t* sig) {
-  using namespace symmetry_detail;
-  using protocol::detail::hash_all;
-  static_assert(field_count<protocol::model::basic_cluster<M>> == 25);
-  static_assert(field_count<protocol::basic_commit_log<M>> == 2);
-  static_assert(field_count<protocol::log_snapshot> == 3);
-  static_assert(field_count<protocol::model::pending_log> == 2);
-  const renaming q(p);
-  const std::size_t n = q.n();
+void check_per_receiver_sizes(const protocol::model::basic_cluster<M>& w, std::size_t n) {
   if (w.receivers.size() != n || w.incarnations.size() != n || w.device.size() != n || w.sync_waiting.size() != n ||
       w.receiver_deadline.size() != n || w.regions.size() != n * w.regions_per_receiver())
     throw std::logic_error("renamed_fingerprint: a per-receiver vector of the world does not hold one entry per receiver");
+}
+template <class M>
+std::uint64_t log_part(const protocol::model::basic_cluster<M>& w, const renaming& q) {
+  using protocol::detail::hash_all;
   hasher h;
   hash_all(h, w.log.state.epoch, w.log.state.record);
   h.mix(w.log.state.prepared.has_value());
   if (w.log.state.prepared) hash_renamed(h, q, *w.log.state.prepared);
   hash_all(h, w.log.mutation);
+  return h.digest();
+}
+template <class M>
+std::uint64_t coord_part(const protocol::model::basic_cluster<M>& w, const renaming& q) {
+  hasher h;
   hash_renamed(h, q, w.coord);
+  return h.digest();
+}
+template <class M>
+std::uint64_t owners_part(const protocol::model::basic_cluster<M>& w, const renaming& q) {
+  hasher h;
   h.mix(w.owners.size());
   for (const auto& o : w.owners) hash_renamed(h, q, o);
-  // Every receiver's own part (its machine, incarnation counter, regions, device queue, sync and
-  // deadline flags), in its renamed place: its signature, which names no receiver, and what the
-  // signature leaves out because it names receivers (its id and deferred prepare, renamed). A
-  // 64-bit digest stands for each part, as for the multisets below.
+  return h.digest();
+}
+template <class M>
+std::uint64_t attempts_part(const protocol::model::basic_cluster<M>& w, const renaming& q) {
+  hasher h;
+  hash_multiset(h, w.attempts, [&](hasher& e, const protocol::model::attempt_note& x) { hash_renamed(e, q, x); });
+  return h.digest();
+}
+template <class M>
+std::uint64_t acks_part(const protocol::model::basic_cluster<M>& w, const renaming& q) {
+  hasher h;
+  hash_multiset(h, w.acks, [&](hasher& e, const std::pair<attempt_id, protocol::member>& x) {
+    protocol::detail::hash_append(e, x.first);
+    hash_renamed(e, q, x.second);
+  });
+  return h.digest();
+}
+inline std::uint64_t message_part(const protocol::envelope& x, const renaming& q) {
+  hasher e;
+  hash_renamed(e, q, x);
+  return e.digest();
+}
+
+/// The fingerprint from the parts (`inflight_sum`: the sum of the messages' digests) and the rest
+/// of the world, hashed here: every receiver's own part (its machine, incarnation counter,
+/// regions, device queue, sync and deadline flags), in its renamed place, as its signature, which
+/// names no receiver, plus what the signature leaves out because it names receivers (its id and
+/// deferred prepare, renamed); the small parts (stores, truth, the log queue, fences, flags).
+template <class M>
+std::uint64_t combine(const protocol::model::basic_cluster<M>& w, const renaming& q, const std::uint64_t* sig,
+                      const fingerprint_parts& parts, std::uint64_t inflight_sum) {
+  using protocol::detail::hash_all;
+  static_assert(field_count<protocol::model::basic_cluster<M>> == 25);
+  static_assert(field_count<protocol::basic_commit_log<M>> == 2);
+  static_assert(field_count<protocol::log_snapshot> == 3);
+  static_assert(field_count<protocol::model::pending_log> == 2);
+  const std::size_t n = q.n();
+  hasher h;
+  h.mix(parts.log);
+  h.mix(parts.coord);
+  h.mix(parts.owners);
   h.mix(n);
   for (std::uint32_t j = 0; j < n; ++j) {
     const auto& r = w.receivers[q.inv[j]];
@@ -463,26 +530,106 @@ template <class M>
     if (r->deferred) hash_renamed(h, q, *r->deferred);
   }
   hash_all(h, w.stores, w.trainer_flavor, w.truth);
-  hash_multiset(h, w.inflight, [&](hasher& e, const protocol::envelope& x) { hash_renamed(e, q, x); });
+  h.mix(w.inflight.size());
+  h.mix(inflight_sum);
   hash_multiset(h, w.log_queue, [&](hasher& e, const protocol::model::pending_log& x) {
     hash_renamed(e, q, x.request);
     e.mix(x.epoch);
   });
   hash_all(h, w.coord_deadline, w.budget, w.max_epoch);
-  hash_multiset(h, w.attempts, [&](hasher& e, const protocol::model::attempt_note& x) { hash_renamed(e, q, x); });
-  hash_multiset(h, w.acks, [&](hasher& e, const std::pair<attempt_id, protocol::member>& x) {
-    protocol::detail::hash_append(e, x.first);
-    hash_renamed(e, q, x.second);
-  });
+  h.mix(parts.attempts);
+  h.mix(parts.acks);
   hash_all(h, w.stopped);
   hash_multiset(h, w.fenced, [&](hasher& e, const protocol::member& x) { hash_renamed(e, q, x); });
   hash_all(h, w.aborts_durable, w.violation, w.stuck);
   return h.digest();
 }
+}  // namespace symmetry_detail
+
+/// The fingerprint of the world permute_receivers(w, p) would make, computed from w without
+/// changing it (see above). With p the identity: the fingerprint of w itself. `sig[r]`:
+/// receiver_signature(w, r) for every receiver (canonicalize has them already). The world's
+/// configuration is not hashed: it is the same for every state of one search, and fingerprints
+/// are only compared within one search.
+template <class M>
+[[gnu::flatten]] std::uint64_t renamed_fingerprint(const protocol::model::basic_cluster<M>& w,
+                                                   const std::vector<std::uint32_t>& p, const std::uint64_t* sig) {
+  using namespace symmetry_detail;
+  const renaming q(p);
+  check_per_receiver_sizes(w, q.n());
+  fingerprint_parts parts;
+  parts.log = log_part(w, q);
+  parts.coord = coord_part(w, q);
+  parts.owners = owners_part(w, q);
+  parts.attempts = attempts_part(w, q);
+  parts.acks = acks_part(w, q);
+  std::uint64_t sum = 0;
+  for (const auto& x : w.inflight) sum += message_part(x, q);
+  return combine(w, q, sig, parts, sum);
+}
 /// The same, computing the receivers' signatures itself.
 template <class M>
 std::uint64_t renamed_fingerprint(const protocol::model::basic_cluster<M>& w, const std::vector<std::uint32_t>& p) {
   return renamed_fingerprint(w, p, receiver_signatures(w).data());
+}
+
+/// The parts of w under renaming p, every message's digest kept: what its successors take over.
+template <class M>
+[[gnu::flatten]] void renamed_parts(const protocol::model::basic_cluster<M>& w, const std::vector<std::uint32_t>& p,
+                                    fingerprint_parts& out) {
+  using namespace symmetry_detail;
+  const renaming q(p);
+  check_per_receiver_sizes(w, q.n());
+  out.log = log_part(w, q);
+  out.coord = coord_part(w, q);
+  out.owners = owners_part(w, q);
+  out.attempts = attempts_part(w, q);
+  out.acks = acks_part(w, q);
+  out.inflight.resize(w.inflight.size());
+  for (std::size_t i = 0; i < w.inflight.size(); ++i) out.inflight[i] = message_part(w.inflight[i], q);
+}
+
+/// Which parts of w equal its parent's (see above). The in-flight multisets are sorted, so one
+/// merge pairs every message of w with an equal one of the parent where there is one.
+template <class M>
+void shared_with_parent(const protocol::model::basic_cluster<M>& w, const protocol::model::basic_cluster<M>& parent,
+                        shared_parts& out) {
+  out.log = w.log == parent.log;
+  out.coord = w.coord == parent.coord;
+  out.owners = w.owners == parent.owners;
+  out.attempts = w.attempts == parent.attempts;
+  out.acks = w.acks == parent.acks;
+  out.inflight.assign(w.inflight.size(), -1);
+  // one three-way comparison per step: an equal pair was compared in full twice by < then ==
+  std::size_t i = 0;
+  for (std::size_t j = 0; j < w.inflight.size() && i < parent.inflight.size();) {
+    const auto c = parent.inflight[i] <=> w.inflight[j];
+    if (c < 0) ++i;
+    else if (c > 0) ++j;
+    else out.inflight[j++] = std::int32_t(i++);
+  }
+}
+
+/// renamed_fingerprint(w, p, sig), with the parts that `shared` says equal the parent's taken
+/// from `parent_parts` (the parent's renamed_parts under the same p) instead of hashed again.
+template <class M>
+[[gnu::flatten]] std::uint64_t renamed_fingerprint_from_parent(const protocol::model::basic_cluster<M>& w,
+                                                               const std::vector<std::uint32_t>& p, const std::uint64_t* sig,
+                                                               const shared_parts& shared,
+                                                               const fingerprint_parts& parent_parts) {
+  using namespace symmetry_detail;
+  const renaming q(p);
+  check_per_receiver_sizes(w, q.n());
+  fingerprint_parts parts;
+  parts.log = shared.log ? parent_parts.log : log_part(w, q);
+  parts.coord = shared.coord ? parent_parts.coord : coord_part(w, q);
+  parts.owners = shared.owners ? parent_parts.owners : owners_part(w, q);
+  parts.attempts = shared.attempts ? parent_parts.attempts : attempts_part(w, q);
+  parts.acks = shared.acks ? parent_parts.acks : acks_part(w, q);
+  std::uint64_t sum = 0;
+  for (std::size_t j = 0; j < w.inflight.size(); ++j)
+    sum += shared.inflight[j] >= 0 ? parent_parts.inflight[std::size_t(shared.inflight[j])] : message_part(w.inflight[j], q);
+  return combine(w, q, sig, parts, sum);
 }
 
 /// Every permutation of 0..n-1, the identity first (lexicographic order).
