@@ -311,7 +311,6 @@ class basic_cluster_world {
     shared_parts shared;
   };
 
- private:
   /// Every permutation of the receivers (identity first); one table per receiver count, shared.
   const std::vector<std::vector<std::uint32_t>>& permutations() const {
     static const auto table = [] {

@@ -502,6 +502,29 @@ inline std::uint64_t message_part(const protocol::envelope& x, const renaming& q
   return e.digest();
 }
 
+/// The parts of w under q, each taken from `parent` where `shared` says it equals the parent's
+/// (both null: every part hashed). Returns the sum of the messages' digests; `keep_messages`:
+/// each message's digest is kept in out.inflight too.
+template <class M>
+std::uint64_t parts_of(const protocol::model::basic_cluster<M>& w, const renaming& q, const shared_parts* shared,
+                       const fingerprint_parts* parent, bool keep_messages, fingerprint_parts& out) {
+  check_per_receiver_sizes(w, q.n());
+  out.log = shared && shared->log ? parent->log : log_part(w, q);
+  out.coord = shared && shared->coord ? parent->coord : coord_part(w, q);
+  out.owners = shared && shared->owners ? parent->owners : owners_part(w, q);
+  out.attempts = shared && shared->attempts ? parent->attempts : attempts_part(w, q);
+  out.acks = shared && shared->acks ? parent->acks : acks_part(w, q);
+  if (keep_messages) out.inflight.resize(w.inflight.size());
+  std::uint64_t sum = 0;
+  for (std::size_t j = 0; j < w.inflight.size(); ++j) {
+    const std::int32_t i = shared ? shared->inflight[j] : -1;
+    const std::uint64_t d = i >= 0 ? parent->inflight[std::size_t(i)] : message_part(w.inflight[j], q);
+    if (keep_messages) out.inflight[j] = d;
+    sum += d;
+  }
+  return sum;
+}
+
 /// The fingerprint from the parts (`inflight_sum`: the sum of the messages' digests) and the rest
 /// of the world, hashed here: every receiver's own part (its machine, incarnation counter,
 /// regions, device queue, sync and deadline flags), in its renamed place, as its signature, which
@@ -556,16 +579,9 @@ template <class M>
                                                    const std::vector<std::uint32_t>& p, const std::uint64_t* sig) {
   using namespace symmetry_detail;
   const renaming q(p);
-  check_per_receiver_sizes(w, q.n());
   fingerprint_parts parts;
-  parts.log = log_part(w, q);
-  parts.coord = coord_part(w, q);
-  parts.owners = owners_part(w, q);
-  parts.attempts = attempts_part(w, q);
-  parts.acks = acks_part(w, q);
-  std::uint64_t sum = 0;
-  for (const auto& x : w.inflight) sum += message_part(x, q);
-  return combine(w, q, sig, parts, sum);
+  const std::uint64_t messages = parts_of(w, q, nullptr, nullptr, false, parts);
+  return combine(w, q, sig, parts, messages);
 }
 /// The same, computing the receivers' signatures itself.
 template <class M>
@@ -578,15 +594,7 @@ template <class M>
 [[gnu::flatten]] void renamed_parts(const protocol::model::basic_cluster<M>& w, const std::vector<std::uint32_t>& p,
                                     fingerprint_parts& out) {
   using namespace symmetry_detail;
-  const renaming q(p);
-  check_per_receiver_sizes(w, q.n());
-  out.log = log_part(w, q);
-  out.coord = coord_part(w, q);
-  out.owners = owners_part(w, q);
-  out.attempts = attempts_part(w, q);
-  out.acks = acks_part(w, q);
-  out.inflight.resize(w.inflight.size());
-  for (std::size_t i = 0; i < w.inflight.size(); ++i) out.inflight[i] = message_part(w.inflight[i], q);
+  parts_of(w, renaming(p), nullptr, nullptr, true, out);
 }
 
 /// Which parts of w equal its parent's (see above). The in-flight multisets are sorted, so one
@@ -619,17 +627,9 @@ template <class M>
                                                                const fingerprint_parts& parent_parts) {
   using namespace symmetry_detail;
   const renaming q(p);
-  check_per_receiver_sizes(w, q.n());
   fingerprint_parts parts;
-  parts.log = shared.log ? parent_parts.log : log_part(w, q);
-  parts.coord = shared.coord ? parent_parts.coord : coord_part(w, q);
-  parts.owners = shared.owners ? parent_parts.owners : owners_part(w, q);
-  parts.attempts = shared.attempts ? parent_parts.attempts : attempts_part(w, q);
-  parts.acks = shared.acks ? parent_parts.acks : acks_part(w, q);
-  std::uint64_t sum = 0;
-  for (std::size_t j = 0; j < w.inflight.size(); ++j)
-    sum += shared.inflight[j] >= 0 ? parent_parts.inflight[std::size_t(shared.inflight[j])] : message_part(w.inflight[j], q);
-  return combine(w, q, sig, parts, sum);
+  const std::uint64_t messages = parts_of(w, q, &shared, &parent_parts, false, parts);
+  return combine(w, q, sig, parts, messages);
 }
 
 /// Every permutation of 0..n-1, the identity first (lexicographic order).
