@@ -42,7 +42,13 @@ struct writer {
     if (out.size() - pos < n) [[unlikely]] grow(n);
     return out.data() + pos;
   }
-  [[gnu::noinline]] void grow(std::size_t n) { out.resize(std::max(out.size() * 2, pos + n + 256)); }
+  // Within the capacity, only a step ahead (resize zero-fills what it adds, and `out` may be a long
+  // arena that many encodings are appended to: doubling its size at each one cost as much as the
+  // arena); past it, double.
+  [[gnu::noinline]] void grow(std::size_t n) {
+    const std::size_t step = pos + n + 1024;
+    out.resize(step <= out.capacity() ? step : std::max(out.size() * 2, step));
+  }
   [[gnu::always_inline]] void varint(std::uint64_t v) {
     std::uint8_t* const p = room(10);
     if (v < 0x80) [[likely]] {  // most fields: small counters, flags, enum values
