@@ -167,6 +167,20 @@ TEST(Engine, FindsAWitness) {
   EXPECT_FALSE(proofs::find_witness(grid{}, [](const grid& g) { return g.a > 3; }).has_value());
 }
 
+// A worker's per-batch filter: each fingerprint is new once per batch, across its growth (it starts
+// at 1 024 slots) and its O(1) clear; 0 and ~0 are fingerprints like any other.
+TEST(Engine, BatchFilterKeepsEachFingerprintOncePerBatch) {
+  proofs::detail::batch_filter f;
+  auto fp = [](std::uint64_t i) { return i * 0x9e3779b97f4a7c15ull; };  // i = 0 gives fingerprint 0
+  for (int batch = 0; batch < 3; ++batch) {
+    for (std::uint64_t i = 0; i < 5000; ++i) EXPECT_TRUE(f.insert(fp(i))) << "batch " << batch << ", " << i;
+    EXPECT_TRUE(f.insert(~std::uint64_t{0}));
+    for (std::uint64_t i = 0; i < 5000; ++i) EXPECT_FALSE(f.insert(fp(i))) << "batch " << batch << ", " << i;
+    EXPECT_FALSE(f.insert(~std::uint64_t{0}));
+    f.clear();
+  }
+}
+
 // ---- 2. the real protocol
 struct pinned {
   const char* name;
