@@ -434,7 +434,7 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
     std::uint32_t detail = no_detail;  // index into expanded::details, no_detail or known_before
     std::uint32_t id = 0;              // known_before: the state's id
   };
-  struct successor {  // not in the table before the batch; the first of its fingerprint in this thread's share
+  struct successor {  // not in the table before the batch (fingerprint mode: and the first of its fingerprint in this thread's share)
     Move move;
     bool goal = false;
     std::optional<std::string> violation;
