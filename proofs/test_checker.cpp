@@ -13,11 +13,13 @@
 //    same violation and renders as a scenario whose last output line is the violation.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <unordered_set>
 
 #include "bitrefit_proofs/checker.hpp"
@@ -179,6 +181,38 @@ TEST(Engine, BatchFilterKeepsEachFingerprintOncePerBatch) {
     EXPECT_FALSE(f.insert(~std::uint64_t{0}));
     f.clear();
   }
+}
+
+// The fingerprint table under the search's overlap (checker.hpp, "The merge overlaps the next
+// batch"): one thread inserts what reserve() made room for while another finds. A reader sees an
+// entry whole (its own id) or not yet, never another id; an insert past the reserve throws rather
+// than move the slots under the reader; after unpin() the table grows again. Run it under
+// ThreadSanitizer too (proofs/README.md, "The merge overlaps the next batch").
+TEST(Engine, FingerprintTableFindsWhileOneThreadInserts) {
+  proofs::detail::fingerprint_table table;
+  auto fp = [](std::uint64_t i) { return (i + 1) * 0x9e3779b97f4a7c15ull; };
+  constexpr std::uint32_t n = 200'000;  // the table starts at 65 536 slots: reserve grows it first
+  table.reserve(n);
+  std::atomic<bool> done{false};
+  std::uint64_t wrong = 0, seen = 0;
+  std::thread reader([&] {
+    while (!done.load(std::memory_order_acquire))
+      for (std::uint32_t i = 0; i < n; i += 97) {
+        const std::uint32_t id = table.find(fp(i));
+        if (id == proofs::detail::fingerprint_table::none) continue;
+        ++seen;
+        if (id != i) ++wrong;
+      }
+  });
+  for (std::uint32_t i = 0; i < n; ++i) ASSERT_EQ(table.insert(fp(i), i), (std::pair{i, true}));
+  done.store(true, std::memory_order_release);
+  reader.join();
+  EXPECT_EQ(wrong, 0u) << "of " << seen << " entries found while the writer inserted";
+  for (std::uint32_t i = 0; i < n; ++i) ASSERT_EQ(table.find(fp(i)), i);
+  EXPECT_THROW(for (std::uint32_t i = n; i < 2 * n; ++i) table.insert(fp(i), i), std::logic_error);
+  table.unpin();
+  for (std::uint32_t i = n; i < 2 * n; ++i) ASSERT_EQ(table.insert(fp(i), i).first, i);
+  for (std::uint32_t i = 0; i < 2 * n; ++i) ASSERT_EQ(table.find(fp(i)), i);
 }
 
 // ---- 2. the real protocol
@@ -343,13 +377,29 @@ TEST(Engine, ThreadCountChangesNothing) {
   cluster_bounds b = small([](auto& b) { b.duplicates = 1; });
   std::optional<proofs::check_result<protocol::model::move>> first;
   for (unsigned t : {1u, 2u, 3u}) {
-    const auto r = check(cluster_world(b), check_options{.liveness = true, .exact = false, .max_states = 20'000'000, .threads = t});
+    // Levels of several batches (64 states per thread each), so that with 2 and 3 threads the
+    // merge of one batch runs beside the expansion of the next.
+    std::uint64_t widest = 0;
+    check_options opt{.liveness = true, .exact = false, .max_states = 20'000'000, .threads = t};
+    opt.progress = [&](const proofs::check_progress& p) { widest = std::max(widest, p.level_size); };
+    const auto r = check(cluster_world(b), opt);
     ASSERT_TRUE(r.ok()) << r.violation;
+    EXPECT_GT(widest, 2 * 64 * 3u) << "no level of three batches or more: the overlap is not exercised";
     if (!first) { first = r; continue; }
     EXPECT_EQ(r.states, first->states) << t << " threads";
     EXPECT_EQ(r.transitions, first->transitions) << t << " threads";
     EXPECT_EQ(r.depth, first->depth) << t << " threads";
     EXPECT_EQ(r.goal_states, first->goal_states) << t << " threads";
+  }
+  // A state limit reached in the middle of a level (the next batch already handed over): the
+  // same stop for every thread count.
+  std::uint64_t transitions_at_limit = 0;
+  for (unsigned t : {1u, 2u, 3u}) {
+    const auto r = check(cluster_world(b), check_options{.liveness = false, .exact = false, .max_states = 3000, .threads = t});
+    ASSERT_EQ(r.outcome, verdict::state_limit) << t << " threads";
+    EXPECT_EQ(r.states, 3001u) << t << " threads";
+    if (t == 1) transitions_at_limit = r.transitions;
+    else EXPECT_EQ(r.transitions, transitions_at_limit) << t << " threads";
   }
   b.mutation = M::dedup_off;
   std::vector<protocol::model::move> ce;

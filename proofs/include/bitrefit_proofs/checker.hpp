@@ -20,16 +20,16 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <concepts>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <ranges>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -162,27 +162,41 @@ namespace detail {
 class fingerprint_table {
  public:
   fingerprint_table() { slots_.assign(std::size_t{1} << 16, slot{}); }
-  /// The id of `fp`, or `none`.
+  /// The id of `fp`, or `none`. May run while one thread inserts (between reserve() and
+  /// unpin()): it then sees each entry either whole or not yet, never a torn one (the id is
+  /// stored before the fingerprint that publishes it).
   std::uint32_t find(std::uint64_t fp) const noexcept {
     fp = fix(fp);
     for (std::size_t i = fp & mask(); ; i = (i + 1) & mask()) {
-      if (slots_[i].fp == fp) return slots_[i].id;
-      if (slots_[i].fp == 0) return none;
+      const std::uint64_t at = shared(slots_[i].fp).load(std::memory_order_acquire);
+      if (at == fp) return shared(slots_[i].id).load(std::memory_order_relaxed);
+      if (at == 0) return none;
     }
   }
-  /// (id, fresh): inserts `fp` with `id` unless present.
+  /// (id, fresh): inserts `fp` with `id` unless present. Only one thread inserts.
   std::pair<std::uint32_t, bool> insert(std::uint64_t fp, std::uint32_t id) {
-    if ((size_ + 1) * 4 > slots_.size() * 3) grow();
+    if ((size_ + 1) * 4 > slots_.size() * 3) {
+      if (pinned_) throw std::logic_error("fingerprint_table: would grow while others read it (reserve too small)");
+      grow();
+    }
     fp = fix(fp);
     for (std::size_t i = fp & mask(); ; i = (i + 1) & mask()) {
       if (slots_[i].fp == fp) return {slots_[i].id, false};
       if (slots_[i].fp == 0) {
-        slots_[i] = slot{fp, id};
+        shared(slots_[i].id).store(id, std::memory_order_relaxed);
+        shared(slots_[i].fp).store(fp, std::memory_order_release);
         ++size_;
         return {id, true};
       }
     }
   }
+  /// Makes room for `extra` more inserts and pins the slots until unpin(): finds may then run
+  /// beside those inserts (a grow would move the slots under the readers, so it throws instead).
+  void reserve(std::size_t extra) {
+    while ((size_ + extra + 1) * 4 > slots_.size() * 3) grow();
+    pinned_ = true;
+  }
+  void unpin() noexcept { pinned_ = false; }
   static constexpr std::uint32_t none = ~std::uint32_t{0};
 
  private:
@@ -199,6 +213,10 @@ class fingerprint_table {
     return fp ? fp : 1;
   }
   std::size_t mask() const noexcept { return slots_.size() - 1; }
+  // A slot field as an atomic (plain loads and stores on x86-64; they keep the compiler from
+  // tearing or caching them, and tell ThreadSanitizer what is shared).
+  template <class T>
+  static std::atomic_ref<T> shared(const T& x) noexcept { return std::atomic_ref<T>(const_cast<T&>(x)); }
   void grow() {
     std::vector<slot> old(slots_.size() * 2);
     old.swap(slots_);
@@ -209,6 +227,7 @@ class fingerprint_table {
   }
   std::vector<slot> slots_;
   std::size_t size_ = 0;
+  bool pinned_ = false;
 };
 
 /// The fingerprints one thread kept in one batch: open addressing with generation stamps, so that
@@ -287,6 +306,13 @@ struct alignas(64) per_thread {
 /// A fixed set of worker threads that run f(k) for k in [0, n) together with the calling thread,
 /// claiming indices in increasing order from a shared counter (so each thread sees its indices in
 /// increasing order). One pool per search: threads are started once, not per batch.
+///
+/// Hand-overs spin before they sleep. The search hands batches over thousands of times a second
+/// (64 states per thread each) and a waiter usually waits for one merge (~100 us) or the last
+/// state of a batch; a futex sleep and wake each time costs syscalls and a reschedule, dear on
+/// this project's paravirtualised VMs (proofs/README.md "The merge overlaps the next batch"). A
+/// waiter spins (yielding now and then, for runs with more threads than free cores) up to
+/// `spin_for` and only then sleeps in atomic::wait, so an idle pool still costs nothing.
 class worker_pool {
  public:
   explicit worker_pool(unsigned threads) {
@@ -294,68 +320,80 @@ class worker_pool {
       pool_.emplace_back([this, t] { loop(t); });
   }
   ~worker_pool() {
-    {
-      std::lock_guard l(m_);
-      stop_ = true;
-      ++generation_;
-    }
-    wake_.notify_all();
+    wait();  // a batch handed over with start() still runs: it reads the caller's buffers
+    stop_.store(true, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
+    generation_.notify_all();
   }
   worker_pool(const worker_pool&) = delete;
   worker_pool& operator=(const worker_pool&) = delete;
   unsigned size() const noexcept { return static_cast<unsigned>(pool_.size()) + 1; }
 
-  /// f(thread index, k) for every k in [0, n); returns when all calls returned.
+  /// Hands f(thread index, k), k in [0, n), to the workers and returns at once: the caller may do
+  /// other work (which must not touch what f writes) and then join(). `f` must live until then.
+  /// Without workers nothing runs before join().
   template <class F>
-  void run(std::size_t n, F& f) {
-    if (pool_.empty() || n <= 1) {
-      for (std::size_t k = 0; k < n; ++k) f(0u, k);
-      return;
-    }
-    {
-      std::lock_guard l(m_);
-      job_ = [&f](unsigned t, std::size_t k) { f(t, k); };
-      n_ = n;
-      next_.store(0, std::memory_order_relaxed);
-      busy_ = static_cast<unsigned>(pool_.size());
-      ++generation_;
-    }
-    wake_.notify_all();
+  void start(std::size_t n, F& f) {
+    wait();
+    // The workers are between batches (busy_ == 0, they read nothing below until the generation
+    // moves), so the job is written plainly; the release on generation_ publishes it.
+    job_ = [&f](unsigned t, std::size_t k) { f(t, k); };
+    n_ = n;
+    next_.store(0, std::memory_order_relaxed);
+    if (pool_.empty()) return;
+    busy_.store(static_cast<unsigned>(pool_.size()), std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
+    generation_.notify_all();
+  }
+  /// The calling thread (index 0) takes what the workers have not claimed yet, then waits until
+  /// every call of the last start() returned.
+  void join() {
     work(0);
-    std::unique_lock l(m_);
-    done_.wait(l, [&] { return busy_ == 0; });
+    wait();
+  }
+  /// Waits until the workers are done with the last start(), taking no part in it (what they have
+  /// not claimed is then done by them).
+  void wait() {
+    for (unsigned b; (b = busy_.load(std::memory_order_acquire)) != 0;) wait_while(busy_, b);
   }
 
  private:
+  static constexpr auto spin_for = std::chrono::microseconds(200);
+  /// Returns once `a` no longer holds `old`: spins (pause) up to spin_for, then sleeps.
+  static void wait_while(const std::atomic<unsigned>& a, unsigned old) {
+    const auto until = std::chrono::steady_clock::now() + spin_for;
+    for (unsigned i = 1;; ++i) {
+      if (a.load(std::memory_order_acquire) != old) return;
+      if (i % 64 == 0) {
+        if (std::chrono::steady_clock::now() > until) break;
+        std::this_thread::yield();  // more threads than free cores: let the one we wait for run
+      }
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    a.wait(old, std::memory_order_acquire);
+  }
   void work(unsigned t) {
     for (std::size_t k; (k = next_.fetch_add(1, std::memory_order_relaxed)) < n_;) job_(t, k);
   }
   void loop(unsigned t) {
-    std::uint64_t seen = 0;
+    unsigned seen = 0;
     for (;;) {
-      {
-        std::unique_lock l(m_);
-        wake_.wait(l, [&] { return generation_ != seen; });
-        seen = generation_;
-        if (stop_) return;
-      }
+      for (unsigned g; (g = generation_.load(std::memory_order_acquire)) == seen;) wait_while(generation_, g);
+      seen = generation_.load(std::memory_order_acquire);
+      if (stop_.load(std::memory_order_relaxed)) return;
       work(t);
-      {
-        std::lock_guard l(m_);
-        --busy_;
-      }
-      done_.notify_one();
+      if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) busy_.notify_one();
     }
   }
   std::vector<std::jthread> pool_;
-  std::mutex m_;
-  std::condition_variable wake_, done_;
   std::function<void(unsigned, std::size_t)> job_;
   std::size_t n_ = 0;
-  std::atomic<std::size_t> next_{0};
-  unsigned busy_ = 0;
-  std::uint64_t generation_ = 0;
-  bool stop_ = false;
+  alignas(64) std::atomic<std::size_t> next_{0};
+  alignas(64) std::atomic<unsigned> generation_{0};
+  alignas(64) std::atomic<unsigned> busy_{0};
+  std::atomic<bool> stop_{false};
 };
 }  // namespace detail
 
@@ -441,8 +479,7 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
     // Whole worlds (over a kilobyte each) only where a mode needs them, on the heap.
     std::unique_ptr<W> state;
     std::unique_ptr<W> key;  // exact mode with symmetry: the canonical image (the table's key)
-    // compact frontier: the fresh successor's encoding, in the expanding thread's arena
-    unsigned thread = 0;
+    // compact frontier: the fresh successor's encoding, in its thread's output
     std::size_t bytes_at = 0, bytes_size = 0;
   };
   // Fingerprint (and, exact with symmetry, the key) of a state; renames `w` to its canonical image
@@ -461,9 +498,32 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
     (void)parent;
     return fingerprint_in_place(w);
   };
-  struct alignas(64) expanded {  // neighbouring slots are filled by different threads: a line each
+  // What one thread made in a batch: the edges of the states it expanded, one run per state, and
+  // the records of its fresh successors (edge::detail indexes them). Per thread, not per state:
+  // neighbouring states are expanded by different threads, and per-state vectors put both threads'
+  // writes on shared cache lines (the vectors' ends, and the buffers' edges where the allocator
+  // placed two states' buffers side by side): proofs/README.md "The merge overlaps the next batch".
+  struct thread_output {
     std::vector<edge> edges;
     std::vector<successor> details;
+    std::vector<std::uint8_t> bytes;  // compact frontier: the fresh successors' encodings
+    // Fingerprints this thread kept in this batch. A thread claims states in increasing order, so
+    // the first copy it keeps is merged before the ones it drops (which the merge then finds in
+    // the table): a duplicate within one thread's share costs no copy.
+    detail::batch_filter kept;
+    void clear() {
+      edges.clear(), details.clear(), bytes.clear();
+      kept.clear();
+    }
+  };
+  struct alignas(64) expanded {  // a state's run of edges in its thread's output
+    unsigned thread = 0;
+    std::uint32_t begin = 0, end = 0;
+  };
+  struct batch_buffers {  // one batch: frontier states [first, first + n)
+    std::size_t first = 0, n = 0;
+    std::vector<expanded> out;
+    std::vector<detail::per_thread<thread_output>> made;
   };
 
   // The frontier (this BFS level) and the next one: ids, and the states as live worlds or, compact,
@@ -545,77 +605,102 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
   // the successors held between the two phases (full states) stay in cache: measured, 256 states
   // per batch and thread without the per-thread filter below cost twice the time of 16.
   const std::size_t batch = std::size_t{64} * threads;
+  // Two sets of batch buffers: with fingerprints, the workers expand batch i+1 into one while this
+  // thread merges batch i out of the other (proofs/README.md "The merge overlaps the next batch").
+  // Exact mode merges into a node map that readers cannot share with a writer: one batch at a time.
+  const bool overlap = !opt.exact;
+  std::array<batch_buffers, 2> buffers;
+  for (auto& b : buffers) b.made.resize(threads);
+  // Phase 1 (parallel): expand, fingerprint, check what is new. With `overlap`, this runs while
+  // the merge of the batch before inserts into the table: a lookup may then miss a state the merge
+  // is adding, and the successor goes to the merge as new, which finds it (the table only grows,
+  // so an id found is final): the merge's decisions, and so every count, do not change.
+  auto expand = [&](batch_buffers& bb, unsigned t, std::size_t k) {
+    const W& w = state_at(t, bb.first + k);
+    auto& o = bb.made[t].v;
+    bb.out[k].thread = t;
+    bb.out[k].begin = static_cast<std::uint32_t>(o.edges.size());
+    auto& own = successors[t].v;
+    if (!own) own.emplace(w);  // first use, on this thread (see above)
+    W& succ = *own;
+    for (const auto& m : w.enabled_moves()) {
+      succ = w;  // assignment into the thread's scratch world reuses its heap blocks
+      succ.apply(m);
+      const std::uint64_t fp = fingerprint_successor(succ, w);
+      if (const std::uint32_t id = known(succ, fp); id != none) {
+        o.edges.push_back({fp, known_before, id});
+        continue;
+      }
+      if (!opt.exact && !o.kept.insert(fp)) {  // exact mode: the merge compares the states
+        o.edges.push_back({fp, no_detail});
+        continue;
+      }
+      // new: the merge may give it an id
+      o.edges.push_back({fp, static_cast<std::uint32_t>(o.details.size())});
+      successor& s = o.details.emplace_back();
+      s.move = m;
+      if (reduce && opt.exact) {
+        // succ is the canonical image now (the table's key): the state kept is the real
+        // successor. (Fingerprint mode: canonicalize(false) left succ as it was.)
+        s.key = std::make_unique<W>(succ);
+        succ = w;
+        succ.apply(m);
+      }
+      s.goal = succ.transition_done();
+      s.violation = succ.check_invariants();
+      if constexpr (compact_world<W>) {
+        if (packed) {
+          s.bytes_at = o.bytes.size();
+          succ.encode(o.bytes);
+          s.bytes_size = o.bytes.size() - s.bytes_at;
+          continue;
+        }
+      }
+      s.state = std::make_unique<W>(std::move(succ));
+    }
+    bb.out[k].end = static_cast<std::uint32_t>(o.edges.size());
+  };
+  std::array<std::function<void(unsigned, std::size_t)>, 2> expand_into;
+  for (std::size_t i = 0; i < 2; ++i)
+    expand_into[i] = [&, i](unsigned t, std::size_t k) { expand(buffers[i], t, k); };
+  // Declared after everything its workers touch, so that it is destroyed (and waits for a batch
+  // still running, e.g. when the merge throws) before any of it.
   detail::worker_pool pool(threads);
-  // Per thread: fingerprints it already kept in this batch. A thread claims states in increasing
-  // order, so the first copy it keeps is merged before the ones it drops (which the merge then
-  // finds in the table): a duplicate within one thread's share costs no copy.
-  std::vector<detail::per_thread<detail::batch_filter>> kept(threads);
-  // Per thread: the encodings of the fresh successors it made in this batch (compact frontier).
-  std::vector<detail::per_thread<std::vector<std::uint8_t>>> arena(threads);
-  std::vector<expanded> out;
+  auto launch = [&](std::size_t slot, std::size_t first) {
+    auto& bb = buffers[slot];
+    bb.first = first;
+    bb.n = std::min(batch, frontier.size() - first);
+    if (bb.out.size() < bb.n) bb.out.resize(bb.n);
+    for (auto& t : bb.made) t.v.clear();  // keeps the capacity
+    pool.start(bb.n, expand_into[slot]);
+  };
   std::uint32_t level = 0;
   while (!frontier.empty()) {
-    for (std::size_t b0 = 0; b0 < frontier.size(); b0 += batch) {
-      const std::size_t n = std::min(batch, frontier.size() - b0);
-      if (out.size() < n) out.resize(n);
-      for (std::size_t k = 0; k < n; ++k) out[k].edges.clear(), out[k].details.clear();  // keeps each slot's capacity
-      for (auto& k : kept) k.v.clear();
-      for (auto& a : arena) a.v.clear();
-      // Phase 1 (parallel): expand, fingerprint, check what is new.
-      auto expand = [&](unsigned t, std::size_t k) {
-        const W& w = state_at(t, b0 + k);
-        auto& o = out[k];
-        auto& own = successors[t].v;
-        if (!own) own.emplace(w);  // first use, on this thread (see above)
-        W& succ = *own;
-        for (const auto& m : w.enabled_moves()) {
-          succ = w;  // assignment into the thread's scratch world reuses its heap blocks
-          succ.apply(m);
-          const std::uint64_t fp = fingerprint_successor(succ, w);
-          if (const std::uint32_t id = known(succ, fp); id != none) {
-            o.edges.push_back({fp, known_before, id});
-            continue;
-          }
-          if (!opt.exact && !kept[t].v.insert(fp)) {  // exact mode: the merge compares the states
-            o.edges.push_back({fp, no_detail});
-            continue;
-          }
-          // new: the merge may give it an id
-          o.edges.push_back({fp, static_cast<std::uint32_t>(o.details.size())});
-          successor& s = o.details.emplace_back();
-          s.move = m;
-          s.thread = t;
-          if (reduce && opt.exact) {
-            // succ is the canonical image now (the table's key): the state kept is the real
-            // successor. (Fingerprint mode: canonicalize(false) left succ as it was.)
-            s.key = std::make_unique<W>(succ);
-            succ = w;
-            succ.apply(m);
-          }
-          s.goal = succ.transition_done();
-          s.violation = succ.check_invariants();
-          if constexpr (compact_world<W>) {
-            if (packed) {
-              auto& bytes = arena[t].v;
-              s.bytes_at = bytes.size();
-              succ.encode(bytes);
-              s.bytes_size = bytes.size() - s.bytes_at;
-              continue;
-            }
-          }
-          s.state = std::make_unique<W>(std::move(succ));
-        }
-      };
-      pool.run(n, expand);
+    std::size_t cur = 0;
+    launch(cur, 0);
+    for (std::size_t b0 = 0; b0 < frontier.size(); b0 += batch, cur ^= 1) {
+      pool.join();
+      batch_buffers& bb = buffers[cur];
+      const std::size_t n = bb.n;
+      const bool more = b0 + n < frontier.size();
+      if (more && overlap) {
+        // The merge below inserts at most one entry per fresh record: room for them now, so the
+        // table does not move under the next batch's lookups.
+        std::size_t fresh = 0;
+        for (const auto& t : bb.made) fresh += t.v.details.size();
+        by_fingerprint.reserve(fresh);
+        launch(cur ^ 1, b0 + n);
+      }
       // Phase 2 (this thread): ids in sequential BFS order.
       for (std::size_t k = 0; k < n; ++k) {
         const std::uint32_t id = frontier.ids[b0 + k];
-        auto& o = out[k];
-        if (o.edges.empty()) ++res.terminal_states;
+        const auto& o = bb.made[bb.out[k].thread].v;
+        const std::span<const edge> edges(o.edges.data() + bb.out[k].begin, bb.out[k].end - bb.out[k].begin);
+        if (edges.empty()) ++res.terminal_states;
         if (opt.liveness) out_start.push_back(out_to.size());  // == state id's row (ids expand in order)
-        for (const edge& e : o.edges) {
+        for (const edge& e : edges) {
           ++res.transitions;
-          successor* s = e.detail < known_before ? &o.details[e.detail] : nullptr;
+          const successor* s = e.detail < known_before ? &o.details[e.detail] : nullptr;
           const auto [sid, fresh] = e.detail == known_before ? std::pair{e.id, false}
                                     : opt.exact              ? intern(s->key ? *s->key : *s->state, 0)
                                                              : by_fingerprint.insert(e.fp, std::uint32_t(parent.size()));
@@ -628,22 +713,26 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
           via.push_back(s->move);
           goal.push_back(s->goal ? 1 : 0);
           res.depth = level + 1;
-          if (s->violation) {
-            res.outcome = verdict::invariant_violated;
-            res.violation = *s->violation;
-            res.counterexample = path_to(sid);
+          if (s->violation || parent.size() > opt.max_states) {
+            pool.wait();  // the next batch, if one was handed over, still reads the table
+            by_fingerprint.unpin();
+            if (s->violation) {
+              res.outcome = verdict::invariant_violated;
+              res.violation = *s->violation;
+              res.counterexample = path_to(sid);
+            } else {
+              res.outcome = verdict::state_limit;
+              res.violation = "more than " + std::to_string(opt.max_states) + " states";
+            }
             return finish();
           }
-          if (parent.size() > opt.max_states) {
-            res.outcome = verdict::state_limit;
-            res.violation = "more than " + std::to_string(opt.max_states) + " states";
-            return finish();
-          }
-          if (packed) push_state(next, sid, nullptr, arena[s->thread].v.data() + s->bytes_at, s->bytes_size);
+          if (packed) push_state(next, sid, nullptr, o.bytes.data() + s->bytes_at, s->bytes_size);
           else push_state(next, sid, &*s->state, nullptr, 0);
         }
       }
-      if (opt.progress && b0 + n < frontier.size())
+      by_fingerprint.unpin();
+      if (more && !overlap) launch(cur ^ 1, b0 + n);
+      if (opt.progress && more)
         opt.progress(check_progress{"search", level, parent.size(), res.transitions, next.size(), next.encoded.bytes_held(),
                                     std::chrono::duration<double>(clock::now() - t0).count(), b0 + n, frontier.size()});
     }
