@@ -439,7 +439,8 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
     if (!opt.exact) res.collision_bound = double(res.states) * double(res.states) / 36893488147419103232.0;
     return res;
   };
-  // The id of a state known already, or `none` (read-only phase).
+  // The id of a state known already, or `none` (workers; in fingerprint mode it may run beside the
+  // merge of the batch before, and then misses what that merge has not inserted yet).
   auto known = [&](const W& w, std::uint64_t fp) -> std::uint32_t {
     if (opt.exact) {
       const auto it = by_state.find(w);
