@@ -380,8 +380,9 @@ class worker_pool {
   void loop(unsigned t) {
     unsigned seen = 0;
     for (;;) {
-      for (unsigned g; (g = generation_.load(std::memory_order_acquire)) == seen;) wait_while(generation_, g);
-      seen = generation_.load(std::memory_order_acquire);
+      unsigned g;
+      while ((g = generation_.load(std::memory_order_acquire)) == seen) wait_while(generation_, g);
+      seen = g;
       if (stop_.load(std::memory_order_relaxed)) return;
       work(t);
       if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) busy_.notify_one();
