@@ -158,7 +158,7 @@ concept compact_world = requires(const W& cw, W& w, std::vector<std::uint8_t>& o
 
 namespace detail {
 /// Fingerprint -> state id, open addressing (linear probing), no per-entry allocation. Lookups are
-/// safe from many threads while nobody inserts (the checker alternates the two phases).
+/// safe from many threads, also beside one inserting thread while the table is pinned (reserve()).
 class fingerprint_table {
  public:
   fingerprint_table() { slots_.assign(std::size_t{1} << 16, slot{}); }
@@ -619,6 +619,7 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
   // the merge of the batch before inserts into the table: a lookup may then miss a state the merge
   // is adding, and the successor goes to the merge as new, which finds it (the table only grows,
   // so an id found is final): the merge's decisions, and so every count, do not change.
+  //
   // What a worker does with one successor once it has its fingerprint: look it up, and record it
   // as known, as a duplicate within this thread's share, or as new (with what the merge needs).
   auto record = [&](thread_output& o, const W& w, W& succ, const Move& m, std::uint64_t fp) {
