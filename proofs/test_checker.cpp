@@ -595,6 +595,95 @@ TEST(Symmetry, ParentPartsAreDroppedWhenTheParentChanges) {
   }
 }
 
+// restore_to (cluster_world.hpp) copies back only the parts a successor changed; the checker
+// then builds the next successor on it. Over the first states of worlds with every fault kind (a
+// BFS, capped), for every pair of consecutive moves of a state as the checker does it: after
+// restore_to the scratch world equals the parent, and the next successor built on it equals (and
+// fingerprints as) one built on a fresh copy. Restoring any one part fewer fails here (checked by
+// deleting each line of restore_to in turn; the mutated world is there so that `violation`
+// changes too), except `stuck`: no world within the checker's bounds gets there (the coordinator
+// needs an operator only past max_attempts, and the last attempt is fault-free).
+namespace restore_test {
+template <class CW>
+std::size_t expect_restored(const cluster_bounds& b) {
+  std::size_t restored = 0;
+  std::vector<CW> frontier{CW(b)};
+  std::unordered_set<std::uint64_t> seen{CW(b).canonicalize(false)};
+  std::array<CW, 2> scratch{CW(b), CW(b)};
+  for (std::size_t next = 0; next < frontier.size() && next < 400; ++next) {
+    const CW p = frontier[next];
+    auto moves = p.enabled_moves();
+    // in order, then backwards: each move's successor is restored from at least once
+    const std::size_t n = moves.size();
+    for (std::size_t i = 0; i + 1 < n; ++i) moves.push_back(moves[n - 2 - i]);
+    std::array<bool, 2> from_p{};
+    unsigned cur = 0;
+    for (const auto& m : moves) {
+      CW& s = scratch[cur];
+      if (from_p[cur]) {
+        s.restore_to(p);
+        ++restored;
+        EXPECT_TRUE(s == p) << protocol::model::world_line(b.world()) << "\n" << p.world().summary();
+        if (!(s == p)) return restored;
+      } else {
+        s = p;
+      }
+      from_p[cur] = true;
+      s.apply(m);
+      CW fresh = p;
+      fresh.apply(m);
+      EXPECT_TRUE(s == fresh);
+      const std::uint64_t fp = s.canonicalize_successor(p, false);
+      EXPECT_EQ(fp, fresh.canonicalize(false));
+      if (seen.insert(fp).second) frontier.push_back(fresh);
+      cur ^= 1;
+    }
+  }
+  return restored;
+}
+}  // namespace restore_test
+
+TEST(Restore, BringsTheScratchWorldBackToItsParent) {
+  std::size_t restored = 0;
+  for (const auto& b :
+       {small([](auto& b) { b.crashes = 1; }), small([](auto& b) { b.owner_crashes = 1; b.transitions = 2; }),
+        small([](auto& b) { b.owners = 1; b.failovers = 1; b.log_faults = 1; }),
+        small([](auto& b) { b.owners = 1; b.drops = 1; b.duplicates = 1; b.corruptions = 1; }),
+        small([](auto& b) { b.owners = 1; b.sender_restarts = 1; b.early_deadlines = 1; b.aborts = 1; }),
+        small([](auto& b) { b.receivers = 3; b.owners = 1; b.conflicts = 1; b.crashes = 1; })})
+    restored += restore_test::expect_restored<cluster_world>(b);
+  auto mutated = small([](auto& b) { b.owners = 1; });
+  mutated.mutation = protocol::protocol_mutation::commit_before_all_acks;
+  restored += restore_test::expect_restored<proofs::mutated_cluster_world>(mutated);
+  EXPECT_GT(restored, 10000u);
+}
+
+// Where the world cannot tell what it shares with the state it came from, restore_to copies it
+// whole: after a renaming, a move, a decode, and when moved from.
+TEST(Restore, CopiesTheWholeParentWhereTheComparisonNoLongerHolds) {
+  const cluster_bounds b = small([](auto& b) { b.receivers = 3; b.owners = 1; b.crashes = 1; });
+  const auto perms = proofs::all_permutations(b.receivers);
+  cluster_world p(b);
+  for (int i = 0; i < 12; ++i) p.apply(p.enabled_moves()[std::size_t(i) % p.enabled_moves().size()]);
+  std::vector<std::uint8_t> bytes;
+  cluster_world other(b);
+  other.apply(other.enabled_moves().back());
+  other.encode(bytes);
+  for (int how = 0; how < 4; ++how) {
+    for (const auto& m : p.enabled_moves()) {
+      cluster_world s = p;
+      s.apply(m);
+      s.canonicalize_successor(p, false);
+      if (how == 0) s.rename_receivers(perms[3]);
+      if (how == 1) s.apply(s.enabled_moves().front());
+      if (how == 2) s.decode(bytes.data(), bytes.data() + bytes.size());
+      if (how == 3) cluster_world taken = std::move(s);
+      s.restore_to(p);
+      ASSERT_TRUE(s == p) << "case " << how;
+    }
+  }
+}
+
 // The verdict does not depend on the reduction, and the reduced state count is between 1/n! and 1
 // of the full one (every class has at most n! members).
 TEST(Symmetry, SameVerdictsWithAndWithoutReduction) {

@@ -146,6 +146,13 @@ concept incremental_symmetric_world = symmetric_world<W> && requires(W& w, const
   { w.canonicalize_successor(parent, true) } -> std::convertible_to<std::uint64_t>;
 };
 
+/// A world that can be made equal to the state it was built from again by copying only what the
+/// successor changed (e.g. cluster_world): `w.restore_to(parent)`, where w was copied from parent,
+/// moves applied, and then canonicalize_successor(parent, ...) called, with parent unchanged since.
+/// Law: afterwards w == parent (in any other case restore_to must copy the whole parent).
+template <class W>
+concept restorable_world = incremental_symmetric_world<W> && requires(W& w, const W& parent) { w.restore_to(parent); };
+
 /// A world that encodes itself compactly (e.g. bitrefit_proofs/compact.hpp): the checker keeps its
 /// breadth-first frontier as bytes instead of live worlds (a few hundred bytes a state instead of
 /// kilobytes of heap) and decodes each state into a per-thread scratch world to expand it.
@@ -669,9 +676,18 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
     std::optional<Move> pending;  // the move built into own[cur ^ 1], not yet looked up
     std::uint64_t pending_fp = 0;
     unsigned cur = 0;
+    std::array<bool, 2> from_w{};  // own[i] holds a successor of w (not of the state before)
     for (const auto& m : w.enabled_moves()) {
       W& succ = *own[cur];
-      succ = w;  // assignment into the thread's scratch world reuses its heap blocks
+      // A copy of w into the thread's scratch world (reusing its heap blocks), or where the world
+      // can, only the parts the last successor built there changed (restorable_world).
+      if constexpr (restorable_world<W>) {
+        if (from_w[cur]) succ.restore_to(w);
+        else succ = w;
+        from_w[cur] = true;
+      } else {
+        succ = w;
+      }
       succ.apply(m);
       const std::uint64_t fp = fingerprint_successor(succ, w);
       if (!opt.exact) by_fingerprint.prefetch(fp);

@@ -222,12 +222,66 @@ class basic_cluster_world {
     if (!symmetry_) return protocol::hash_of(w_);
     const auto& psig = parent.signatures();
     std::array<std::uint64_t, 8> sig{};
-    for (std::uint32_t r = 0; r < w_.receivers.size(); ++r)
-      sig[r] = same_receiver_part(w_, parent.w_, r) ? psig[r] : receiver_signature(w_, r);
+    for (std::uint32_t r = 0; r < w_.receivers.size(); ++r) {
+      cache_.same_receiver[r] = same_receiver_part(w_, parent.w_, r);
+      sig[r] = cache_.same_receiver[r] ? psig[r] : receiver_signature(w_, r);
+    }
     shared_with_parent(w_, parent.w_, cache_.shared);
+    cache_.restorable = true;  // until the world changes (a renaming below clears it)
     return canonical(sig, leave_canonical, [&](const std::vector<std::uint32_t>& p, std::size_t k) {
       return renamed_fingerprint_from_parent(w_, p, sig.data(), cache_.shared, parent.parts_under(k));
     });
+  }
+
+  /// Makes this world equal to `parent` again, copying only the parts that differ from it. The
+  /// checker builds every successor of a state in the same scratch worlds: a plain copy of the
+  /// parent rewrites the whole world (every machine's vectors) for each one, though a move changes
+  /// one or two machines and the messages. What differs is known from canonicalize_successor's
+  /// comparison (shared_with_parent, same_receiver_part), valid until the world changes again.
+  /// Precondition: this world was made from `parent` (a copy, then moves applied) and its last
+  /// change was canonicalize_successor(parent, ...), and `parent` has not changed since. Where
+  /// the world cannot tell (it was renamed, decoded, moved from or changed since), it copies the
+  /// whole parent. Tested: test_checker, Restore.*.
+  void restore_to(const basic_cluster_world& parent) {
+    if (!cache_.restorable) {
+      *this = parent;
+      return;
+    }
+    static_assert(symmetry_detail::field_count<W> == 25, "restore_to: a field was added to the world: restore it below");
+    W& w = w_;
+    const W& p = parent.w_;
+    const auto& same = cache_.shared;
+    // config: never changed by a move. The parts compared with the parent:
+    if (!same.log) w.log = p.log;
+    if (!same.coord) w.coord = p.coord;
+    if (!same.owners) w.owners = p.owners;
+    if (!same.attempts) w.attempts = p.attempts;
+    if (!same.acks) w.acks = p.acks;
+    const std::size_t k = w.regions_per_receiver();
+    for (std::uint32_t r = 0; r < w.receivers.size(); ++r) {
+      if (cache_.same_receiver[r]) continue;  // its roster entry is coord's
+      w.receivers[r] = p.receivers[r];
+      w.incarnations[r] = p.incarnations[r];
+      w.device[r] = p.device[r];
+      w.sync_waiting[r] = p.sync_waiting[r];
+      w.receiver_deadline[r] = p.receiver_deadline[r];
+      std::copy_n(p.regions.begin() + std::ptrdiff_t(r * k), k, w.regions.begin() + std::ptrdiff_t(r * k));
+    }
+    // the rest, not compared: copied (small, or like the messages changed by most moves)
+    w.stores = p.stores;
+    w.trainer_flavor = p.trainer_flavor;
+    w.truth = p.truth;
+    w.inflight = p.inflight;
+    w.log_queue = p.log_queue;
+    w.coord_deadline = p.coord_deadline;
+    w.budget = p.budget;
+    w.max_epoch = p.max_epoch;
+    w.stopped = p.stopped;
+    w.fenced = p.fenced;
+    w.aborts_durable = p.aborts_durable;
+    w.violation = p.violation;
+    w.stuck = p.stuck;
+    cache_.clear();
   }
 
  private:
@@ -300,7 +354,15 @@ class basic_cluster_world {
       clear();
       return *this;
     }
+    // A world moved from has lost its parts: its comparison with its parent no longer holds.
+    fingerprint_cache(fingerprint_cache&& o) noexcept { o.clear(); }
+    fingerprint_cache& operator=(fingerprint_cache&& o) noexcept {
+      clear();
+      o.clear();
+      return *this;
+    }
     void clear() noexcept {
+      restorable = false;
       signatures_valid = false;
       std::fill(parts_valid.begin(), parts_valid.end(), 0);
     }
@@ -309,6 +371,9 @@ class basic_cluster_world {
     std::vector<fingerprint_parts> parts;  // by permutation index
     std::vector<std::uint8_t> parts_valid;
     shared_parts shared;
+    // restore_to: shared and same_receiver compare this world with the parent it was built from
+    bool restorable = false;
+    std::array<bool, 8> same_receiver{};
   };
 
   /// Every permutation of the receivers (identity first); one table per receiver count, shared.
