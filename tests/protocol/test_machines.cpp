@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <type_traits>
 
 #include "bitrefit/protocol/protocol.hpp"
 #include "bitrefit/protocol/model/cluster.hpp"
@@ -75,6 +76,26 @@ TEST(ValueSemantics, CopiesAreEqualIndependentAndHashEqually) {
   EXPECT_NE(hash_of(a), hash_of(b));
   EXPECT_EQ(a.inflight.size(), in_flight);  // a unchanged
   EXPECT_TRUE(a.find_move("deliver c->o0 prepare").has_value());
+}
+
+// The proofs' compact decoding (proofs/include/bitrefit_proofs/compact.hpp) rebuilds a world field
+// by field and emplaces each optional part before filling it, so every optional part of the world
+// must be default-constructible under every compiler we build with. clang 14 answered "no" for
+// owner_store's frozen image while it was a class nested in owner_store (its default member
+// initializers are not usable before the enclosing class is complete, and clang caches the
+// answer): the proofs did not compile with clang. This tree is built by clang in CI (ASan).
+static_assert(std::is_default_constructible_v<model::owner_store::frozen_image>);
+static_assert(std::is_default_constructible_v<owner::durable_frozen>);
+TEST(ValueSemantics, OptionalPartsOfTheWorldAreRebuiltInPlace) {
+  model::owner_store s;
+  s.frozen.emplace();
+  s.frozen->target = 3;
+  s.frozen->flavor = 7;
+  model::owner_store t;
+  t.frozen.emplace();
+  EXPECT_FALSE(s == t);
+  *t.frozen = *s.frozen;
+  EXPECT_TRUE(s == t);
 }
 
 TEST(ValueSemantics, IndependentDeliveriesCommute) {

@@ -158,13 +158,18 @@ struct attempt_note {
 /// Owner o's durable baseline store as the world keeps it (what a restarted sender reads back):
 /// B^v with its commit record (advance_baseline) and the frozen change set of the transition in
 /// progress (freeze_change_set) with the flavor of its bits and the attempt that froze it.
+/// The frozen change set an owner's store holds (owner_store::frozen). At namespace scope, not
+/// nested in owner_store: clang 14 asks whether a nested class with default member initializers is
+/// default-constructible while the enclosing class is still incomplete, caches "no", and then
+/// rejects `std::optional<frozen_image>::emplace()` (the proofs' compact decoding) everywhere.
+struct owner_frozen_image {
+  version_t target = 0;
+  std::uint32_t flavor = 0;
+  attempt_id frozen_at{};
+  friend auto operator<=>(const owner_frozen_image&, const owner_frozen_image&) = default;
+};
 struct owner_store {
-  struct frozen_image {
-    version_t target = 0;
-    std::uint32_t flavor = 0;
-    attempt_id frozen_at{};
-    friend auto operator<=>(const frozen_image&, const frozen_image&) = default;
-  };
+  using frozen_image = owner_frozen_image;
   commit_record baseline{};
   std::optional<frozen_image> frozen;
   friend auto operator<=>(const owner_store&, const owner_store&) = default;
@@ -1002,7 +1007,7 @@ using mutated_cluster = basic_cluster<runtime_mutation>;
 BITREFIT_FIELDS(pending_write, id, mode, base, target, flavor, incarnation)
 BITREFIT_FIELDS(pending_log, request, epoch)
 BITREFIT_FIELDS(attempt_note, attempt, target, members)
-BITREFIT_FIELDS(owner_store::frozen_image, target, flavor, frozen_at)
+BITREFIT_FIELDS(owner_frozen_image, target, flavor, frozen_at)
 BITREFIT_FIELDS(owner_store, baseline, frozen)
 BITREFIT_FIELDS(fault_budget, drops, duplicates, corruptions, conflicts, crashes, failovers, log_faults, early_deadlines, aborts,
                 owner_crashes, sender_restarts)
