@@ -155,9 +155,6 @@ struct attempt_note {
   friend auto operator<=>(const attempt_note&, const attempt_note&) = default;
 };
 
-/// Owner o's durable baseline store as the world keeps it (what a restarted sender reads back):
-/// B^v with its commit record (advance_baseline) and the frozen change set of the transition in
-/// progress (freeze_change_set) with the flavor of its bits and the attempt that froze it.
 /// The frozen change set an owner's store holds (owner_store::frozen). At namespace scope, not
 /// nested in owner_store: clang 14 asks whether a nested class with default member initializers is
 /// default-constructible while the enclosing class is still incomplete, caches "no", and then
@@ -168,6 +165,10 @@ struct owner_frozen_image {
   attempt_id frozen_at{};
   friend auto operator<=>(const owner_frozen_image&, const owner_frozen_image&) = default;
 };
+
+/// Owner o's durable baseline store as the world keeps it (what a restarted sender reads back):
+/// B^v with its commit record (advance_baseline) and the frozen change set of the transition in
+/// progress (freeze_change_set) with the flavor of its bits and the attempt that froze it.
 struct owner_store {
   using frozen_image = owner_frozen_image;
   commit_record baseline{};
