@@ -79,11 +79,12 @@ TEST(ValueSemantics, CopiesAreEqualIndependentAndHashEqually) {
 }
 
 // The proofs' compact decoding (proofs/include/bitrefit_proofs/compact.hpp) rebuilds a world field
-// by field and emplaces each optional part before filling it, so every optional part of the world
+// by field and emplaces each optional part before filling it, so an optional part of the world
 // must be default-constructible under every compiler we build with. clang 14 answered "no" for
 // owner_store's frozen image while it was a class nested in owner_store (its default member
 // initializers are not usable before the enclosing class is complete, and clang caches the
-// answer): the proofs did not compile with clang. This tree is built by clang in CI (ASan).
+// answer): the proofs did not compile with clang. This checks that part; the others are plain
+// namespace-scope types. This tree is built by clang in CI (ASan).
 static_assert(std::is_default_constructible_v<model::owner_store::frozen_image>);
 TEST(ValueSemantics, OptionalPartsOfTheWorldAreRebuiltInPlace) {
   model::owner_store s;
