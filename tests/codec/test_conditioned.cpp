@@ -347,6 +347,46 @@ TEST(Conditioned, TrainingLikeDeltasChooseItAndRoundTripInEveryFloatFormat) {
   }
 }
 
+// Changes that do not depend on the base value (each BF16 element of a N(0, 0.02)-like base moves
+// one ULP up or down with probability `rate`, as bitrefit-bench-codec --change RATE does): the class
+// choice must not fit classes to sampling noise (it picked K = 3-4 at 3 % before class_noise_q8),
+// since they save nothing and make both ends scan the whole base. The one-class item also takes the
+// decoder's one-class path: bits round trip, and a wrong base is refused with the target untouched.
+TEST(Conditioned, ChangesIndependentOfTheBaseGetOneClass) {
+  const std::size_t n = std::size_t{8} << 20;  // 16 MiB: large enough that the choice runs on a sample
+  for (const double rate : {0.01, 0.03, 0.05}) {
+    delta_case d{dtype::BF16, std::vector<std::byte>(n * 2), {}};
+    std::mt19937_64 g(static_cast<std::uint64_t>(rate * 1000));
+    std::normal_distribution<float> w(0.0f, 0.02f);
+    for (std::size_t i = 0; i < n; ++i) {
+      const float x = w(g);
+      std::uint32_t b;
+      std::memcpy(&b, &x, 4);
+      store(d.old_b, i, 2, b >> 16);  // truncation: the distribution of exponents is what matters
+    }
+    d.new_b = d.old_b;
+    const auto cut = static_cast<std::uint64_t>(rate * 18446744073709551615.0);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint64_t r = g();
+      const std::uint64_t o = load(d.old_b, i, 2);
+      if (r < cut && (o & 0x7FFF) != 0 && (o & 0x7F80) != 0x7F80) store(d.new_b, i, 2, (r & 1) ? o + 1 : o - 1);
+    }
+    encode_stats st;
+    const auto f = encode_one(d, mode_policy::xor_allowed, &st);
+    EXPECT_EQ(st.conditioned_items, 1u) << rate;  // the ULP values still beat XOR
+    const frame_view v = frame_view::parse(f);
+    ASSERT_EQ(v.items().size(), 1u);
+    ASSERT_EQ(v.items()[0].mode, value_mode::base_conditioned);
+    EXPECT_EQ(std::to_integer<unsigned>(v.location_section(0)[0]), 1u) << "classes at rate " << rate;
+    const auto out = apply_to(f, dtype::BF16, d.old_b);
+    ASSERT_TRUE(out.has_value()) << rate;
+    EXPECT_TRUE(*out == d.new_b) << rate;
+    // every element at +0: the -1 ULP steps leave the finite range, so the item is refused whole
+    std::vector<std::byte> zeros(d.old_b.size());
+    EXPECT_FALSE(apply_to(f, dtype::BF16, zeros).has_value()) << rate;
+  }
+}
+
 TEST(Conditioned, NonFloatDtypesFallBack) {
   for (dtype t : all_dtypes) {
     if (is_floating(t)) continue;

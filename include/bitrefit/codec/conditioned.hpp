@@ -29,9 +29,11 @@
 //
 // Decode cost: the rANS streams (one table lookup and multiply per symbol), then one pass over the
 // base range in 64-element blocks (threshold masks, one popcount per class per block) that maps
-// class ranks back to positions in ascending order. Extra receiver memory: O(changed) for the
-// decoded ranks and values (bounded by the item range, i.e. by the frame's input bound) and the
-// decoder tables (at most 2·16 tables of 2^15 16-bit slots); the base is read in place.
+// class ranks back to positions in ascending order; with one class (K = 1) ranks are positions and
+// only the changed elements' base values are read (the encoder skips its pass over the base too).
+// Extra receiver memory: O(changed) for the decoded ranks and values (bounded by the item range,
+// i.e. by the frame's input bound) and the decoder tables (at most 2·16 tables of 2^15 16-bit
+// slots); the base is read in place.
 #pragma once
 
 #include <algorithm>
@@ -445,7 +447,8 @@ class conditioned_decoder {
     // ranks -> positions and values: one pass over the base
     detail::with_word(E, [&](auto w) {
       using W = decltype(w);
-      if (cpu_v3()) scan_v3<W>(f, spec, base.data(), m, st, positions_out.data(), values_out.data(), where);
+      if (K == 1) scan_one_class<W>(f, base.data(), changed, positions_out.data(), values_out.data(), where);
+      else if (cpu_v3()) scan_v3<W>(f, spec, base.data(), m, st, positions_out.data(), values_out.data(), where);
       else scan_generic<W>(f, spec, base.data(), m, st, positions_out.data(), values_out.data(), where);
     });
   }
@@ -493,6 +496,41 @@ class conditioned_decoder {
     vd.finish();
   }
 
+  // The new pattern of a change whose base pattern is o: the escape's pattern (d == 0) or o moved
+  // by d ULPs (ulp_step, inlined: it stays on o's side of zero and inside the finite range).
+  // `bad` is set when the result cannot come from the right base: an escape equal to its base, a
+  // base that is not finite, or a distance that leaves the finite range.
+  static BITREFIT_INLINE std::uint64_t new_pattern(const float_format& f, std::uint64_t o, std::int64_t d, std::uint64_t raw, bool& bad) noexcept {
+    if (d == 0) {
+      bad |= raw == o;
+      return raw;
+    }
+    const std::uint64_t mo = f.magnitude(o);
+    const std::uint64_t steps = d < 0 ? static_cast<std::uint64_t>(-d) : static_cast<std::uint64_t>(d);
+    const bool grow = (d > 0) != f.negative(o);
+    bad |= mo >= f.special || (grow ? steps >= f.special - mo : steps > mo);
+    return (o & f.sign_bit) | (grow ? mo + steps : mo - steps);
+  }
+
+  // One class (K = 1): a change's class rank is its position (decode_class keeps every rank below
+  // m and the ranks ascending), so only the changed elements' base values are read, not the whole
+  // range's classes.
+  template <class W>
+  void scan_one_class(const float_format& f, const std::byte* base, std::uint64_t changed, std::uint32_t* pos_out, std::byte* val_out,
+                      const error_context& where) {
+    const std::uint32_t* ranks = ranks_.data();
+    const std::int64_t* dist = dist_.data();
+    const std::uint64_t* raw = raw_.data();
+    bool bad = false;
+    for (std::uint64_t i = 0; i < changed; ++i) {
+      const std::uint32_t p = ranks[i];
+      const W nw = static_cast<W>(new_pattern(f, detail::load_word<W>(base, p), dist[i], raw[i], bad));
+      pos_out[i] = p;
+      std::memcpy(val_out + i * sizeof(W), &nw, sizeof(W));
+    }
+    if (bad) throw error(errc::format, "a decoded value leaves its base value's sign or finite range, or escapes to the base value (wrong base?)", where);
+  }
+
   template <class W, bool V3>
   BITREFIT_INLINE void scan_impl(const float_format& f, const class_spec& spec, const std::byte* base, std::uint64_t m,
                                  const state& st, std::uint32_t* pos_out, std::byte* val_out, const error_context& where) {
@@ -538,20 +576,7 @@ class conditioned_decoder {
           hits &= hits - 1;
           const std::uint64_t p = start + lane;
           const std::uint32_t i = lane_src[lane];
-          const std::uint64_t o = detail::load_word<W>(base, p);
-          std::uint64_t n;
-          if (dist[i] == 0) {
-            n = raw[i];
-            bad |= n == o;
-          } else {
-            // ulp_step, inlined: stay on o's side of zero and inside the finite range
-            const std::uint64_t mo = f.magnitude(o);
-            const std::int64_t d = dist[i];
-            const std::uint64_t steps = d < 0 ? static_cast<std::uint64_t>(-d) : static_cast<std::uint64_t>(d);
-            const bool grow = (d > 0) != f.negative(o);
-            bad |= mo >= f.special || (grow ? steps >= f.special - mo : steps > mo);
-            n = (o & f.sign_bit) | (grow ? mo + steps : mo - steps);
-          }
+          const std::uint64_t n = new_pattern(f, detail::load_word<W>(base, p), dist[i], raw[i], bad);
           pos_out[out] = static_cast<std::uint32_t>(p);
           const W nw = static_cast<W>(n);
           std::memcpy(val_out + out * sizeof(W), &nw, sizeof(W));

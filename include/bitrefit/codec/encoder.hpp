@@ -345,6 +345,12 @@ class chunk_encoder {
   // range is judged by all of it. Deterministic.
   static constexpr std::size_t sample_blocks = 64, sample_run = 1024;
 
+  // Cost of one more base class in the sample's units (1/256 bits): 8 bits, above the largest
+  // noise-only gain measured (bitrefit-bench-codec --change 0.01..0.1, 4 seeds: every item K = 1 at
+  // 8 bits, some K = 2-4 at 0 or 4 bits). On AdamW deltas a class gains thousands of bits of the
+  // sample, so the choice there is the same (bytes identical at 0, 8, 16 and 32 bits).
+  static constexpr std::uint64_t class_noise_q8 = 8 * 256;
+
   struct mode_choice {
     value_mode mode = value_mode::xor_mask;
     class_spec spec;
@@ -401,8 +407,13 @@ class chunk_encoder {
     if (!cond_ok || (cs == 0 && options_.policy != mode_policy::conditioned_only)) return r;
     // base-conditioned: classes from the sample, then its estimated cost (per class: two compact
     // tables of about one byte per symbol, ~45 symbols, and a few header bytes)
+    // Each class also pays `class_noise_q8` in sample units: the class choice fits its cuts to the
+    // sample, and on changes that do not depend on the base value at all (1-5 % synthetic flips)
+    // the best of ~63 cuts still "gains" a few bits from sampling noise, so noise-only classes were
+    // chosen (K = 3-4 at 3 %). They saved no bytes at full size but made the encoder and decoder
+    // scan the whole base for class ranks, which one class does not need (rank_by_class).
     const std::uint64_t table_q8 = 52 * 8 * 256;
-    r.spec = choose_class_spec(*fmt, base_exp, changed_exp, options_.max_base_classes, 1, 1, table_q8 * n_sample / m + 1);
+    r.spec = choose_class_spec(*fmt, base_exp, changed_exp, options_.max_base_classes, 1, 1, table_q8 * n_sample / m + class_noise_q8);
     if (options_.policy == mode_policy::conditioned_only) {
       r.mode = value_mode::base_conditioned;
       return r;
