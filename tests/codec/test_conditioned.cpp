@@ -57,6 +57,44 @@ delta_case training_like(dtype t, std::size_t n, std::uint64_t seed) {
   return d;
 }
 
+// Changes that ignore the base value: each element moves one ULP up or down with probability
+// 1/`one_in` (ulp_step: never across zero or out of the finite range), whatever its exponent; a
+// sixteenth of the base elements are special (+-0, +-inf, NaN with a random payload, subnormals),
+// and a changed special element takes a random new pattern (an escape). The class choice gives
+// such an item one class (the decoder's one-class path).
+delta_case independent_changes(dtype t, std::size_t n, std::uint64_t seed, unsigned one_in) {
+  const auto f = *float_format_of(t);
+  const std::size_t E = f.element_size;
+  const std::uint64_t all = E == 8 ? ~std::uint64_t{0} : (std::uint64_t{1} << (8 * E)) - 1;
+  delta_case d = training_like(t, n, seed);
+  d.new_b = d.old_b;
+  std::mt19937_64 g(seed ^ 0x5EED);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint64_t o = load(d.old_b, i, E);
+    const bool special = g() % 16 == 0;
+    if (special) {
+      const std::uint64_t sign = (g() & 1) ? f.sign_bit : 0;
+      switch (g() % 4) {
+        case 0: o = sign; break;                                                             // +-0
+        case 1: o = sign | (f.special < f.magnitude_mask ? f.special : f.magnitude_mask); break;  // +-inf (E4M3: NaN)
+        case 2: o = sign | f.magnitude_mask; break;                                          // NaN, all payload bits
+        default: o = sign | (1 + g() % ((std::uint64_t{1} << f.mantissa_bits) - 1)); break;  // subnormal
+      }
+      store(d.old_b, i, E, o);
+    }
+    std::uint64_t nw = o;
+    if (g() % one_in == 0) {
+      if (special || !f.finite(o)) {
+        nw = g() & all;
+      } else if (const auto s = ulp_step(f, o, (g() & 1) ? 1 : -1)) {
+        nw = *s;
+      }
+    }
+    store(d.new_b, i, E, nw);
+  }
+  return d;
+}
+
 std::vector<std::byte> encode_one(const delta_case& d, mode_policy p, encode_stats* st = nullptr) {
   chunk_encoder<> enc(encode_options{.policy = p});
   const chunk_piece pc{"w", d.type, d.n(), 0, d.n(), d.old_b, d.new_b};
@@ -485,6 +523,29 @@ RC_GTEST_PROP(Conditioned, AlteredSectionsAreRefusedOrDecodedWhole, ()) {
   const std::size_t sections = body_end - v.items()[0].location_stored_size - v.items()[0].value_stored_size;
   const std::size_t at = *rc::gen::inRange(sections, body_end);
   f[at] ^= static_cast<std::byte>(*rc::gen::inRange(1, 256));
+  refresh_digest(f);
+  (void)apply_to(f, t, d.old_b);  // throws (checked untouched) or applies; must not crash
+}
+
+// Items whose changes ignore the base value get one class and take the decoder's one-class path:
+// bits round trip in every float format, specials included, and altered sections are refused with
+// the target untouched or decode whole, as for items of several classes.
+RC_GTEST_PROP(Conditioned, OneClassItemsRoundTripAndRefuseAlterations, ()) {
+  const dtype t = *rc::gen::elementOf(float_dtypes);
+  const auto d = independent_changes(t, *rc::gen::inRange<std::size_t>(64, 5000), *rc::gen::arbitrary<std::uint32_t>(),
+                                     *rc::gen::inRange(2u, 40u));
+  RC_PRE(d.old_b != d.new_b);
+  auto f = encode_one(d, mode_policy::conditioned_only);
+  const frame_view v = frame_view::parse(f);
+  RC_ASSERT(v.items().size() == 1u);
+  RC_ASSERT(v.items()[0].mode == value_mode::base_conditioned);
+  RC_ASSERT(std::to_integer<unsigned>(v.location_section(0)[0]) == 1u);
+  const auto out = apply_to(f, t, d.old_b);
+  RC_ASSERT(out.has_value());
+  RC_ASSERT(*out == d.new_b);
+  const std::size_t body_end = f.size() - frame_digest_size;
+  const std::size_t sections = body_end - v.items()[0].location_stored_size - v.items()[0].value_stored_size;
+  f[*rc::gen::inRange(sections, body_end)] ^= static_cast<std::byte>(*rc::gen::inRange(1, 256));
   refresh_digest(f);
   (void)apply_to(f, t, d.old_b);  // throws (checked untouched) or applies; must not crash
 }
