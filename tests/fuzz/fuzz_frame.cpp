@@ -8,7 +8,8 @@
 //    before it (what earlier accepted frames left is kept for reuse; a decode that fails frees all);
 //  - scratch stays within the format's bound (codec/apply.hpp: at most 7 bytes per covered byte);
 //  - an accepted frame whose items are all overwrite is idempotent; all XOR: applying it twice
-//    restores the model.
+//    restores the model; with a base-conditioned item, applying it again onto its own result is
+//    accepted or refused with the model untouched (it may not hold that item's base any more).
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -80,9 +81,24 @@ void run(std::span<const std::byte> bytes) {
   }
   require(small);  // a frame naming tensors the model lacks must be refused
   require(ap.scratch_bytes() <= 8 * codec::frame_input_bytes_limit);
-  bool all_overwrite = true, all_xor = true;
-  for (const auto& it : f->items()) (it.mode == codec::value_mode::overwrite ? all_xor : all_overwrite) = false;
+  bool all_overwrite = true, all_xor = true, conditioned = false;
+  for (const auto& it : f->items()) {
+    all_overwrite = all_overwrite && it.mode == codec::value_mode::overwrite;
+    all_xor = all_xor && it.mode == codec::value_mode::xor_mask;
+    conditioned = conditioned || it.mode == codec::value_mode::base_conditioned;
+  }
   const auto once = store;
+  if (conditioned) {
+    // A base-conditioned item decodes against the base it was coded from. Applied again, onto its
+    // own result, it may be refused as a wrong base (an escape equal to its base, a step out of the
+    // finite range, a rank past its class): then nothing is written. Or it decodes to other bits.
+    try {
+      ap.apply(bytes, *targets);
+    } catch (const error&) {
+      require(store == once);
+    }
+    return;
+  }
   ap.apply(bytes, *targets);  // accepted once: accepted again
   if (all_overwrite) require(store == once);
   if (all_xor && !f->items().empty()) require(store == before);

@@ -2,8 +2,9 @@
 //   fuzz_make_seeds <tests/fuzz/corpus>
 // Deterministic (fixed data, no clocks), so rerunning it rewrites identical files. Seeds are small
 // (a few KiB each) and cover every coding the decoders know: each location coding, interleaved and
-// byte-plane values, raw and zstd sections, XOR and overwrite items, delta and dense frames; the
-// bundle and safetensors forms; every control-message type; each durability file.
+// byte-plane values, raw and zstd sections, XOR, overwrite and base-conditioned items (several
+// classes and one), delta and dense frames; the bundle and safetensors forms; every control-message
+// type; each durability file. Not the fuzz_relay_framing seeds (README.md).
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -88,6 +89,38 @@ void frames() {
     enc.encode_dense({codec::frame_kind::dense, payload_id{{1, 1}, 0, 1}, 1, 1}, pcs, out);
     write("fuzz_frame", "dense", out.span());
   }
+  // Base-conditioned items (class ranks and ULP distances) against the fuzz target's own model
+  // bytes (fuzz_frame.cpp: byte i of a tensor is i*131 + the name's length), so they decode there:
+  // "classes", changes likelier on smaller exponents (several classes); "one-class", changes that
+  // ignore the exponent (the decoder's one-class path).
+  {
+    const std::string name = "model.layers.0.w";
+    const std::size_t n = 4096;
+    std::vector<std::byte> old(n * 2);
+    for (std::size_t i = 0; i < old.size(); ++i) old[i] = static_cast<std::byte>(i * 131 + name.size());
+    const auto f = *codec::float_format_of(dtype::BF16);
+    for (const bool classes : {true, false}) {
+      auto neu = old;
+      std::uint32_t x = classes ? 7 : 11;
+      for (std::size_t i = 0; i < n; ++i) {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        std::uint16_t o;
+        std::memcpy(&o, old.data() + 2 * i, 2);
+        const std::uint64_t e = f.exponent(o);
+        const bool pick = classes ? x % 256 < (e < 64 ? 160u : e < 128 ? 24u : 2u) : x % 16 == 0;
+        if (!pick) continue;
+        if (const auto s = codec::ulp_step(f, o, (x >> 16) & 1 ? 1 : -1)) {
+          const auto v = static_cast<std::uint16_t>(*s);
+          std::memcpy(neu.data() + 2 * i, &v, 2);
+        }
+      }
+      codec::chunk_encoder<> enc(codec::encode_options{.policy = codec::mode_policy::conditioned_only});
+      const codec::chunk_piece pc{name, dtype::BF16, n, 0, n, old, neu};
+      codec::byte_buffer out;
+      enc.encode({codec::frame_kind::delta, payload_id{{3, 7}, 1, 2}, 4, 5}, std::span(&pc, 1), out);
+      write("fuzz_frame", classes ? "bf16-conditioned-classes" : "bf16-conditioned-one-class", out.span());
+    }
+  }
 }
 
 void bundles() {
@@ -127,7 +160,7 @@ void safetensors() {
              1);
 }
 
-void wire() {
+void wire_messages() {
   using namespace protocol;
   const attempt_id a{2, 5};
   const commit_record k{4, baseline_id{9}};
@@ -137,8 +170,9 @@ void wire() {
                           open_msg{a, {3, 0, 2}},
                           flush_msg{a},
                           announce_msg{k},
+                          announce_msg{k, member{1, 3}, true},
                           roll_call_msg{2},
-                          abort_msg{a},
+                          abort_msg{2, a},
                           manifest_msg{a, 1, 3},
                           arrived_msg{a, {1, 3}},
                           ack_msg{a, {1, 3}, digest128{5, 6}},
@@ -147,6 +181,7 @@ void wire() {
                           failed_msg{a, {1, 3}, failure_reason{}},
                           join_msg{{2, 7}, k},
                           baseline_msg{1, k},
+                          frozen_lost_msg{a, 1, 5},
                           payload_msg{payload_id{a, 1, 2}, 4, 5, mode::xor_mask, digest128{7, 8}}};
   int i = 0;
   for (const auto& m : msgs) {
@@ -192,7 +227,7 @@ int main(int argc, char** argv) {
   frames();
   bundles();
   safetensors();
-  wire();
+  wire_messages();
   durability_files();
   std::printf("seeds written under %s\n", root.c_str());
 }
