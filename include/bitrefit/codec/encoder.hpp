@@ -345,10 +345,10 @@ class chunk_encoder {
   // range is judged by all of it. Deterministic.
   static constexpr std::size_t sample_blocks = 64, sample_run = 1024;
 
-  // Cost of one more base class in the sample's units (1/256 bits): 8 bits, above the largest
-  // noise-only gain measured (bitrefit-bench-codec --change 0.01..0.1, 4 seeds: every item K = 1 at
-  // 8 bits, some K = 2-4 at 0 or 4 bits). On AdamW deltas a class gains thousands of bits of the
-  // sample, so the choice there is the same (bytes identical at 0, 8, 16 and 32 bits).
+  // Cost of one more base class in the sample's units (1/256 bits), against sampling noise (see
+  // choose_mode). 8 bits: on bitrefit-bench-codec --change 0.01..0.1 (seeds 2-5) the bytes are the
+  // same at 8 as at 64 bits, while at 0 or 4 bits some items keep 2-4 classes; AdamW bytes are the
+  // same at 0, 8, 16 and 32 bits (bench/codec/README.md, "One class when ...").
   static constexpr std::uint64_t class_noise_q8 = 8 * 256;
 
   struct mode_choice {
