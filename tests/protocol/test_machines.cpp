@@ -281,7 +281,9 @@ TEST_F(ReceiverTest, OverwritePayloadRidesInAnXorAttemptAndAppliesAsOverwrite) {
   EXPECT_TRUE(sent<failed_msg>(a).empty());
   ASSERT_EQ(count_of<apply_payload_action>(a), 1u);
   for (const auto& x : a)
-    if (const auto* ap = std::get_if<apply_payload_action>(&x)) EXPECT_EQ(ap->mode, mode::overwrite);
+    if (const auto* ap = std::get_if<apply_payload_action>(&x)) {
+      EXPECT_EQ(ap->mode, mode::overwrite);
+    }
 }
 
 TEST(Receiver, XorPayloadInAnOverwriteAttemptFails) {
@@ -329,7 +331,7 @@ TEST_F(ReceiverTest, ObsoleteWaitsForTheDeviceBeforeStopped) {
 
 TEST(Receiver, MissedCommitMeansDenseRestoreUnderANewIncarnation) {
   receiver r(1, 3, two_by_two());
-  auto a = r.step(from_coord(1, announce_msg{commit_record{1, baseline_id{42}}}));
+  auto a = r.step(from_coord(1, announce_msg{commit_record{1, baseline_id{42}}, std::nullopt, false}));
   ASSERT_EQ(count_of<persist_incarnation_action>(a), 1u);
   EXPECT_EQ(r.incarnation, 4u);
   EXPECT_EQ(count_of<dense_restore_action>(a), 1u);
@@ -362,7 +364,7 @@ struct CoordinatorTest : ::testing::Test {
   }
   void admit() {
     feed_log(c.step(start_event{}));
-    auto acts = c.step(begin_transition_event{1, true, {}});
+    auto acts = c.step(begin_transition_event{1, true, {}, {}});
     // persist BEFORE send: the only action of begin is the log request
     ASSERT_EQ(acts.size(), 1u);
     ASSERT_TRUE(std::holds_alternative<log_action>(acts[0]));
@@ -404,7 +406,7 @@ TEST_F(CoordinatorTest, MessagesOfAFencedOrReplacedIncarnationCountForNothing) {
 
 TEST_F(CoordinatorTest, AttestationMismatchRetriesInOverwrite) {
   feed_log(c.step(start_event{}));
-  feed_log(c.step(begin_transition_event{1, true, {digest128{1, 1}, digest128{1, 2}}}));
+  feed_log(c.step(begin_transition_event{1, true, {digest128{1, 1}, digest128{1, 2}}, {}}));
   const attempt_id tau = c.attempt->attempt;
   c.step(to_coord(manifest_msg{tau, 0, 1}, endpoint::owner_(0)));
   c.step(to_coord(manifest_msg{tau, 1, 1}, endpoint::owner_(1)));
@@ -447,10 +449,10 @@ TEST(Owner, FreezesOnceAdvancesOnlyOnTheCommitRecord) {
   o.step(encode_finished_event{{1, 2}, 1});
   EXPECT_EQ(o.baseline, commit_record{});  // B^v unchanged until commit
   const commit_record k{1, baseline_of({1, 2})};
-  auto c = o.step(message_event{envelope{endpoint::coord(), endpoint::owner_(0), announce_msg{k}}});
+  auto c = o.step(message_event{envelope{endpoint::coord(), endpoint::owner_(0), announce_msg{k, std::nullopt, false}}});
   EXPECT_EQ(count_of<advance_baseline_action>(c), 1u);
   EXPECT_EQ(o.baseline, k);
-  auto d = o.step(message_event{envelope{endpoint::coord(), endpoint::owner_(0), announce_msg{k}}});
+  auto d = o.step(message_event{envelope{endpoint::coord(), endpoint::owner_(0), announce_msg{k, std::nullopt, false}}});
   EXPECT_EQ(count_of<advance_baseline_action>(d), 0u);  // idempotent
 }
 

@@ -44,7 +44,7 @@ TEST(Wire, EveryMessageRoundTripsAndGarbageIsRefused) {
       protocol::obsolete_msg{{3, 4}},
       protocol::open_msg{{3, 4}, {5, 6}},
       protocol::flush_msg{{3, 4}},
-      protocol::announce_msg{{8, baseline_id{12}}},
+      protocol::announce_msg{{8, baseline_id{12}}, std::nullopt, false},
       protocol::announce_msg{{8, baseline_id{12}}, protocol::member{2, 6}, false},
       protocol::announce_msg{{8, baseline_id{12}}, protocol::member{2, 5}, true},
       protocol::roll_call_msg{9},
@@ -88,7 +88,7 @@ TEST(Wire, EveryEventAndActionRoundTripsThroughTheTraceForm) {
   const protocol::envelope env{protocol::endpoint::coord(), protocol::endpoint::receiver_(1), protocol::prepare_msg{p}};
   const protocol::log_reply reply{protocol::compare_and_set_request{2, {2, 1}, {1, baseline_id{3}}, {2, baseline_id{9}}},
                                   protocol::log_outcome::conflict, {2, {1, baseline_id{3}}, p}};
-  const std::vector<protocol::coordinator_event> ce{protocol::start_event{}, protocol::begin_transition_event{4, false, {digest128{5, 6}}},
+  const std::vector<protocol::coordinator_event> ce{protocol::start_event{}, protocol::begin_transition_event{4, false, {digest128{5, 6}}, {}},
                                                     protocol::message_event{env}, protocol::log_event{reply}, protocol::deadline_event{},
                                                     protocol::operator_abort_event{}};
   const std::vector<protocol::owner_event> oe{protocol::message_event{env}, protocol::chunk_encoded_event{{1, 2}, 3, {4, 5}, protocol::mode::xor_mask},
@@ -100,7 +100,7 @@ TEST(Wire, EveryEventAndActionRoundTripsThroughTheTraceForm) {
   const std::vector<protocol::coordinator_action> ca{
       protocol::log_action{protocol::persist_prepare_request{2, p}}, protocol::send_action{env}, protocol::arm_deadline_action{},
       protocol::disarm_deadline_action{}, protocol::fence_receiver_action{{1, 2}}, protocol::cleanup_action{{1, 2}},
-      protocol::committed_action{{1, baseline_id{2}}}, protocol::deposed_action{}, protocol::aborted_action{{1, 2}},
+      protocol::committed_action{{1, baseline_id{2}}}, protocol::deposed_action{}, protocol::aborted_action{{1, 2}, {}},
       protocol::needs_operator_action{"why \"quoted\""}};
   const std::vector<protocol::owner_action> oa{protocol::send_action{env}, protocol::advance_baseline_action{{1, baseline_id{2}}},
                                                protocol::freeze_change_set_action{1, 2}, protocol::encode_action{{1, 2}, protocol::mode::overwrite, 1, 2},
