@@ -40,4 +40,14 @@ inline bool cpu_avx512bw() noexcept {
 #endif
 }
 
+/// True when the CPU has AVX-512F, BW, VL and CD (the lane-wise lzcnt).
+inline bool cpu_avx512_lzcnt() noexcept {
+#ifdef BITREFIT_CODEC_X86
+  static const bool has = cpu_avx512bw() && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512cd");
+  return has;
+#else
+  return false;
+#endif
+}
+
 }  // namespace bitrefit::codec
