@@ -614,11 +614,11 @@ TEST(Kernels, ClassMasksOfEveryVariantEqualTheScalarOnes) {
   }
 }
 
-// Pass 1 of the conditioned encoder (gaps, value codes, histograms) for one class of a 2-byte
-// format: the AVX-512 kernel plus the scalar tail must give what the scalar pass alone gives, on
-// every kind of change (±1 ULP, long jumps, sign changes, ±0, subnormals, ±inf, NaN payloads) and
-// gaps from 0 to 2^30, for counts around the kernel's 16-change steps.
-TEST(Kernels, OneClassPassOfEveryVariantEqualsTheScalarOne) {
+// Pass 1 of the conditioned encoder (gaps, value codes, histograms) for a 2-byte format: the
+// AVX-512 kernels (one class, several classes) plus the scalar tail must give what the scalar pass
+// alone gives, on every kind of change (±1 ULP, long jumps, sign changes, ±0, subnormals, ±inf,
+// NaN payloads) and gaps from 0 to 2^30, for counts around the kernels' 16-change steps.
+TEST(Kernels, PassOneOfEveryVariantEqualsTheScalarOne) {
 #ifdef BITREFIT_CODEC_X86
   if (!cpu_avx512_lzcnt()) GTEST_SKIP() << "no AVX-512CD on this CPU";
   namespace cd = conditioned_detail;
@@ -629,16 +629,21 @@ TEST(Kernels, OneClassPassOfEveryVariantEqualsTheScalarOne) {
     const std::uint64_t sp = f.special, sg = f.sign_bit;
     const std::array<std::uint64_t, 12> specials{0, sg, 1, sg | 1, (1u << f.mantissa_bits) - 1, sp, sg | sp, sp | 1,
                                                  sg | sp | ((1u << f.mantissa_bits) - 1), sp - 1, sg | (sp - 1), 1u << f.mantissa_bits};
+    for (unsigned K : {1u, 3u, 16u})
     for (std::size_t c : {0, 1, 15, 16, 17, 31, 32, 33, 100, 1000, 4099}) {
       std::vector<std::uint32_t> rk(c);
-      std::vector<std::uint8_t> cls(c, 0);
+      std::vector<std::uint8_t> cls(c);
       std::vector<std::byte> ov(2 * c), nv(2 * c);
-      std::uint32_t r = static_cast<std::uint32_t>(g() % 3);
+      std::array<std::uint32_t, max_base_classes> rank{};  // next rank per class
+      std::array<std::uint64_t, max_base_classes> count{};
+      for (unsigned k = 0; k < K; ++k) rank[k] = static_cast<std::uint32_t>(g() % 3);
       for (std::size_t i = 0; i < c; ++i) {
-        rk[i] = r;
+        const unsigned k = g() % 4 == 0 ? static_cast<unsigned>(g() % K) : 0;  // skewed: class 0 most
+        cls[i] = static_cast<std::uint8_t>(k), ++count[k];
+        rk[i] = rank[k];
         const unsigned kind = g() % 8;
-        r += 1 + static_cast<std::uint32_t>(kind == 0 ? g() % (1u << 20) : kind == 1 ? 0 : g() % 40);
-        if (g() % 5000 == 0) r += 1u << 30;
+        rank[k] += 1 + static_cast<std::uint32_t>(kind == 0 ? g() % (1u << 20) : kind == 1 ? 0 : g() % 40);
+        if (g() % 5000 == 0) rank[k] += 1u << 30;
       }
       for (std::size_t i = 0; i < c; ++i) {
         const unsigned kind = g() % 9;
@@ -657,31 +662,39 @@ TEST(Kernels, OneClassPassOfEveryVariantEqualsTheScalarOne) {
         if (n == o) n = o ^ 1;
         store(ov, i, 2, o), store(nv, i, 2, n);
       }
-      const unsigned shift = static_cast<unsigned>(g() % 12);
+      std::array<unsigned, max_base_classes> shift{};
+      for (unsigned k = 0; k < K; ++k) shift[k] = static_cast<unsigned>(g() % 12);
       struct run {
         std::vector<std::uint32_t> gaps, vcode;
         std::vector<std::uint64_t> gh, vh;
         cd::pass1_out out;
-        explicit run(std::size_t c, unsigned VA) : gaps(c), vcode(c), gh(4 * cd::gap_alphabet), vh(4 * VA) {
+        run(std::size_t c, unsigned K, unsigned VA) : gaps(c), vcode(c), gh(4 * K * cd::gap_alphabet), vh(4 * K * VA) {
           out = {gaps.data(), vcode.data(), nullptr, {}, {}};
-          for (std::size_t k = 0; k < 4; ++k) out.gh[k] = gh.data() + k * cd::gap_alphabet, out.vh[k] = vh.data() + k * VA;
+          for (std::size_t copy = 0; copy < 4; ++copy) out.gh[copy] = gh.data() + copy * K * cd::gap_alphabet, out.vh[copy] = vh.data() + copy * K * VA;
         }
         std::vector<std::uint64_t> sum(const std::vector<std::uint64_t>& h) const {
           std::vector<std::uint64_t> s(h.size() / 4);
           for (std::size_t i = 0; i < s.size(); ++i) s[i] = h[i] + h[i + s.size()] + h[i + 2 * s.size()] + h[i + 3 * s.size()];
           return s;
         }
-      } ref(c, VA), got(c, VA);
+      } ref(c, K, VA), got(c, K, VA);
       cd::pass1_state st_ref, st_got;
-      cd::code_changes<std::uint16_t>(f, &shift, cls.data(), rk.data(), ov.data(), nv.data(), 0, c, st_ref, ref.out);
-      const std::size_t done = cd::one_class_codes_16_avx512(f, shift, rk.data(), ov.data(), nv.data(), c, got.out);
+      for (unsigned k = 1; k < K; ++k) st_ref.slot[k] = st_ref.slot[k - 1] + count[k - 1];
+      st_got = st_ref;
+      cd::code_changes<std::uint16_t>(f, shift.data(), cls.data(), rk.data(), ov.data(), nv.data(), 0, c, st_ref, ref.out);
+      std::size_t done = 0;
+      if (K == 1) {
+        done = cd::one_class_codes_16_avx512(f, shift[0], rk.data(), ov.data(), nv.data(), c, got.out);
+        if (done) st_got.slot[0] = done, st_got.next[0] = rk[done - 1] + 1;
+      } else {
+        done = cd::class_codes_16_avx512(f, shift.data(), cls.data(), rk.data(), ov.data(), nv.data(), c, st_got, got.out);
+      }
       ASSERT_EQ(done, c / 16 * 16);
-      if (done) st_got.slot[0] = done, st_got.next[0] = rk[done - 1] + 1;
-      cd::code_changes<std::uint16_t>(f, &shift, cls.data(), rk.data(), ov.data(), nv.data(), done, c, st_got, got.out);
-      EXPECT_EQ(got.gaps, ref.gaps) << dtype_name(t) << " c=" << c;
-      EXPECT_EQ(got.vcode, ref.vcode) << dtype_name(t) << " c=" << c;
-      EXPECT_EQ(got.sum(got.gh), ref.sum(ref.gh)) << dtype_name(t) << " c=" << c;
-      EXPECT_EQ(got.sum(got.vh), ref.sum(ref.vh)) << dtype_name(t) << " c=" << c;
+      cd::code_changes<std::uint16_t>(f, shift.data(), cls.data(), rk.data(), ov.data(), nv.data(), done, c, st_got, got.out);
+      EXPECT_EQ(got.gaps, ref.gaps) << dtype_name(t) << " K=" << K << " c=" << c;
+      EXPECT_EQ(got.vcode, ref.vcode) << dtype_name(t) << " K=" << K << " c=" << c;
+      EXPECT_EQ(got.sum(got.gh), ref.sum(ref.gh)) << dtype_name(t) << " K=" << K << " c=" << c;
+      EXPECT_EQ(got.sum(got.vh), ref.sum(ref.vh)) << dtype_name(t) << " K=" << K << " c=" << c;
     }
   }
 #else

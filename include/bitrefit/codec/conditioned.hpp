@@ -212,18 +212,41 @@ __attribute__((target("avx512f,avx512cd"), always_inline)) inline bucketed16 buc
   return {_mm512_mask_mov_epi32(symbol, small, u), _mm512_maskz_mov_epi32(big, b1), _mm512_maskz_and_epi32(big, u, low)};
 }
 
-/// Pass 1 for one class (K = 1: slot = change index) of a 2-byte format, sixteen changes per step:
-/// the first c - c % 16 changes, returned; code_changes does the rest. Same outputs as
-/// code_changes (tests/codec: Conditioned.OneClassKernelEqualsTheScalarPass), with the symbols'
-/// floor(log2) from AVX-512CD's lzcnt: the per-change work was ~13 cycles of scalar code (bucket,
-/// code_value) on the synthetic rates, which are one class.
+/// code_value() of sixteen changes of a 2-byte format (old and new patterns zero-extended to 32
+/// bits), packed as in vcode (symbol | extra bit count << 8 | extra bits << 13): escape (symbol 0,
+/// the new pattern's 16 bits) on a sign change or inf/NaN on either side, else the signed ULP
+/// distance d: symbol 1 + 2·bucket(|d| - 1) + (d < 0).
+__attribute__((target("avx512f,avx512cd"), always_inline)) inline __m512i value_codes16_avx512(const float_format& f, __m512i ow,
+                                                                                               __m512i nw) noexcept {
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i mag = _mm512_set1_epi32(static_cast<int>(f.magnitude_mask)), special = _mm512_set1_epi32(static_cast<int>(f.special));
+  const __m512i mo = _mm512_and_si512(ow, mag), mn = _mm512_and_si512(nw, mag);
+  const __mmask16 esc = _mm512_test_epi32_mask(_mm512_xor_si512(ow, nw), _mm512_set1_epi32(static_cast<int>(f.sign_bit))) |
+                        _mm512_cmpge_epu32_mask(mo, special) | _mm512_cmpge_epu32_mask(mn, special);
+  const __m512i diff = _mm512_sub_epi32(mn, mo);
+  const __m512i neg = _mm512_maskz_srai_epi32(every_lane, diff, 31);
+  const __m512i u = _mm512_sub_epi32(_mm512_sub_epi32(_mm512_xor_si512(diff, neg), neg), one);
+  const __m512i negative_d = _mm512_xor_si512(_mm512_and_si512(neg, one), _mm512_maskz_srli_epi32(every_lane, ow, 15));
+  const bucketed16 vb = bucket16_avx512(u);
+  const __m512i symbol = _mm512_add_epi32(_mm512_add_epi32(_mm512_maskz_slli_epi32(every_lane, vb.symbol, 1), one), negative_d);
+  const __m512i code = _mm512_or_si512(_mm512_or_si512(symbol, _mm512_maskz_slli_epi32(every_lane, vb.extra_bits, 8)),
+                                       _mm512_maskz_slli_epi32(every_lane, vb.extra, 13));
+  return _mm512_mask_mov_epi32(code, esc, _mm512_or_si512(_mm512_set1_epi32(16 << 8), _mm512_maskz_slli_epi32(every_lane, nw, 13)));
+}
+__attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512i load16_avx512(const std::byte* p) noexcept {
+  return _mm512_maskz_cvtepu16_epi32(every_lane, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+/// Pass 1 of a 2-byte format, sixteen changes per step, with the symbols' floor(log2) from
+/// AVX-512CD's lzcnt: the first c - c % 16 changes, returned; code_changes does the rest, with the
+/// same outputs (tests/codec: Kernels.PassOneOfEveryVariantEqualsTheScalarOne). Scalar, the value
+/// code (code_value, bucket) was most of pass 1's ~13 cycles per change.
+/// One class (K = 1): the slot is the change index, and gaps and gap symbols are vector work too.
 __attribute__((target("avx512f,avx512bw,avx512cd,avx512vl"))) inline std::size_t one_class_codes_16_avx512(
     const float_format& f, unsigned shift, const std::uint32_t* rk, const std::byte* ov, const std::byte* nv, std::size_t c,
     const pass1_out& o) noexcept {
   const std::size_t n = c / 16 * 16;
   const __m512i one = _mm512_set1_epi32(1);
-  const __m512i mag = _mm512_set1_epi32(static_cast<int>(f.magnitude_mask)), special = _mm512_set1_epi32(static_cast<int>(f.special));
-  const __m512i sign = _mm512_set1_epi32(static_cast<int>(f.sign_bit));
   const __m128i gshift = _mm_cvtsi32_si128(static_cast<int>(shift));
   __m512i prev = _mm512_set1_epi32(-1);  // lane 15: the rank before the first change, -1
   alignas(16) std::uint8_t gsym[16], vsym[16];
@@ -234,26 +257,36 @@ __attribute__((target("avx512f,avx512bw,avx512cd,avx512vl"))) inline std::size_t
     prev = r;
     const __m512i g = _mm512_sub_epi32(_mm512_sub_epi32(r, before), one);
     _mm512_storeu_si512(o.gaps + i, g);
-    _mm_store_si128(reinterpret_cast<__m128i*>(gsym), _mm512_maskz_cvtepi32_epi8(every_lane, bucket16_avx512(_mm512_maskz_srl_epi32(every_lane, g, gshift)).symbol));
-    // values (code_value): escape on a sign change or inf/NaN on either side, else the signed
-    // ULP distance d: symbol 1 + 2·bucket(|d| - 1) + (d < 0)
-    const __m512i ow = _mm512_maskz_cvtepu16_epi32(every_lane, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ov + 2 * i)));
-    const __m512i nw = _mm512_maskz_cvtepu16_epi32(every_lane, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(nv + 2 * i)));
-    const __m512i mo = _mm512_and_si512(ow, mag), mn = _mm512_and_si512(nw, mag);
-    const __mmask16 esc = _mm512_test_epi32_mask(_mm512_xor_si512(ow, nw), sign) | _mm512_cmpge_epu32_mask(mo, special) |
-                          _mm512_cmpge_epu32_mask(mn, special);
-    const __m512i diff = _mm512_sub_epi32(mn, mo);
-    const __m512i neg = _mm512_maskz_srai_epi32(every_lane, diff, 31);
-    const __m512i u = _mm512_sub_epi32(_mm512_sub_epi32(_mm512_xor_si512(diff, neg), neg), one);
-    const __m512i negative_d = _mm512_xor_si512(_mm512_and_si512(neg, one), _mm512_maskz_srli_epi32(every_lane, ow, 15));
-    const bucketed16 vb = bucket16_avx512(u);
-    const __m512i symbol = _mm512_add_epi32(_mm512_add_epi32(_mm512_maskz_slli_epi32(every_lane, vb.symbol, 1), one), negative_d);
-    __m512i code = _mm512_or_si512(_mm512_or_si512(symbol, _mm512_maskz_slli_epi32(every_lane, vb.extra_bits, 8)), _mm512_maskz_slli_epi32(every_lane, vb.extra, 13));
-    // escape: symbol 0, the new pattern's 16 bits
-    code = _mm512_mask_mov_epi32(code, esc, _mm512_or_si512(_mm512_set1_epi32(16 << 8), _mm512_maskz_slli_epi32(every_lane, nw, 13)));
+    _mm_store_si128(reinterpret_cast<__m128i*>(gsym),
+                    _mm512_maskz_cvtepi32_epi8(every_lane, bucket16_avx512(_mm512_maskz_srl_epi32(every_lane, g, gshift)).symbol));
+    const __m512i code = value_codes16_avx512(f, load16_avx512(ov + 2 * i), load16_avx512(nv + 2 * i));
     _mm512_storeu_si512(o.vcode + i, code);
     _mm_store_si128(reinterpret_cast<__m128i*>(vsym), _mm512_maskz_cvtepi32_epi8(every_lane, _mm512_and_si512(code, _mm512_set1_epi32(0xFF))));
     for (unsigned l = 0; l < 16; ++l) ++o.gh[l & 3][gsym[l]], ++o.vh[l & 3][vsym[l]];
+  }
+  return n;
+}
+/// Several classes: the value codes sixteen at a time, then per change (scalar) its class's gap
+/// and the scatter to class-major order, as in code_changes.
+__attribute__((target("avx512f,avx512bw,avx512cd,avx512vl"))) inline std::size_t class_codes_16_avx512(
+    const float_format& f, const unsigned* shift, const std::uint8_t* cls, const std::uint32_t* rk, const std::byte* ov,
+    const std::byte* nv, std::size_t c, pass1_state& st, const pass1_out& o) noexcept {
+  const std::size_t n = c / 16 * 16;
+  const unsigned VA = value_alphabet(f);
+  alignas(64) std::uint32_t code[16];
+  for (std::size_t i = 0; i < n; i += 16) {
+    _mm512_store_si512(code, value_codes16_avx512(f, load16_avx512(ov + 2 * i), load16_avx512(nv + 2 * i)));
+    for (unsigned l = 0; l < 16; ++l) {
+      const unsigned k = cls[i + l];
+      const std::uint32_t r = rk[i + l];
+      const std::uint32_t g = r - st.next[k];
+      st.next[k] = r + 1;
+      const std::uint64_t j = st.slot[k]++;
+      o.gaps[j] = g;
+      o.vcode[j] = code[l];
+      ++o.gh[l & 3][k * gap_alphabet + bucket(g >> shift[k]).symbol];
+      ++o.vh[l & 3][k * VA + (code[l] & 0xFF)];
+    }
   }
   return n;
 }
@@ -326,11 +359,15 @@ class conditioned_encoder {
       const pass1_out out = pass1_outputs(K, VA);
       std::size_t done = 0;
 #ifdef BITREFIT_CODEC_X86
-      // one class of a 2-byte format: sixteen changes per step (the same outputs, tests/codec)
+      // 2-byte formats: sixteen changes per step (the same outputs, tests/codec)
       if constexpr (sizeof(W) == 2)
-        if (K == 1 && cpu_avx512_lzcnt()) {
-          done = one_class_codes_16_avx512(f, shift[0], rk, ov, nv, c, out);
-          if (done) st.slot[0] = done, st.next[0] = rk[done - 1] + 1;
+        if (cpu_avx512_lzcnt()) {
+          if (K == 1) {
+            done = one_class_codes_16_avx512(f, shift[0], rk, ov, nv, c, out);
+            if (done) st.slot[0] = done, st.next[0] = rk[done - 1] + 1;
+          } else {
+            done = class_codes_16_avx512(f, shift.data(), cls, rk, ov, nv, c, st, out);
+          }
         }
 #endif
       code_changes<W>(f, shift.data(), cls, rk, ov, nv, done, c, st, out);
