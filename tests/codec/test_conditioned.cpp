@@ -513,18 +513,26 @@ TEST(FrameVersion, OldAndNewFramesAreRefusedByName) {
 // malicious or buggy sender could): the applier throws with the target untouched, or applies a
 // frame that decodes completely. It never reads or writes out of bounds (the sanitizer builds run
 // this too).
+// One byte of the one item's sections of frame f altered by a generated nonzero mask, the digest
+// recomputed, then applied to the base: throws (apply_to checks the target untouched) or applies;
+// it must not crash.
+namespace {
+void apply_with_one_section_byte_altered(std::vector<std::byte> f, dtype t, const std::vector<std::byte>& base) {
+  const frame_view v = frame_view::parse(f);
+  const std::size_t body_end = f.size() - frame_digest_size;
+  const std::size_t sections = body_end - v.items()[0].location_stored_size - v.items()[0].value_stored_size;
+  f[*rc::gen::inRange(sections, body_end)] ^= static_cast<std::byte>(*rc::gen::inRange(1, 256));
+  refresh_digest(f);
+  (void)apply_to(f, t, base);
+}
+}  // namespace
+
 RC_GTEST_PROP(Conditioned, AlteredSectionsAreRefusedOrDecodedWhole, ()) {
   const dtype t = *rc::gen::elementOf(float_dtypes);
   const auto d = training_like(t, *rc::gen::inRange<std::size_t>(64, 3000), *rc::gen::arbitrary<std::uint32_t>());
-  auto f = encode_one(d, mode_policy::conditioned_only);
-  const frame_view v = frame_view::parse(f);
-  RC_PRE(!v.items().empty());
-  const std::size_t body_end = f.size() - frame_digest_size;
-  const std::size_t sections = body_end - v.items()[0].location_stored_size - v.items()[0].value_stored_size;
-  const std::size_t at = *rc::gen::inRange(sections, body_end);
-  f[at] ^= static_cast<std::byte>(*rc::gen::inRange(1, 256));
-  refresh_digest(f);
-  (void)apply_to(f, t, d.old_b);  // throws (checked untouched) or applies; must not crash
+  const auto f = encode_one(d, mode_policy::conditioned_only);
+  RC_PRE(!frame_view::parse(f).items().empty());
+  apply_with_one_section_byte_altered(f, t, d.old_b);
 }
 
 // Items whose changes ignore the base value get one class and take the decoder's one-class path:
@@ -535,7 +543,7 @@ RC_GTEST_PROP(Conditioned, OneClassItemsRoundTripAndRefuseAlterations, ()) {
   const auto d = independent_changes(t, *rc::gen::inRange<std::size_t>(64, 5000), *rc::gen::arbitrary<std::uint32_t>(),
                                      *rc::gen::inRange(2u, 40u));
   RC_PRE(d.old_b != d.new_b);
-  auto f = encode_one(d, mode_policy::conditioned_only);
+  const auto f = encode_one(d, mode_policy::conditioned_only);
   const frame_view v = frame_view::parse(f);
   RC_ASSERT(v.items().size() == 1u);
   RC_ASSERT(v.items()[0].mode == value_mode::base_conditioned);
@@ -543,11 +551,7 @@ RC_GTEST_PROP(Conditioned, OneClassItemsRoundTripAndRefuseAlterations, ()) {
   const auto out = apply_to(f, t, d.old_b);
   RC_ASSERT(out.has_value());
   RC_ASSERT(*out == d.new_b);
-  const std::size_t body_end = f.size() - frame_digest_size;
-  const std::size_t sections = body_end - v.items()[0].location_stored_size - v.items()[0].value_stored_size;
-  f[*rc::gen::inRange(sections, body_end)] ^= static_cast<std::byte>(*rc::gen::inRange(1, 256));
-  refresh_digest(f);
-  (void)apply_to(f, t, d.old_b);  // throws (checked untouched) or applies; must not crash
+  apply_with_one_section_byte_altered(f, t, d.old_b);
 }
 
 // ---- every instruction-set variant gives the same bits -------------------------------------------
