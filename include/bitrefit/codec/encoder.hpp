@@ -387,12 +387,14 @@ class chunk_encoder {
       n_sample += run;
       if (cond_ok) {
         const std::span<const std::byte> base = backend_.host_bytes(pc.old_bytes.subspan(at * E, run * E), sample_base_);
-        for (std::size_t i = 0; i < run; ++i) ++base_exp[fmt->exponent(conditioned_detail::load_bits(base.data() + i * E, static_cast<unsigned>(E)))];
-        for (std::size_t i = 0; i < c; ++i) {
-          const std::uint64_t o = conditioned_detail::load_bits(sample_xor_.data() + (cs + i) * E, static_cast<unsigned>(E)) ^
-                                  conditioned_detail::load_bits(sample_new_.data() + (cs + i) * E, static_cast<unsigned>(E));
-          ++changed_exp[fmt->exponent(o)];
-        }
+        // typed loads (a load of runtime width E was a memcpy call per element: ~6 % of encode at 1 %)
+        detail::with_word(E, [&](auto w) {
+          using W = decltype(w);
+          for (std::size_t i = 0; i < run; ++i) ++base_exp[fmt->exponent(detail::load_word<W>(base.data(), i))];
+          const std::byte* x = sample_xor_.data() + cs * E;
+          const std::byte* nw = sample_new_.data() + cs * E;
+          for (std::size_t i = 0; i < c; ++i) ++changed_exp[fmt->exponent(static_cast<std::uint64_t>(detail::load_word<W>(x, i) ^ detail::load_word<W>(nw, i)))];
+        });
       }
       cs += c;
     }
