@@ -74,6 +74,7 @@ struct class_thresholds {
   std::array<std::uint64_t, max_base_classes - 1> t{};
   std::uint64_t mag_mask = 0;
   unsigned E = 0;
+  unsigned mantissa_bits = 0;  // t[j] are exponent thresholds shifted by this
 };
 
 inline class_thresholds thresholds_of(const float_format& f, const class_spec& s) noexcept {
@@ -82,6 +83,7 @@ inline class_thresholds thresholds_of(const float_format& f, const class_spec& s
   for (unsigned j = 0; j < c.T; ++j) c.t[j] = std::uint64_t{s.thresholds[j]} << f.mantissa_bits;
   c.mag_mask = f.magnitude_mask;
   c.E = f.element_size;
+  c.mantissa_bits = f.mantissa_bits;
   return c;
 }
 
@@ -243,6 +245,15 @@ BITREFIT_INLINE void rank_impl(const std::byte* base, std::size_t m, const class
   const unsigned T = c.T, X = T + 2;
   std::uint64_t running[max_base_classes + 1] = {};
   block_batch bb;
+  // A change's class from its base value's exponent field: one table load instead of testing its
+  // lane in each of the T threshold masks (8 % of encode time on AdamW items of four classes).
+  // Class j holds the exponents in [threshold j-1, threshold j) (ascending: valid_class_spec).
+  std::uint8_t class_of_exponent[2048];  // 2^11: the widest exponent field (F64)
+  const std::size_t exponents = static_cast<std::size_t>(c.mag_mask >> c.mantissa_bits) + 1;
+  for (std::size_t j = 0, from = 0; j <= T; ++j) {
+    const std::size_t to = j < T ? std::min<std::size_t>(static_cast<std::size_t>(c.t[j] >> c.mantissa_bits), exponents) : exponents;
+    if (to > from) std::memset(class_of_exponent + from, static_cast<int>(j), to - from), from = to;
+  }
   std::size_t k = 0;
   for (std::size_t first = 0; first < m; first += block_batch::blocks * 64) {
     const std::size_t nb = fill_batch<W, V3>(base, first, m, c, running, bb);
@@ -256,8 +267,7 @@ BITREFIT_INLINE void rank_impl(const std::byte* base, std::size_t m, const class
       const std::uint64_t* e = bb.ext + b * X;
       const std::uint64_t* cu = bb.cum + b * X;
       const std::uint64_t bl = below(lane);
-      unsigned cls = 0;
-      for (unsigned j = 1; j <= T; ++j) cls += static_cast<unsigned>((e[j] >> lane) & 1);
+      const unsigned cls = class_of_exponent[(static_cast<std::uint64_t>(load_word<W>(base, p)) & c.mag_mask) >> c.mantissa_bits];
       const std::uint64_t hi = cu[cls] + static_cast<unsigned>(std::popcount(e[cls] & bl));
       const std::uint64_t lo = cu[cls + 1] + static_cast<unsigned>(std::popcount(e[cls + 1] & bl));
       classes_out[k] = static_cast<std::uint8_t>(cls);
