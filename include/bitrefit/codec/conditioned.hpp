@@ -166,6 +166,18 @@ struct pass1_state {
   std::array<std::uint32_t, max_base_classes> next{};
 };
 
+/// A change of class k with class rank r: its gap after the class's previous change, stored at
+/// the class's next slot (returned) and counted in histogram copy `copy`.
+BITREFIT_INLINE std::uint64_t place_gap(unsigned k, std::uint32_t r, const unsigned* shift, unsigned copy, pass1_state& st,
+                                        const pass1_out& o) noexcept {
+  const std::uint32_t g = r - st.next[k];
+  st.next[k] = r + 1;
+  const std::uint64_t j = st.slot[k]++;
+  o.gaps[j] = g;
+  ++o.gh[copy][k * gap_alphabet + bucket(g >> shift[k]).symbol];
+  return j;
+}
+
 /// Pass 1 over changes [begin, end), any class count and format.
 template <class W>
 BITREFIT_INLINE void code_changes(const float_format& f, const unsigned* shift, const std::uint8_t* cls, const std::uint32_t* rk,
@@ -175,11 +187,7 @@ BITREFIT_INLINE void code_changes(const float_format& f, const unsigned* shift, 
   const unsigned VA = value_alphabet(f);
   for (std::size_t i = begin; i < end; ++i) {
     const unsigned k = cls[i];
-    const std::uint32_t g = rk[i] - st.next[k];
-    st.next[k] = rk[i] + 1;
-    const std::uint64_t j = st.slot[k]++;
-    o.gaps[j] = g;
-    ++o.gh[i & 3][k * gap_alphabet + bucket(g >> shift[k]).symbol];
+    const std::uint64_t j = place_gap(k, rk[i], shift, i & 3, st, o);
     const value_code v = code_value(f, detail::load_word<W>(ov, i), detail::load_word<W>(nv, i), escape);
     ++o.vh[i & 3][k * VA + v.symbol];
     if constexpr (packed_values<W>) {
@@ -239,8 +247,8 @@ __attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512i load16
 
 /// Pass 1 of a 2-byte format, sixteen changes per step, with the symbols' floor(log2) from
 /// AVX-512CD's lzcnt: the first c - c % 16 changes, returned; code_changes does the rest, with the
-/// same outputs (tests/codec: Kernels.PassOneOfEveryVariantEqualsTheScalarOne). Scalar, the value
-/// code (code_value, bucket) was most of pass 1's ~13 cycles per change.
+/// same outputs (tests/codec: Kernels.PassOneOfEveryVariantEqualsTheScalarOne). All scalar, pass 1
+/// cost about 13 cycles per change (perf, one class at 5 %: a quarter of encode).
 /// One class (K = 1): the slot is the change index, and gaps and gap symbols are vector work too.
 __attribute__((target("avx512f,avx512bw,avx512cd,avx512vl"))) inline std::size_t one_class_codes_16_avx512(
     const float_format& f, unsigned shift, const std::uint32_t* rk, const std::byte* ov, const std::byte* nv, std::size_t c,
@@ -266,8 +274,8 @@ __attribute__((target("avx512f,avx512bw,avx512cd,avx512vl"))) inline std::size_t
   }
   return n;
 }
-/// Several classes: the value codes sixteen at a time, then per change (scalar) its class's gap
-/// and the scatter to class-major order, as in code_changes.
+/// Several classes: the value codes sixteen at a time, then per change (scalar, place_gap as in
+/// code_changes) its class's gap and its slot in class-major order.
 __attribute__((target("avx512f,avx512bw,avx512cd,avx512vl"))) inline std::size_t class_codes_16_avx512(
     const float_format& f, const unsigned* shift, const std::uint8_t* cls, const std::uint32_t* rk, const std::byte* ov,
     const std::byte* nv, std::size_t c, pass1_state& st, const pass1_out& o) noexcept {
@@ -278,13 +286,7 @@ __attribute__((target("avx512f,avx512bw,avx512cd,avx512vl"))) inline std::size_t
     _mm512_store_si512(code, value_codes16_avx512(f, load16_avx512(ov + 2 * i), load16_avx512(nv + 2 * i)));
     for (unsigned l = 0; l < 16; ++l) {
       const unsigned k = cls[i + l];
-      const std::uint32_t r = rk[i + l];
-      const std::uint32_t g = r - st.next[k];
-      st.next[k] = r + 1;
-      const std::uint64_t j = st.slot[k]++;
-      o.gaps[j] = g;
-      o.vcode[j] = code[l];
-      ++o.gh[l & 3][k * gap_alphabet + bucket(g >> shift[k]).symbol];
+      o.vcode[place_gap(k, rk[i + l], shift, l & 3, st, o)] = code[l];
       ++o.vh[l & 3][k * VA + (code[l] & 0xFF)];
     }
   }
