@@ -686,13 +686,7 @@ TEST(Kernels, PassOneOfEveryVariantEqualsTheScalarOne) {
       for (unsigned k = 1; k < K; ++k) st_ref.slot[k] = st_ref.slot[k - 1] + count[k - 1];
       st_got = st_ref;
       cd::code_changes<std::uint16_t>(f, shift.data(), cls.data(), rk.data(), ov.data(), nv.data(), 0, c, st_ref, ref.out);
-      std::size_t done = 0;
-      if (K == 1) {
-        done = cd::one_class_codes_16_avx512(f, shift[0], rk.data(), ov.data(), nv.data(), c, got.out);
-        if (done) st_got.slot[0] = done, st_got.next[0] = rk[done - 1] + 1;
-      } else {
-        done = cd::class_codes_16_avx512(f, shift.data(), cls.data(), rk.data(), ov.data(), nv.data(), c, st_got, got.out);
-      }
+      const std::size_t done = cd::codes_16_avx512(f, K, shift.data(), cls.data(), rk.data(), ov.data(), nv.data(), c, st_got, got.out);
       ASSERT_EQ(done, c / 16 * 16);
       cd::code_changes<std::uint16_t>(f, shift.data(), cls.data(), rk.data(), ov.data(), nv.data(), done, c, st_got, got.out);
       EXPECT_EQ(got.gaps, ref.gaps) << dtype_name(t) << " K=" << K << " c=" << c;

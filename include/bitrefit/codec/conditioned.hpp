@@ -292,6 +292,18 @@ __attribute__((target("avx512f,avx512bw,avx512cd,avx512vl"))) inline std::size_t
   }
   return n;
 }
+/// The kernel for K classes: the first c - c % 16 changes (returned), leaving `st` as code_changes
+/// would after them, so code_changes continues with the rest. The one-class kernel keeps its
+/// gaps in registers, so its class's state is set here from its last change; this is the one
+/// place that knows it (encode_typed and the kernel test both call it).
+__attribute__((target("avx512f,avx512bw,avx512cd,avx512vl"))) inline std::size_t codes_16_avx512(
+    const float_format& f, unsigned K, const unsigned* shift, const std::uint8_t* cls, const std::uint32_t* rk,
+    const std::byte* ov, const std::byte* nv, std::size_t c, pass1_state& st, const pass1_out& o) noexcept {
+  if (K > 1) return class_codes_16_avx512(f, shift, cls, rk, ov, nv, c, st, o);
+  const std::size_t done = one_class_codes_16_avx512(f, shift[0], rk, ov, nv, c, o);
+  if (done) st.slot[0] = done, st.next[0] = rk[done - 1] + 1;
+  return done;
+}
 #endif
 
 }  // namespace conditioned_detail
@@ -363,14 +375,7 @@ class conditioned_encoder {
 #ifdef BITREFIT_CODEC_X86
       // 2-byte formats: sixteen changes per step (the same outputs, tests/codec)
       if constexpr (sizeof(W) == 2)
-        if (cpu_avx512_lzcnt()) {
-          if (K == 1) {
-            done = one_class_codes_16_avx512(f, shift[0], rk, ov, nv, c, out);
-            if (done) st.slot[0] = done, st.next[0] = rk[done - 1] + 1;
-          } else {
-            done = class_codes_16_avx512(f, shift.data(), cls, rk, ov, nv, c, st, out);
-          }
-        }
+        if (cpu_avx512_lzcnt()) done = codes_16_avx512(f, K, shift.data(), cls, rk, ov, nv, c, st, out);
 #endif
       code_changes<W>(f, shift.data(), cls, rk, ov, nv, done, c, st, out);
       fold_histograms(K, VA);
