@@ -6,6 +6,7 @@
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -117,6 +118,23 @@ std::optional<std::vector<std::byte>> apply_to(const std::vector<std::byte>& fra
     return std::nullopt;
   }
   return work;
+}
+
+// Per nonempty class of a base-conditioned location section: whether its streams are 16-lane
+// streams (the shift byte's conditioned_detail::lanes_flag).
+std::vector<bool> lanes_flags(std::span<const std::byte> loc) {
+  const error_context where{};
+  rans::reader r(loc, where);
+  const unsigned K = r.u8();
+  for (unsigned j = 0; j + 1 < K; ++j) (void)r.varint(~0ull, "threshold");
+  std::vector<bool> flags;
+  for (unsigned k = 0; k < K; ++k) {
+    if (r.varint(~0ull, "count") == 0) continue;
+    flags.push_back((r.u8() & conditioned_detail::lanes_flag) != 0);
+    (void)rans::read_table(r, conditioned_detail::gap_alphabet, "gap table");
+    (void)r.varint(~0ull, "gap stream length");
+  }
+  return flags;
 }
 
 void refresh_digest(std::vector<std::byte>& f) {
@@ -242,6 +260,161 @@ TEST(Rans, TruncatedPaddedAndBadTablesAreRefused) {
   refused({8, 2, 0, 0}, 16);          // no symbol used
   refused({1, 3, 5, 5, 5}, 16);       // 3 symbols in 2 slots
   refused({8, 3, 5, 5}, 16);          // ends early
+}
+
+// ---- 16-lane rANS (rans_lanes.hpp) -------------------------------------------------------------
+namespace {
+// A schedule of groups of up to 16 lanes; per group two operations: a symbol, then raw bits.
+struct lane_case {
+  rans::table t;
+  std::vector<std::uint32_t> sym, raw, bits;  // per change
+};
+lane_case random_lane_case(std::mt19937_64& g, std::size_t n) {
+  lane_case c;
+  std::vector<std::uint64_t> h(1 + g() % 90);
+  for (auto& v : h) v = g() % 3 == 0 ? 0 : 1 + g() % 1000;
+  h[g() % h.size()] = 100000;  // skewed, like +-1 ULP
+  std::size_t used = 0;
+  for (auto v : h) used += v != 0;
+  const unsigned S = std::max<unsigned>(static_cast<unsigned>(std::bit_width(used)), 1 + static_cast<unsigned>(g() % rans::max_scale_bits));
+  c.t = rans::table::normalise(h, std::min(S, rans::max_scale_bits));
+  std::discrete_distribution<std::uint32_t> pick(h.begin(), h.end());
+  for (std::size_t i = 0; i < n; ++i) {
+    const unsigned b = static_cast<unsigned>(g() % (rans_lanes::max_raw_bits + 1));
+    c.sym.push_back(pick(g)), c.bits.push_back(b), c.raw.push_back(static_cast<std::uint32_t>(g() & ((1u << b) - 1)));
+  }
+  return c;
+}
+std::vector<std::byte> encode_lanes(const lane_case& c) {
+  const auto et = rans_lanes::encoder_table(c.t);
+  rans_lanes::encoder e;
+  e.begin(2 * c.sym.size());
+  const std::size_t n = c.sym.size();
+  for (std::size_t g0 = (n + 15) / 16 * 16; g0 > 0;) {  // groups backwards; operations backwards; lanes ascending
+    g0 -= 16;
+    const unsigned r = static_cast<unsigned>(std::min<std::size_t>(16, n - g0));
+    for (unsigned l = 0; l < r; ++l) e.put_raw(l, c.raw[g0 + l], c.bits[g0 + l]);
+    for (unsigned l = 0; l < r; ++l) e.put(l, et, c.sym[g0 + l]);
+  }
+  const auto s = e.finish();
+  return {s.begin(), s.end()};
+}
+// Decodes c's schedule from `bytes`; false when a symbol or raw field differs (throws on a format error).
+bool decode_lanes(const lane_case& c, std::span<const std::byte> bytes) {
+  const error_context where{};
+  rans_lanes::decoder d(bytes, where);
+  const rans::dec_table dt(c.t);
+  const std::size_t n = c.sym.size();
+  bool same = true;
+  for (std::size_t g0 = 0; g0 < n; g0 += 16) {  // lanes descending
+    const unsigned r = static_cast<unsigned>(std::min<std::size_t>(16, n - g0));
+    for (unsigned l = r; l-- > 0;) same &= d.get(l, dt) == c.sym[g0 + l];
+    for (unsigned l = r; l-- > 0;) same &= d.get_raw(l, c.bits[g0 + l]) == c.raw[g0 + l];
+  }
+  d.finish();
+  return same;
+}
+}  // namespace
+
+TEST(Lanes, RoundTripOfSymbolsAndRawBitsInEveryLane) {
+  std::mt19937_64 g(21);
+  for (int round = 0; round < 60; ++round) {
+    const std::size_t n = round < 6 ? std::size_t{round == 0 ? 0u : round == 1 ? 1u : round == 2 ? 15u : round == 3 ? 16u : round == 4 ? 17u : 33u}
+                                    : g() % 6000;
+    const auto c = random_lane_case(g, n);
+    const auto bytes = encode_lanes(c);
+    ASSERT_TRUE(decode_lanes(c, bytes)) << "n=" << n;
+    // close to the ideal code length: 16 states of 4 bytes, then at most 2 % above the entropy
+    double ideal = 0;
+    for (std::size_t i = 0; i < n; ++i) ideal += c.bits[i] + std::log2(double(std::uint64_t{1} << c.t.scale_bits) / c.t.freq[c.sym[i]]);
+    if (n > 1000) {
+      EXPECT_LT(double(bytes.size()), rans_lanes::header_bytes + ideal / 8 * 1.02 + 32) << "n=" << n;
+    }
+  }
+}
+
+TEST(Lanes, TruncatedPaddedAndAlteredStreamsAreRefused) {
+  std::mt19937_64 g(22);
+  const auto c = random_lane_case(g, 3001);
+  const auto bytes = encode_lanes(c);
+  ASSERT_TRUE(decode_lanes(c, bytes));
+  EXPECT_THROW(decode_lanes(c, std::span(bytes).first(bytes.size() - 1)), error);
+  EXPECT_THROW(decode_lanes(c, std::span(bytes).first(bytes.size() - 2)), error);
+  EXPECT_THROW(decode_lanes(c, std::span(bytes).first(rans_lanes::header_bytes - 1)), error);
+  auto padded = bytes;
+  padded.push_back(std::byte{0}), padded.push_back(std::byte{0});
+  EXPECT_THROW(decode_lanes(c, padded), error);
+  auto big_state = bytes;
+  big_state[4 * 7 + 3] = std::byte{0x80};  // lane 7's initial state >= 2^31
+  EXPECT_THROW(decode_lanes(c, big_state), error);
+  // any one byte altered: refused by name, or decoded to other symbols, never read out of bounds
+  // (the sanitizer builds run this). rANS states resynchronise after a low-bit error, so most
+  // alterations of a word decode to end without complaint; the frame digest is what detects them.
+  int refused = 0, wrong = 0;
+  for (int i = 0; i < 300; ++i) {
+    auto b = bytes;
+    b[g() % b.size()] ^= static_cast<std::byte>(1 + g() % 255);
+    try {
+      wrong += !decode_lanes(c, b);
+    } catch (const error& e) {
+      EXPECT_EQ(e.code(), errc::format);
+      ++refused;
+    }
+  }
+  EXPECT_EQ(refused + wrong, 300) << "an altered stream decoded to the same symbols";
+}
+
+#ifdef BITREFIT_CODEC_X86
+namespace {
+// Whole groups of c with the vector decoder while 64 bytes are left (two loads per group), from
+// d's state; hands back to d. `g0`: the first change not decoded. False on the first difference.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512cd,popcnt"))) bool vector_decode_lanes(const lane_case& c, rans_lanes::decoder& d,
+                                                                                               const rans_lanes::dec_table16& t16, std::size_t& g0) {
+  rans_lanes::vector_decoder v;
+  v.load(d);
+  alignas(64) std::uint32_t sym[16], raw[16], bits[16];
+  bool same = true;
+  for (const std::size_t n = c.sym.size(); same && n - g0 >= 16 && d.end() - v.p >= 64; g0 += 16) {
+    for (unsigned l = 0; l < 16; ++l) bits[15 - l] = c.bits[g0 + l];  // vector lane 15 - l is lane l
+    _mm512_store_si512(sym, v.get(t16));
+    _mm512_store_si512(raw, v.get_raw(_mm512_load_si512(bits)));
+    for (unsigned l = 0; l < 16; ++l) same &= sym[15 - l] == c.sym[g0 + l] && raw[15 - l] == c.raw[g0 + l];
+  }
+  v.store(d);
+  return same;
+}
+}  // namespace
+#endif
+
+// The vector decoder (rans_lanes::vector_decoder, used by the conditioned decoder for whole groups)
+// reads what the scalar decoder reads: the same symbols and raw fields, the same cursor and states
+// when it hands over, so the scalar decoder finishes the stream (the last groups, within 64 bytes
+// of the end here) and ends in the initial states.
+TEST(Lanes, TheVectorDecoderReadsWhatTheScalarOneReads) {
+#ifdef BITREFIT_CODEC_X86
+  if (!cpu_avx512_lzcnt()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::mt19937_64 g(24);
+  for (int round = 0; round < 40; ++round) {
+    const std::size_t n = 16 * (1 + g() % 300) + (round % 2 ? g() % 16 : 0);
+    const auto c = random_lane_case(g, n);
+    const auto bytes = encode_lanes(c);
+    const error_context where{};
+    rans_lanes::decoder d(bytes, where);
+    const rans_lanes::dec_table16 t16(c.t);
+    std::size_t g0 = 0;
+    ASSERT_TRUE(vector_decode_lanes(c, d, t16, g0)) << "n=" << n << ": a symbol or raw field differs before change " << g0;
+    ASSERT_GT(g0, 0u) << "the vector decoder ran";
+    const rans::dec_table dt(c.t);
+    for (; g0 < n; g0 += 16) {
+      const unsigned r = static_cast<unsigned>(std::min<std::size_t>(16, n - g0));
+      for (unsigned l = r; l-- > 0;) ASSERT_EQ(d.get(l, dt), c.sym[g0 + l]);
+      for (unsigned l = r; l-- > 0;) ASSERT_EQ(d.get_raw(l, c.bits[g0 + l]), c.raw[g0 + l]);
+    }
+    EXPECT_NO_THROW(d.finish()) << "n=" << n;
+  }
+#else
+  GTEST_SKIP() << "x86-64 only";
+#endif
 }
 
 TEST(FixedLog2, ExactPowersAndCloseElsewhere) {
@@ -416,12 +589,43 @@ TEST(Conditioned, ChangesIndependentOfTheBaseGetOneClass) {
     ASSERT_EQ(v.items().size(), 1u);
     ASSERT_EQ(v.items()[0].mode, value_mode::base_conditioned);
     EXPECT_EQ(std::to_integer<unsigned>(v.location_section(0)[0]), 1u) << "classes at rate " << rate;
+    EXPECT_EQ(lanes_flags(v.location_section(0)), std::vector<bool>{true}) << "a class of 84k-420k changes: 16-lane streams";
     const auto out = apply_to(f, dtype::BF16, d.old_b);
     ASSERT_TRUE(out.has_value()) << rate;
     EXPECT_TRUE(*out == d.new_b) << rate;
     // every element at +0: the -1 ULP steps leave the finite range, so the item is refused whole
     std::vector<std::byte> zeros(d.old_b.size());
     EXPECT_FALSE(apply_to(f, dtype::BF16, zeros).has_value()) << rate;
+  }
+}
+
+// Classes of at least conditioned_detail::lanes_min_changes changes in formats of up to 2 bytes
+// take 16-lane streams, the others the one-state streams, in the same item: both round trip, and
+// special values escape exactly in either. A wrong base is refused with the target untouched.
+TEST(Conditioned, LargeClassesTakeSixteenLanesInEveryPackedFormat) {
+  for (dtype t : {dtype::BF16, dtype::F16, dtype::F8_E4M3, dtype::F8_E5M2}) {
+    auto d = training_like(t, std::size_t{3} << 19, 17);
+    const auto f = *float_format_of(t);
+    // special values among the changes: +-0 sign flips, NaN payloads, infinities, subnormals
+    std::mt19937_64 g(18);
+    for (std::size_t i = 0; i < d.n(); i += 97) {
+      const std::uint64_t sign = (g() & 1) ? f.sign_bit : 0;
+      const std::uint64_t inf = f.special < f.magnitude_mask ? f.special : f.magnitude_mask;
+      const std::uint64_t pats[] = {sign, sign | inf, sign | f.magnitude_mask, sign | 1};
+      store(d.old_b, i, f.element_size, pats[g() % 4]);
+      store(d.new_b, i, f.element_size, pats[g() % 4] ^ ((g() & 1) ? f.sign_bit : 0));
+    }
+    encode_stats st;
+    const auto fr = encode_one(d, mode_policy::conditioned_only, &st);
+    ASSERT_EQ(st.conditioned_items, 1u) << dtype_name(t);
+    const auto flags = lanes_flags(frame_view::parse(fr).location_section(0));
+    EXPECT_NE(std::count(flags.begin(), flags.end(), true), 0) << dtype_name(t);
+    EXPECT_NE(std::count(flags.begin(), flags.end(), false), 0) << dtype_name(t) << ": the small classes keep one state";
+    const auto out = apply_to(fr, t, d.old_b);
+    ASSERT_TRUE(out.has_value()) << dtype_name(t);
+    EXPECT_TRUE(*out == d.new_b) << dtype_name(t);
+    std::vector<std::byte> zeros(d.old_b.size());
+    EXPECT_FALSE(apply_to(fr, t, zeros).has_value()) << dtype_name(t);
   }
 }
 
@@ -526,6 +730,16 @@ void apply_with_one_section_byte_altered(std::vector<std::byte> f, dtype t, cons
   (void)apply_to(f, t, base);
 }
 }  // namespace
+
+// The same for an item whose one class has 16-lane streams (about 105 000 changes): the vector
+// decoder's groups, the scalar decoder's last groups, the tables and the flag byte.
+RC_GTEST_PROP(Conditioned, AlteredSixteenLaneSectionsAreRefusedOrDecodedWhole, ()) {
+  static const auto d = independent_changes(dtype::BF16, std::size_t{1} << 21, 31, 20);
+  static const auto f = encode_one(d, mode_policy::conditioned_only);
+  static const bool lanes = lanes_flags(frame_view::parse(f).location_section(0)) == std::vector<bool>{true};
+  RC_ASSERT(lanes);
+  apply_with_one_section_byte_altered(f, dtype::BF16, d.old_b);
+}
 
 RC_GTEST_PROP(Conditioned, AlteredSectionsAreRefusedOrDecodedWhole, ()) {
   const dtype t = *rc::gen::elementOf(float_dtypes);
@@ -693,6 +907,60 @@ TEST(Kernels, PassOneOfEveryVariantEqualsTheScalarOne) {
       EXPECT_EQ(got.vcode, ref.vcode) << dtype_name(t) << " K=" << K << " c=" << c;
       EXPECT_EQ(got.sum(got.gh), ref.sum(ref.gh)) << dtype_name(t) << " K=" << K << " c=" << c;
       EXPECT_EQ(got.sum(got.vh), ref.sum(ref.vh)) << dtype_name(t) << " K=" << K << " c=" << c;
+    }
+  }
+#else
+  GTEST_SKIP() << "x86-64 only";
+#endif
+}
+
+// The 16-lane class coding (conditioned_detail::code_class_lanes) with AVX-512 gives the scalar
+// encoder's bytes: gaps from 0 to 2^32 - 1 under shifts 0..12, value codes of every kind (+-1 ULP,
+// long jumps, escapes with 16-bit patterns), tables of up to 72 symbols (the gather path) and of
+// at most 32 (the register path), counts around the 16-change groups.
+TEST(Kernels, SixteenLaneStreamsOfTheVectorAndScalarEncodersAreTheSame) {
+#ifdef BITREFIT_CODEC_X86
+  if (!cpu_avx512_lzcnt()) GTEST_SKIP() << "no AVX-512CD on this CPU";
+  namespace cd = conditioned_detail;
+  const auto f = *float_format_of(dtype::BF16);
+  std::mt19937_64 g(23);
+  for (std::size_t n : {1u, 15u, 16u, 17u, 32u, 1000u, 4099u, 70001u}) {
+    for (const bool wide : {false, true}) {
+      const unsigned shift = static_cast<unsigned>(g() % 13);
+      std::vector<std::uint32_t> gaps(n), vcode(n);
+      std::vector<std::uint64_t> gh(cd::gap_alphabet), vh(cd::value_alphabet(f));
+      for (std::size_t i = 0; i < n; ++i) {
+        const unsigned kind = static_cast<unsigned>(g() % 16);
+        gaps[i] = !wide ? static_cast<std::uint32_t>(g() % (40u << shift)) : kind == 0 ? static_cast<std::uint32_t>(g()) : static_cast<std::uint32_t>(g() % 5000);
+        std::uint64_t o = 0x3F80 + g() % 0x100, nw = o + 1;
+        if (g() & 1) nw = o - 1;
+        if (wide && kind == 1) nw = o + 1 + g() % 3000;
+        if (wide && kind == 2) nw = g() & 0xFFFF;  // often an escape
+        if (nw == o) nw = o ^ 1;
+        const auto v = cd::code_value(f, o, nw, 0);
+        vcode[i] = v.symbol | (v.extra_bits << 8) | (static_cast<std::uint32_t>(v.extra) << 13);
+        ++gh[cd::bucket(gaps[i] >> shift).symbol], ++vh[v.symbol];
+      }
+      unsigned gs = 0, vs = 0;
+      auto table = [&](const std::vector<std::uint64_t>& h, unsigned& scale) {
+        std::size_t used = 0, last = 0;
+        for (std::size_t i = 0; i < h.size(); ++i)
+          if (h[i]) ++used, last = i + 1;
+        scale = cd::scale_bits_for(n, used);
+        return rans::table_of(std::span(h).first(last), scale);
+      };
+      const auto gt = rans_lanes::encoder_table(table(gh, gs)), vt = rans_lanes::encoder_table(table(vh, vs));
+      if (n >= 1000) {
+        EXPECT_EQ(gt.symbols > 32 || vt.symbols > 32, wide) << n;  // both lookup paths run
+      }
+      rans_lanes::encoder g1, v1, g2, v2;
+      const std::uint64_t gap_ops = cd::lane_word_ops(gh, [&](std::uint32_t sym) { return cd::extra_bits_of(sym) + shift; });
+      const std::uint64_t value_ops = cd::lane_word_ops(vh, [&](std::uint32_t sym) { return sym == 0 ? 16u : cd::extra_bits_of((sym - 1) / 2); });
+      cd::code_class_lanes(gaps.data(), vcode.data(), n, shift, gt, vt, g1, v1, gap_ops, value_ops, true);
+      cd::code_class_lanes(gaps.data(), vcode.data(), n, shift, gt, vt, g2, v2, gap_ops, value_ops, false);
+      const auto a = g1.finish(), b = g2.finish(), c = v1.finish(), d = v2.finish();
+      EXPECT_TRUE(std::ranges::equal(a, b)) << "gap stream, n=" << n << " wide=" << wide;
+      EXPECT_TRUE(std::ranges::equal(c, d)) << "value stream, n=" << n << " wide=" << wide;
     }
   }
 #else

@@ -12,10 +12,11 @@
 // Sections (both stored raw: an rANS stream does not shrink under zstd):
 //   location (location_coding::class_gaps):
 //     u8 K (1..16); K-1 varint exponent thresholds (class_spec); per class k: varint c_k (its
-//     changed elements) and, if c_k > 0: u8 shift s_k (0..31), the gap table (rans.hpp format) and
-//     varint length of class k's stream; then the K streams, class 0 first. Stream k codes the
-//     changes of class k in rank order: symbol bucket(g >> s_k), its extra bits, then the low s_k
-//     bits of g, where g = rank - previous rank - 1 (previous = -1 at the start of the class).
+//     changed elements) and, if c_k > 0: u8 shift s_k (0..31, plus 0x80 when class k's two streams
+//     are 16-lane streams), the gap table (rans.hpp format) and varint length of class k's stream;
+//     then the K streams, class 0 first. Stream k codes the changes of class k in rank order: symbol
+//     bucket(g >> s_k), its extra bits, then the low s_k bits of g, where g = rank - previous rank
+//     - 1 (previous = -1 at the start of the class).
 //   values (value_coding::ulp_distance):
 //     per class with c_k > 0: the value table and varint length of its stream; then the streams,
 //     same order as the gaps: symbol 1 + 2·bucket(|d| - 1) + (d < 0) and its extra bits, or the
@@ -26,6 +27,12 @@
 //   (b-1) of u, followed by the b-1 bits below it raw (a log scale with one mantissa bit).
 //   One stream per class lets the encoder code every change in one backward pass over positions
 //   (each symbol goes to its class's coder) and the decoder run the classes' states independently.
+//   A stream is one rANS state (rans.hpp), or, for a class of at least lanes_min_changes changes
+//   in a format of up to 2 bytes, sixteen states (rans_lanes.hpp: change t in lane t mod 16; each
+//   raw field as its low min(w, 15) bits, then the rest) that AVX-512 codes sixteen changes at a
+//   time: 0.5-0.65x the encode time at 3-5 % (bench/codec/README.md, "Sixteen lanes"). The frame
+//   format version stays 2: every item without the flag is unchanged, and a reader from before the
+//   flag refuses a flagged item by name ("gap shift 128+s above 31", errc::format).
 //
 // Decode cost: the rANS streams (one table lookup and multiply per symbol), then one pass over the
 // base range in 64-element blocks (threshold masks, one popcount per class per block) that maps
@@ -51,6 +58,7 @@
 #include "bitrefit/codec/fixed_log2.hpp"
 #include "bitrefit/codec/isa.hpp"
 #include "bitrefit/codec/rans.hpp"
+#include "bitrefit/codec/rans_lanes.hpp"
 #include "bitrefit/codec/ulp.hpp"
 #include "bitrefit/core/error.hpp"
 
@@ -241,6 +249,12 @@ __attribute__((target("avx512f,avx512cd"), always_inline)) inline __m512i value_
                                        _mm512_maskz_slli_epi32(every_lane, vb.extra, 13));
   return _mm512_mask_mov_epi32(code, esc, _mm512_or_si512(_mm512_set1_epi32(16 << 8), _mm512_maskz_slli_epi32(every_lane, nw, 13)));
 }
+/// extra_bits_of() of sixteen bucket symbols: 0 below 16, else (sym - 16) / 2 + 3.
+__attribute__((target("avx512f"), always_inline)) inline __m512i extra_bits16_avx512(__m512i sym) noexcept {
+  const __m512i sixteen = _mm512_set1_epi32(static_cast<int>(direct));
+  return _mm512_maskz_add_epi32(_mm512_cmpge_epu32_mask(sym, sixteen), _mm512_maskz_srli_epi32(every_lane, _mm512_sub_epi32(sym, sixteen), 1),
+                                _mm512_set1_epi32(3));
+}
 __attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512i load16_avx512(const std::byte* p) noexcept {
   return _mm512_maskz_cvtepu16_epi32(every_lane, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
@@ -306,6 +320,104 @@ __attribute__((target("avx512f,avx512bw,avx512cd,avx512vl"))) inline std::size_t
 }
 #endif
 
+/// Sixteen-lane streams (rans_lanes.hpp) for a class of at least this many changes, in formats of
+/// up to 2 bytes (a value's raw field is at most 16 bits). Below it, the 16-lane streams' larger
+/// final states (2 x 64 bytes instead of 2 x 4) would cost more than 0.1 % of the class's bytes
+/// (about 0.4-1 byte per change, bench/codec/README.md "Sixteen lanes").
+inline constexpr std::uint64_t lanes_min_changes = std::uint64_t{1} << 16;
+/// The shift byte's flag: this class's two streams are 16-lane streams.
+inline constexpr unsigned lanes_flag = 0x80;
+
+/// A class's schedule in 16-lane streams: change t is lane t mod 16 of group t / 16; per group the
+/// decoder runs, on the gap stream, the gap symbols, then the low min(w, 15) bits of each gap's raw
+/// field (w = its bucket's extra bits + shift <= 30), then the rest; on the value stream, the value
+/// symbols, then the low min(w, 15) bits of each value's raw field (w <= 16), then the rest. The
+/// encoder runs it backwards (groups, and operations within a group).
+struct lane_fields {
+  std::array<std::uint32_t, 16> gsym, graw, gbits, vsym, vraw, vbits;
+};
+/// One group of r <= 16 changes (gaps and value codes at its first change), scalar.
+BITREFIT_INLINE void code_lane_group(const std::uint32_t* gaps, const std::uint32_t* vcode, unsigned r, unsigned shift,
+                                     const rans_lanes::enc_table& gt, const rans_lanes::enc_table& vt, rans_lanes::encoder& ge,
+                                     rans_lanes::encoder& ve) noexcept {
+  lane_fields a;
+  const std::uint32_t low = static_cast<std::uint32_t>((std::uint64_t{1} << shift) - 1);
+  for (unsigned l = 0; l < r; ++l) {
+    const bucketed q = bucket(gaps[l] >> shift);
+    a.gsym[l] = q.symbol, a.graw[l] = static_cast<std::uint32_t>(q.extra << shift) | (gaps[l] & low), a.gbits[l] = q.extra_bits + shift;
+    a.vsym[l] = vcode[l] & 0xFF, a.vraw[l] = vcode[l] >> 13, a.vbits[l] = (vcode[l] >> 8) & 31;
+  }
+  constexpr unsigned R = rans_lanes::max_raw_bits;
+  for (unsigned l = 0; l < r; ++l) ge.put_raw(l, a.graw[l] >> R, a.gbits[l] - std::min(a.gbits[l], R));
+  for (unsigned l = 0; l < r; ++l) ge.put_raw(l, a.graw[l] & ((1u << R) - 1), std::min(a.gbits[l], R));
+  for (unsigned l = 0; l < r; ++l) ge.put(l, gt, a.gsym[l]);
+  for (unsigned l = 0; l < r; ++l) ve.put_raw(l, a.vraw[l] >> R, a.vbits[l] - std::min(a.vbits[l], R));
+  for (unsigned l = 0; l < r; ++l) ve.put_raw(l, a.vraw[l] & ((1u << R) - 1), std::min(a.vbits[l], R));
+  for (unsigned l = 0; l < r; ++l) ve.put(l, vt, a.vsym[l]);
+}
+#ifdef BITREFIT_CODEC_X86
+/// Groups [0, groups) of sixteen changes, backwards, all lanes at once (the same bytes as
+/// code_lane_group: tests/codec, Lanes.VectorAndScalarEncodersGiveTheSameBytes).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512cd,popcnt"))) inline void code_lane_groups_avx512(
+    const std::uint32_t* gaps, const std::uint32_t* vcode, std::uint64_t groups, unsigned shift, const rans_lanes::enc_table& gt,
+    const rans_lanes::enc_table& vt, rans_lanes::encoder& ge, rans_lanes::encoder& ve) noexcept {
+  constexpr unsigned R = rans_lanes::max_raw_bits;
+  const __m512i rmax = _mm512_set1_epi32(R), rmask = _mm512_set1_epi32((1 << R) - 1), byte = _mm512_set1_epi32(0xFF);
+  const __m512i s = _mm512_set1_epi32(static_cast<int>(shift)), low = _mm512_set1_epi32(static_cast<int>((std::uint64_t{1} << shift) - 1));
+  __m512i xg = _mm512_loadu_si512(ge.states().data()), xv = _mm512_loadu_si512(ve.states().data());
+  std::byte* og = ge.cursor();
+  std::byte* ov = ve.cursor();
+  for (std::uint64_t g = groups; g-- > 0;) {
+    const __m512i gap = _mm512_loadu_si512(gaps + 16 * g);
+    const bucketed16 q = bucket16_avx512(_mm512_maskz_srlv_epi32(every_lane, gap, s));
+    const __m512i graw = _mm512_or_si512(_mm512_maskz_sllv_epi32(every_lane, q.extra, s), _mm512_and_si512(gap, low));
+    const __m512i gbits = _mm512_add_epi32(q.extra_bits, s), glo = _mm512_maskz_min_epu32(every_lane, gbits, rmax);
+    rans_lanes::put_raw16(xg, _mm512_maskz_srli_epi32(every_lane, graw, R), _mm512_sub_epi32(gbits, glo), og);
+    rans_lanes::put_raw16(xg, _mm512_and_si512(graw, rmask), glo, og);
+    rans_lanes::put16(xg, gt, q.symbol, og);
+    const __m512i vc = _mm512_loadu_si512(vcode + 16 * g);
+    const __m512i vraw = _mm512_maskz_srli_epi32(every_lane, vc, 13);
+    const __m512i vbits = _mm512_and_si512(_mm512_maskz_srli_epi32(every_lane, vc, 8), _mm512_set1_epi32(31)), vlo = _mm512_maskz_min_epu32(every_lane, vbits, rmax);
+    rans_lanes::put_raw16(xv, _mm512_maskz_srli_epi32(every_lane, vraw, R), _mm512_sub_epi32(vbits, vlo), ov);
+    rans_lanes::put_raw16(xv, _mm512_and_si512(vraw, rmask), vlo, ov);
+    rans_lanes::put16(xv, vt, _mm512_and_si512(vc, byte), ov);
+  }
+  _mm512_storeu_si512(ge.states().data(), xg);
+  _mm512_storeu_si512(ve.states().data(), xv);
+  ge.cursor() = og, ve.cursor() = ov;
+}
+#endif
+/// Operations of a 16-lane stream that can emit a word, for a class whose symbols have histogram
+/// h and raw fields of raw_bits(sym) bits: the symbol, and each nonempty part of the raw field.
+template <class RawBits>
+std::uint64_t lane_word_ops(std::span<const std::uint64_t> h, RawBits raw_bits) noexcept {
+  std::uint64_t n = 0;
+  for (std::uint32_t sym = 0; sym < h.size(); ++sym)
+    if (h[sym]) {
+      const unsigned w = raw_bits(sym);
+      n += h[sym] * (1 + (w > 0) + (w > rans_lanes::max_raw_bits));
+    }
+  return n;
+}
+
+/// Class streams in 16 lanes: n changes (gaps and value codes from the class's first slot), the
+/// streams' buffers sized for gap_ops and value_ops word-emitting operations (lane_word_ops). The
+/// last group, if partial, is coded first (the encoder runs backwards), always scalar; the full
+/// groups with AVX-512 when `vector`, else scalar.
+inline void code_class_lanes(const std::uint32_t* gaps, const std::uint32_t* vcode, std::uint64_t n, unsigned shift,
+                             const rans_lanes::enc_table& gt, const rans_lanes::enc_table& vt, rans_lanes::encoder& ge,
+                             rans_lanes::encoder& ve, std::uint64_t gap_ops, std::uint64_t value_ops, bool vector) {
+  ge.begin(gap_ops), ve.begin(value_ops);
+  const std::uint64_t full = n / 16;
+  if (const unsigned r = static_cast<unsigned>(n % 16)) code_lane_group(gaps + 16 * full, vcode + 16 * full, r, shift, gt, vt, ge, ve);
+#ifdef BITREFIT_CODEC_X86
+  if (vector) return code_lane_groups_avx512(gaps, vcode, full, shift, gt, vt, ge, ve);
+#else
+  (void)vector;
+#endif
+  for (std::uint64_t g = full; g-- > 0;) code_lane_group(gaps + 16 * g, vcode + 16 * g, 16, shift, gt, vt, ge, ve);
+}
+
 }  // namespace conditioned_detail
 
 /// Encoder of base-conditioned items; holds reusable scratch (O(changed)). One per thread.
@@ -324,6 +436,8 @@ class conditioned_encoder {
     std::size_t n = gaps_.capacity_bytes() + vcode_.capacity_bytes() + vextra_.capacity_bytes() + (gap_hist_.capacity() + val_hist_.capacity()) * sizeof(std::uint64_t);
     for (auto& e : gap_enc_) n += e.capacity_bytes();
     for (auto& e : val_enc_) n += e.capacity_bytes();
+    for (auto& e : gap_lanes_) n += e.capacity_bytes();
+    for (auto& e : val_lanes_) n += e.capacity_bytes();
     for (std::size_t k = 0; k < max_base_classes; ++k) n += (gsym_[k].capacity() + vsym_[k].capacity()) * sizeof(rans::enc_symbol);
     return n;
   }
@@ -384,21 +498,41 @@ class conditioned_encoder {
     std::array<rans::table, max_base_classes> gt, vt;
     std::array<unsigned, max_base_classes> gscale{}, vscale{};
     std::array<std::span<const std::byte>, max_base_classes> gs, vs;
+    // large classes of 1- and 2-byte formats: 16-lane streams (rans_lanes.hpp), coded here; the
+    // rest by code_streams
+    std::array<bool, max_base_classes> lanes16{};
+    bool vector_lanes = false;
+#ifdef BITREFIT_CODEC_X86
+    vector_lanes = cpu_avx512_lzcnt();
+#endif
     for (unsigned k = 0; k < K; ++k) {
       if (!count[k]) continue;
       gt[k] = make_table({gap_hist_.data() + k * gap_alphabet, gap_alphabet}, count[k], gscale[k]);
       vt[k] = make_table({val_hist_.data() + k * VA, VA}, count[k], vscale[k]);
+      if (packed_values<W> && count[k] >= lanes_min_changes) {
+        lanes16[k] = true;
+        const unsigned s = shift[k], escape_bits = 8 * f.element_size;
+        const std::uint64_t gap_ops = lane_word_ops({gap_hist_.data() + k * gap_alphabet, gap_alphabet},
+                                                    [s](std::uint32_t sym) { return extra_bits_of(sym) + s; });
+        const std::uint64_t value_ops = lane_word_ops({val_hist_.data() + k * VA, VA}, [escape_bits](std::uint32_t sym) {
+          return sym == 0 ? escape_bits : extra_bits_of((sym - 1) / 2);
+        });
+        code_class_lanes(gaps_.data() + at[k], vcode_.data() + at[k], count[k], s, rans_lanes::encoder_table(gt[k]),
+                         rans_lanes::encoder_table(vt[k]), gap_lanes_[k], val_lanes_[k], gap_ops, value_ops, vector_lanes);
+        gs[k] = gap_lanes_[k].finish(), vs[k] = val_lanes_[k].finish();
+        continue;
+      }
       gsym_[k] = rans::encoder_symbols(gt[k]);
       vsym_[k] = rans::encoder_symbols(vt[k]);
     }
-    code_streams<packed_values<W>>(K, count, at, shift, VA, 8 * f.element_size, gs, vs);
+    code_streams<packed_values<W>>(K, count, lanes16, at, shift, VA, 8 * f.element_size, gs, vs);
     // sections: headers, then the streams
     loc.push_back(static_cast<std::byte>(K));
     for (unsigned j = 0; j + 1 < K; ++j) rans::detail::put_varint(loc, spec.thresholds[j]);
     for (unsigned k = 0; k < K; ++k) {
       rans::detail::put_varint(loc, count[k]);
       if (!count[k]) continue;
-      loc.push_back(static_cast<std::byte>(shift[k]));
+      loc.push_back(static_cast<std::byte>(shift[k] | (lanes16[k] ? lanes_flag : 0u)));
       rans::write_table({gap_hist_.data() + k * gap_alphabet, gap_alphabet}, gscale[k], loc);
       rans::detail::put_varint(loc, gs[k].size());
       rans::write_table({val_hist_.data() + k * VA, VA}, vscale[k], val);
@@ -481,7 +615,7 @@ class conditioned_encoder {
   // lane with less work), interleave two independent gap and value chains per step. Every class
   // still has its own streams, coded in the same order, so the bytes are the one-lane bytes.
   template <bool Packed>
-  void code_streams(unsigned K, const std::array<std::uint64_t, max_base_classes>& count,
+  void code_streams(unsigned K, const std::array<std::uint64_t, max_base_classes>& count, const std::array<bool, max_base_classes>& lanes16,
                     const std::array<std::uint64_t, max_base_classes + 1>& at, const std::array<unsigned, max_base_classes>& shift,
                     unsigned VA, unsigned element_bits, std::array<std::span<const std::byte>, max_base_classes>& gs,
                     std::array<std::span<const std::byte>, max_base_classes>& vs) {
@@ -490,7 +624,7 @@ class conditioned_encoder {
     std::array<unsigned, max_base_classes> order{};
     unsigned used = 0;
     for (unsigned k = 0; k < K; ++k)
-      if (count[k]) order[used++] = k;
+      if (count[k] && !lanes16[k]) order[used++] = k;
     // largest first, ties by class (std::sort with a total order: no temporary buffer, unlike stable_sort)
     std::sort(order.begin(), order.begin() + used, [&](unsigned a, unsigned b) { return count[a] != count[b] ? count[a] > count[b] : a < b; });
     std::array<std::array<unsigned, max_base_classes>, 2> queue{};
@@ -555,6 +689,7 @@ class conditioned_encoder {
   scratch_buffer<std::uint64_t> vextra_;
   std::vector<std::uint64_t> gap_hist_, val_hist_;
   std::array<rans::encoder, max_base_classes> gap_enc_, val_enc_;
+  std::array<rans_lanes::encoder, max_base_classes> gap_lanes_, val_lanes_;
   std::array<std::vector<rans::enc_symbol>, max_base_classes> gsym_, vsym_;
 };
 
@@ -589,8 +724,11 @@ class conditioned_decoder {
       const std::uint64_t ck = lr.varint(changed - st.start[k], "class change count");
       st.start[k + 1] = st.start[k] + ck;
       if (!ck) continue;
-      st.shift[k] = lr.u8();
+      const unsigned shift_byte = lr.u8();
+      st.lanes16[k] = (shift_byte & lanes_flag) != 0;
+      st.shift[k] = shift_byte & ~lanes_flag;
       if (st.shift[k] > 31) lr.fail("gap shift " + std::to_string(st.shift[k]) + " above 31");
+      if (st.lanes16[k] && E > 2) lr.fail("16-lane streams in a format wider than 2 bytes");
       gt[k] = rans::read_table(lr, gap_alphabet, "gap table");
       glen[k] = lr.varint(loc_section.size(), "gap stream length");
     }
@@ -607,8 +745,12 @@ class conditioned_decoder {
     raw_.resize_uninit(changed);
     for (unsigned k = 0; k < K; ++k) {
       if (st.start[k + 1] == st.start[k]) continue;
-      decode_class(f, rans::dec_table(gt[k]), rans::dec_table(vt[k]), lr.take(glen[k], "gap stream"), vr.take(vlen[k], "value stream"),
-                   st.start[k], st.start[k + 1], st.shift[k], m, 0, where);
+      const auto gaps = lr.take(glen[k], "gap stream");
+      const auto values = vr.take(vlen[k], "value stream");
+      if (st.lanes16[k])
+        decode_class_lanes(f, gt[k], vt[k], gaps, values, st.start[k], st.start[k + 1], st.shift[k], m, where);
+      else
+        decode_class(f, rans::dec_table(gt[k]), rans::dec_table(vt[k]), gaps, values, st.start[k], st.start[k + 1], st.shift[k], m, 0, where);
     }
     if (!lr.rest().empty() || !vr.rest().empty()) throw error(errc::format, "bytes after the last class stream", where);
     // ranks -> positions and values: one pass over the base
@@ -627,6 +769,7 @@ class conditioned_decoder {
     unsigned K = 1;
     std::array<std::uint64_t, max_base_classes + 1> start{};
     std::array<unsigned, max_base_classes> shift{};
+    std::array<bool, max_base_classes> lanes16{};
     const std::uint32_t* ranks = nullptr;
     const std::int64_t* dist = nullptr;
     const std::uint64_t* raw = nullptr;
@@ -662,6 +805,128 @@ class conditioned_decoder {
     gd.finish();
     vd.finish();
   }
+
+  // Class k's 16-lane streams (conditioned_detail::code_class_lanes's schedule): per group of up to
+  // sixteen changes, the symbols, then the raw fields' low and high parts, each over the lanes
+  // from the last to the first (rans_lanes.hpp); then the group's ranks and values as in
+  // decode_class. Formats of up to 2 bytes (the escape's pattern fits a value's raw field).
+  void decode_class_lanes(const float_format& f, const rans::table& gtab, const rans::table& vtab, std::span<const std::byte> gaps,
+                          std::span<const std::byte> values, std::uint64_t b, std::uint64_t e, unsigned shift, std::uint64_t m,
+                          const error_context& where) {
+    using namespace conditioned_detail;
+    constexpr std::uint32_t esc = 0;
+    constexpr unsigned R = rans_lanes::max_raw_bits;
+    rans_lanes::decoder gd(gaps, where), vd(values, where);
+    std::uint32_t gs[16], vs[16], gbits[16], vbits[16];
+    std::uint64_t graw[16], vraw[16];
+    std::uint64_t next = 0;  // previous rank + 1
+    std::uint64_t i0 = b;
+#ifdef BITREFIT_CODEC_X86
+    if (cpu_avx512_lzcnt()) i0 = decode_lane_groups_avx512(f, rans_lanes::dec_table16(gtab), rans_lanes::dec_table16(vtab), gd, vd, b, e, shift, m, next);
+#endif
+    const rans::dec_table gt(gtab), vt(vtab);
+    for (; i0 < e; i0 += 16) {
+      const unsigned r = static_cast<unsigned>(std::min<std::uint64_t>(16, e - i0));
+      for (unsigned l = r; l-- > 0;) {
+        gs[l] = gd.get(l, gt);
+        gbits[l] = extra_bits_of(gs[l]) + shift;
+        if (gbits[l] > 2 * R) gd.fail("gap raw field wider than 30 bits");
+      }
+      for (unsigned l = r; l-- > 0;) graw[l] = gd.get_raw(l, std::min(gbits[l], R));
+      for (unsigned l = r; l-- > 0;) graw[l] |= std::uint64_t{gd.get_raw(l, gbits[l] - std::min(gbits[l], R))} << R;
+      for (unsigned l = r; l-- > 0;) {
+        vs[l] = vd.get(l, vt);
+        vbits[l] = vs[l] == esc ? 8 * f.element_size : extra_bits_of((vs[l] - 1) >> 1);
+        if (vbits[l] > 2 * R) vd.fail("value raw field wider than 30 bits");
+      }
+      for (unsigned l = r; l-- > 0;) vraw[l] = vd.get_raw(l, std::min(vbits[l], R));
+      for (unsigned l = r; l-- > 0;) vraw[l] |= std::uint64_t{vd.get_raw(l, vbits[l] - std::min(vbits[l], R))} << R;
+      for (unsigned l = 0; l < r; ++l) {
+        const std::uint64_t i = i0 + l;
+        const std::uint64_t g = (unbucket(gs[l], 0) << shift) | graw[l];
+        if (g >= m || next + g >= m) gd.fail("class rank outside the item's " + std::to_string(m) + " elements");
+        ranks_[i] = static_cast<std::uint32_t>(next + g);
+        next += g + 1;
+        if (vs[l] == esc) {
+          dist_[i] = 0;
+          raw_[i] = vraw[l];
+          continue;
+        }
+        const std::uint32_t bs = (vs[l] - 1) >> 1;
+        const std::uint64_t u = unbucket(bs, vraw[l]);
+        if (u >= f.magnitude_mask) vd.fail("ULP distance beyond the format's range");
+        dist_[i] = ((vs[l] - 1) & 1) ? -static_cast<std::int64_t>(u + 1) : static_cast<std::int64_t>(u + 1);
+      }
+    }
+    gd.finish();
+    vd.finish();
+  }
+
+#ifdef BITREFIT_CODEC_X86
+  // decode_class_lanes's whole groups with the vector decoder (rans_lanes::vector_decoder), while
+  // both streams keep the 96 bytes its three loads per stream may read; returns the first change
+  // left to the scalar decoder. The same outputs and refusals as the scalar loop (tests/codec:
+  // Lanes.TheVectorDecoderReadsWhatTheScalarOneReads).
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512cd,popcnt"))) std::uint64_t decode_lane_groups_avx512(
+      const float_format& f, const rans_lanes::dec_table16& gt, const rans_lanes::dec_table16& vt, rans_lanes::decoder& gd,
+      rans_lanes::decoder& vd, std::uint64_t b, std::uint64_t e, unsigned shift, std::uint64_t m, std::uint64_t& next) {
+    using namespace conditioned_detail;
+    constexpr unsigned R = rans_lanes::max_raw_bits;
+    constexpr __mmask16 all = 0xFFFF;
+    const __m512i rmax = _mm512_set1_epi32(R), sixteen = _mm512_set1_epi32(16), three = _mm512_set1_epi32(3), one = _mm512_set1_epi32(1);
+    const __m512i s = _mm512_set1_epi32(static_cast<int>(shift)), escape_bits = _mm512_set1_epi32(static_cast<int>(8 * f.element_size));
+    rans_lanes::vector_decoder g, v;
+    g.load(gd), v.load(vd);
+    alignas(64) std::uint32_t gq[16], vs[16], vraw[16];
+    std::uint64_t i0 = b;
+    for (; e - i0 >= 16 && gd.end() - g.p >= 96 && vd.end() - v.p >= 96; i0 += 16) {
+      const __m512i gsym = g.get(gt);
+      const __m512i gbits = _mm512_add_epi32(extra_bits16_avx512(gsym), s), glo = _mm512_maskz_min_epu32(all, gbits, rmax);
+      if (_mm512_cmpgt_epu32_mask(gbits, _mm512_set1_epi32(2 * R))) {
+        g.store(gd), v.store(vd);
+        gd.fail("gap raw field wider than 30 bits");
+      }
+      const __m512i graw_lo = g.get_raw(glo);
+      const __m512i graw = _mm512_or_si512(graw_lo, _mm512_maskz_slli_epi32(all, g.get_raw(_mm512_sub_epi32(gbits, glo)), R));
+      // unbucket(sym, 0) << shift (below 2^32: bucket bits + shift <= 31 when the raw field is <= 30 bits)
+      const __m512i hb = _mm512_maskz_srli_epi32(all, _mm512_sub_epi32(gsym, sixteen), 1);  // b - 4
+      const __m512i top = _mm512_or_si512(_mm512_maskz_sllv_epi32(all, _mm512_set1_epi32(16), hb),
+                                          _mm512_maskz_sllv_epi32(all, _mm512_and_si512(gsym, one), _mm512_add_epi32(hb, three)));
+      const __m512i q = _mm512_mask_mov_epi32(top, _mm512_cmplt_epu32_mask(gsym, sixteen), gsym);
+      _mm512_store_si512(gq, _mm512_or_si512(_mm512_maskz_sllv_epi32(all, q, s), graw));
+      const __m512i vsym = v.get(vt);
+      const __m512i vbits = _mm512_mask_mov_epi32(extra_bits16_avx512(_mm512_maskz_srli_epi32(all, _mm512_sub_epi32(vsym, one), 1)),
+                                                  _mm512_cmpeq_epi32_mask(vsym, _mm512_setzero_si512()), escape_bits);
+      const __m512i vlo = _mm512_maskz_min_epu32(all, vbits, rmax);
+      const __m512i vraw_lo = v.get_raw(vlo);
+      _mm512_store_si512(vraw, _mm512_or_si512(vraw_lo, _mm512_maskz_slli_epi32(all, v.get_raw(_mm512_sub_epi32(vbits, vlo)), R)));
+      _mm512_store_si512(vs, vsym);
+      for (unsigned l = 0; l < 16; ++l) {  // vector lane 15 - l is lane l
+        const unsigned j = 15 - l;
+        const std::uint64_t i = i0 + l, gap = gq[j];
+        if (gap >= m || next + gap >= m) {
+          g.store(gd), v.store(vd);
+          gd.fail("class rank outside the item's " + std::to_string(m) + " elements");
+        }
+        ranks_[i] = static_cast<std::uint32_t>(next + gap);
+        next += gap + 1;
+        if (vs[j] == 0) {
+          dist_[i] = 0;
+          raw_[i] = vraw[j];
+          continue;
+        }
+        const std::uint64_t u = unbucket((vs[j] - 1) >> 1, vraw[j]);
+        if (u >= f.magnitude_mask) {
+          g.store(gd), v.store(vd);
+          vd.fail("ULP distance beyond the format's range");
+        }
+        dist_[i] = ((vs[j] - 1) & 1) ? -static_cast<std::int64_t>(u + 1) : static_cast<std::int64_t>(u + 1);
+      }
+    }
+    g.store(gd), v.store(vd);
+    return i0;
+  }
+#endif
 
   // The new pattern of a change whose base pattern is o: the escape's pattern (d == 0) or o moved
   // by d ULPs (ulp_step, inlined: it stays on o's side of zero and inside the finite range).
