@@ -40,7 +40,8 @@
 // only the changed elements' base values are read (the encoder skips its pass over the base too).
 // Extra receiver memory: O(changed) for the decoded ranks and values (bounded by the item range,
 // i.e. by the frame's input bound) and the decoder tables (at most 2·16 tables of 2^15 16-bit
-// slots); the base is read in place.
+// slots, and while a 16-lane class decodes, its two vector tables of 2^15 8-byte slots); the base
+// is read in place.
 #pragma once
 
 #include <algorithm>
@@ -321,9 +322,9 @@ __attribute__((target("avx512f,avx512bw,avx512cd,avx512vl"))) inline std::size_t
 #endif
 
 /// Sixteen-lane streams (rans_lanes.hpp) for a class of at least this many changes, in formats of
-/// up to 2 bytes (a value's raw field is at most 16 bits). Below it, the 16-lane streams' larger
-/// final states (2 x 64 bytes instead of 2 x 4) would cost more than 0.1 % of the class's bytes
-/// (about 0.4-1 byte per change, bench/codec/README.md "Sixteen lanes").
+/// up to 2 bytes (a value's raw field is at most 16 bits). Their larger final states (2 x 64 bytes
+/// instead of 2 x 4) cost 120 bytes: at this size 0.2-0.5 % of the class's bytes (0.4-1 byte per
+/// change), less above it, more below it (bench/codec/README.md "Sixteen lanes").
 inline constexpr std::uint64_t lanes_min_changes = std::uint64_t{1} << 16;
 /// The shift byte's flag: this class's two streams are 16-lane streams.
 inline constexpr unsigned lanes_flag = 0x80;
