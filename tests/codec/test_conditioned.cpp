@@ -954,8 +954,8 @@ TEST(Kernels, SixteenLaneStreamsOfTheVectorAndScalarEncodersAreTheSame) {
         EXPECT_EQ(gt.symbols > 32 || vt.symbols > 32, wide) << n;  // both lookup paths run
       }
       rans_lanes::encoder g1, v1, g2, v2;
-      const std::uint64_t gap_ops = cd::lane_word_ops(gh, [&](std::uint32_t sym) { return cd::extra_bits_of(sym) + shift; });
-      const std::uint64_t value_ops = cd::lane_word_ops(vh, [&](std::uint32_t sym) { return sym == 0 ? 16u : cd::extra_bits_of((sym - 1) / 2); });
+      const std::uint64_t gap_ops = cd::lane_word_ops(gh, [&](std::uint32_t sym) { return cd::gap_raw_bits(sym, shift); });
+      const std::uint64_t value_ops = cd::lane_word_ops(vh, [](std::uint32_t sym) { return cd::value_raw_bits(sym, 16); });
       cd::code_class_lanes(gaps.data(), vcode.data(), n, shift, gt, vt, g1, v1, gap_ops, value_ops, true);
       cd::code_class_lanes(gaps.data(), vcode.data(), n, shift, gt, vt, g2, v2, gap_ops, value_ops, false);
       const auto a = g1.finish(), b = g2.finish(), c = v1.finish(), d = v2.finish();

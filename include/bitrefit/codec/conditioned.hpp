@@ -30,7 +30,7 @@
 //   A stream is one rANS state (rans.hpp), or, for a class of at least lanes_min_changes changes
 //   in a format of up to 2 bytes, sixteen states (rans_lanes.hpp: change t in lane t mod 16; each
 //   raw field as its low min(w, 15) bits, then the rest) that AVX-512 codes sixteen changes at a
-//   time: 0.5-0.65x the encode time at 3-5 % (bench/codec/README.md, "Sixteen lanes"). The frame
+//   time: 0.63-0.70x the encode time at 3-5 % (bench/codec/README.md, "Sixteen lanes"). The frame
 //   format version stays 2: every item without the flag is unchanged, and a reader from before the
 //   flag refuses a flagged item by name ("gap shift 128+s above 31", errc::format).
 //
@@ -87,6 +87,10 @@ BITREFIT_INLINE bucketed bucket(std::uint64_t u) noexcept {
   return {direct + 2 * (b - 4) + static_cast<std::uint32_t>((u >> (b - 1)) & 1), b - 1, u & ((std::uint64_t{1} << (b - 1)) - 1)};
 }
 inline unsigned extra_bits_of(std::uint32_t sym) noexcept { return sym < direct ? 0 : 4 + (sym - direct) / 2 - 1; }
+/// The raw bits that follow a gap symbol in a class with gap shift `shift`, and a value symbol
+/// (the escape, symbol 0: the new pattern's `escape_bits`; else the ULP bucket's extra bits).
+inline unsigned gap_raw_bits(std::uint32_t sym, unsigned shift) noexcept { return extra_bits_of(sym) + shift; }
+inline unsigned value_raw_bits(std::uint32_t sym, unsigned escape_bits) noexcept { return sym == 0 ? escape_bits : extra_bits_of((sym - 1) / 2); }
 inline std::uint64_t unbucket(std::uint32_t sym, std::uint64_t extra) noexcept {
   if (sym < direct) return sym;
   const unsigned b = 4 + (sym - direct) / 2;
@@ -358,7 +362,7 @@ BITREFIT_INLINE void code_lane_group(const std::uint32_t* gaps, const std::uint3
 }
 #ifdef BITREFIT_CODEC_X86
 /// Groups [0, groups) of sixteen changes, backwards, all lanes at once (the same bytes as
-/// code_lane_group: tests/codec, Lanes.VectorAndScalarEncodersGiveTheSameBytes).
+/// code_lane_group: tests/codec, Kernels.SixteenLaneStreamsOfTheVectorAndScalarEncodersAreTheSame).
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512cd,popcnt"))) inline void code_lane_groups_avx512(
     const std::uint32_t* gaps, const std::uint32_t* vcode, std::uint64_t groups, unsigned shift, const rans_lanes::enc_table& gt,
     const rans_lanes::enc_table& vt, rans_lanes::encoder& ge, rans_lanes::encoder& ve) noexcept {
@@ -514,10 +518,9 @@ class conditioned_encoder {
         lanes16[k] = true;
         const unsigned s = shift[k], escape_bits = 8 * f.element_size;
         const std::uint64_t gap_ops = lane_word_ops({gap_hist_.data() + k * gap_alphabet, gap_alphabet},
-                                                    [s](std::uint32_t sym) { return extra_bits_of(sym) + s; });
-        const std::uint64_t value_ops = lane_word_ops({val_hist_.data() + k * VA, VA}, [escape_bits](std::uint32_t sym) {
-          return sym == 0 ? escape_bits : extra_bits_of((sym - 1) / 2);
-        });
+                                                    [s](std::uint32_t sym) { return gap_raw_bits(sym, s); });
+        const std::uint64_t value_ops =
+            lane_word_ops({val_hist_.data() + k * VA, VA}, [escape_bits](std::uint32_t sym) { return value_raw_bits(sym, escape_bits); });
         code_class_lanes(gaps_.data() + at[k], vcode_.data() + at[k], count[k], s, rans_lanes::encoder_table(gt[k]),
                          rans_lanes::encoder_table(vt[k]), gap_lanes_[k], val_lanes_[k], gap_ops, value_ops, vector_lanes);
         gs[k] = gap_lanes_[k].finish(), vs[k] = val_lanes_[k].finish();
@@ -567,7 +570,7 @@ class conditioned_encoder {
     std::uint64_t n = 0;
     const std::uint64_t* h = gap_hist_.data() + std::size_t{k} * gap_alphabet;
     for (unsigned sym = 0; sym < gap_alphabet; ++sym)
-      if (h[sym]) n += h[sym] * (1 + (extra_bits_of(sym) + shift + 15) / 16);
+      if (h[sym]) n += h[sym] * (1 + (gap_raw_bits(sym, shift) + 15) / 16);
     return n;
   }
   std::uint64_t value_puts(unsigned k, unsigned VA, unsigned element_bits) const noexcept {
@@ -575,7 +578,7 @@ class conditioned_encoder {
     std::uint64_t n = 0;
     const std::uint64_t* h = val_hist_.data() + std::size_t{k} * VA;
     for (unsigned sym = 0; sym < VA; ++sym)
-      if (h[sym]) n += h[sym] * (1 + ((sym == 0 ? element_bits : extra_bits_of((sym - 1) / 2)) + 15) / 16);
+      if (h[sym]) n += h[sym] * (1 + (value_raw_bits(sym, element_bits) + 15) / 16);
     return n;
   }
 
@@ -788,7 +791,7 @@ class conditioned_decoder {
       const std::uint32_t vs = vd.get(vt);
       // q = unbucket(gs, extra) < 2^32 (the table has <= 72 symbols); the raw field holds the
       // extra bits above the low `shift` bits of g
-      const std::uint64_t raw = gd.get_raw64(extra_bits_of(gs) + shift);
+      const std::uint64_t raw = gd.get_raw64(gap_raw_bits(gs, shift));
       const std::uint64_t g = (unbucket(gs, 0) << shift) | raw;
       if (g >= m || next + g >= m) gd.fail("class rank outside the item's " + std::to_string(m) + " elements");
       ranks_[i] = static_cast<std::uint32_t>(next + g);
@@ -830,14 +833,14 @@ class conditioned_decoder {
       const unsigned r = static_cast<unsigned>(std::min<std::uint64_t>(16, e - i0));
       for (unsigned l = r; l-- > 0;) {
         gs[l] = gd.get(l, gt);
-        gbits[l] = extra_bits_of(gs[l]) + shift;
+        gbits[l] = gap_raw_bits(gs[l], shift);
         if (gbits[l] > 2 * R) gd.fail("gap raw field wider than 30 bits");
       }
       for (unsigned l = r; l-- > 0;) graw[l] = gd.get_raw(l, std::min(gbits[l], R));
       for (unsigned l = r; l-- > 0;) graw[l] |= std::uint64_t{gd.get_raw(l, gbits[l] - std::min(gbits[l], R))} << R;
       for (unsigned l = r; l-- > 0;) {
         vs[l] = vd.get(l, vt);
-        vbits[l] = vs[l] == esc ? 8 * f.element_size : extra_bits_of((vs[l] - 1) >> 1);
+        vbits[l] = value_raw_bits(vs[l], 8 * f.element_size);
         if (vbits[l] > 2 * R) vd.fail("value raw field wider than 30 bits");
       }
       for (unsigned l = r; l-- > 0;) vraw[l] = vd.get_raw(l, std::min(vbits[l], R));
