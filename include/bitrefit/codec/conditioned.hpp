@@ -754,7 +754,7 @@ class conditioned_decoder {
       if (st.lanes16[k])
         decode_class_lanes(f, gt[k], vt[k], gaps, values, st.start[k], st.start[k + 1], st.shift[k], m, where);
       else
-        decode_class(f, rans::dec_table(gt[k]), rans::dec_table(vt[k]), gaps, values, st.start[k], st.start[k + 1], st.shift[k], m, 0, where);
+        decode_class(f, rans::dec_table(gt[k]), rans::dec_table(vt[k]), gaps, values, st.start[k], st.start[k + 1], st.shift[k], m, where);
     }
     if (!lr.rest().empty() || !vr.rest().empty()) throw error(errc::format, "bytes after the last class stream", where);
     // ranks -> positions and values: one pass over the base
@@ -779,10 +779,31 @@ class conditioned_decoder {
     const std::uint64_t* raw = nullptr;
   };
 
+  // Change i of a class: its gap g after the class's previous change (next: previous rank + 1) and
+  // its value symbol vs with its raw field, into ranks_, dist_ and raw_. A rank at or past the
+  // item's m elements or a distance beyond the format's range is errc::format. Every class decoder
+  // (one state, 16 lanes scalar and vector) ends in it.
+  BITREFIT_INLINE void put_change(const float_format& f, std::uint64_t i, std::uint64_t g, std::uint32_t vs, std::uint64_t vraw,
+                                  std::uint64_t m, std::uint64_t& next, const error_context& where) {
+    using namespace conditioned_detail;
+    if (g >= m || next + g >= m) throw error(errc::format, "class rank outside the item's " + std::to_string(m) + " elements", where);
+    ranks_[i] = static_cast<std::uint32_t>(next + g);
+    next += g + 1;
+    if (vs == 0) [[unlikely]] {  // the escape: the new pattern
+      dist_[i] = 0;
+      raw_[i] = vraw;
+      return;
+    }
+    const std::uint32_t bs = (vs - 1) >> 1;  // bucket of |d| - 1; the low bit of vs - 1 is the sign
+    const std::uint64_t u = unbucket(bs, vraw);
+    if (u >= f.magnitude_mask) throw error(errc::format, "ULP distance beyond the format's range", where);
+    dist_[i] = ((vs - 1) & 1) ? -static_cast<std::int64_t>(u + 1) : static_cast<std::int64_t>(u + 1);
+  }
+
   // Class k's gap and value streams, decoded side by side (two independent coder states).
   void decode_class(const float_format& f, const rans::dec_table& gt, const rans::dec_table& vt, std::span<const std::byte> gaps,
                     std::span<const std::byte> values, std::uint64_t b, std::uint64_t e, unsigned shift, std::uint64_t m,
-                    std::uint32_t esc, const error_context& where) {
+                    const error_context& where) {
     using namespace conditioned_detail;
     rans::decoder gd(gaps, where), vd(values, where);
     std::uint64_t next = 0;  // previous rank + 1
@@ -792,19 +813,8 @@ class conditioned_decoder {
       // q = unbucket(gs, extra) < 2^32 (the table has <= 72 symbols); the raw field holds the
       // extra bits above the low `shift` bits of g
       const std::uint64_t raw = gd.get_raw64(gap_raw_bits(gs, shift));
-      const std::uint64_t g = (unbucket(gs, 0) << shift) | raw;
-      if (g >= m || next + g >= m) gd.fail("class rank outside the item's " + std::to_string(m) + " elements");
-      ranks_[i] = static_cast<std::uint32_t>(next + g);
-      next += g + 1;
-      if (vs == esc) [[unlikely]] {
-        dist_[i] = 0;
-        raw_[i] = vd.get_raw64(8 * f.element_size);
-        continue;
-      }
-      const std::uint32_t bs = (vs - 1) >> 1;  // bucket of |d| - 1; the low bit of vs - 1 is the sign
-      const std::uint64_t u = unbucket(bs, vd.get_raw64(extra_bits_of(bs)));
-      if (u >= f.magnitude_mask) vd.fail("ULP distance beyond the format's range");
-      dist_[i] = ((vs - 1) & 1) ? -static_cast<std::int64_t>(u + 1) : static_cast<std::int64_t>(u + 1);
+      const std::uint64_t vraw = vd.get_raw64(value_raw_bits(vs, 8 * f.element_size));
+      put_change(f, i, (unbucket(gs, 0) << shift) | raw, vs, vraw, m, next, where);
     }
     gd.finish();
     vd.finish();
@@ -818,7 +828,6 @@ class conditioned_decoder {
                           std::span<const std::byte> values, std::uint64_t b, std::uint64_t e, unsigned shift, std::uint64_t m,
                           const error_context& where) {
     using namespace conditioned_detail;
-    constexpr std::uint32_t esc = 0;
     constexpr unsigned R = rans_lanes::max_raw_bits;
     rans_lanes::decoder gd(gaps, where), vd(values, where);
     std::uint32_t gs[16], vs[16], gbits[16], vbits[16];
@@ -845,22 +854,7 @@ class conditioned_decoder {
       }
       for (unsigned l = r; l-- > 0;) vraw[l] = vd.get_raw(l, std::min(vbits[l], R));
       for (unsigned l = r; l-- > 0;) vraw[l] |= std::uint64_t{vd.get_raw(l, vbits[l] - std::min(vbits[l], R))} << R;
-      for (unsigned l = 0; l < r; ++l) {
-        const std::uint64_t i = i0 + l;
-        const std::uint64_t g = (unbucket(gs[l], 0) << shift) | graw[l];
-        if (g >= m || next + g >= m) gd.fail("class rank outside the item's " + std::to_string(m) + " elements");
-        ranks_[i] = static_cast<std::uint32_t>(next + g);
-        next += g + 1;
-        if (vs[l] == esc) {
-          dist_[i] = 0;
-          raw_[i] = vraw[l];
-          continue;
-        }
-        const std::uint32_t bs = (vs[l] - 1) >> 1;
-        const std::uint64_t u = unbucket(bs, vraw[l]);
-        if (u >= f.magnitude_mask) vd.fail("ULP distance beyond the format's range");
-        dist_[i] = ((vs[l] - 1) & 1) ? -static_cast<std::int64_t>(u + 1) : static_cast<std::int64_t>(u + 1);
-      }
+      for (unsigned l = 0; l < r; ++l) put_change(f, i0 + l, (unbucket(gs[l], 0) << shift) | graw[l], vs[l], vraw[l], m, next, where);
     }
     gd.finish();
     vd.finish();
@@ -886,10 +880,7 @@ class conditioned_decoder {
     for (; e - i0 >= 16 && gd.end() - g.p >= 96 && vd.end() - v.p >= 96; i0 += 16) {
       const __m512i gsym = g.get(gt);
       const __m512i gbits = _mm512_add_epi32(extra_bits16_avx512(gsym), s), glo = _mm512_maskz_min_epu32(all, gbits, rmax);
-      if (_mm512_cmpgt_epu32_mask(gbits, _mm512_set1_epi32(2 * R))) {
-        g.store(gd), v.store(vd);
-        gd.fail("gap raw field wider than 30 bits");
-      }
+      if (_mm512_cmpgt_epu32_mask(gbits, _mm512_set1_epi32(2 * R))) gd.fail("gap raw field wider than 30 bits");
       const __m512i graw_lo = g.get_raw(glo);
       const __m512i graw = _mm512_or_si512(graw_lo, _mm512_maskz_slli_epi32(all, g.get_raw(_mm512_sub_epi32(gbits, glo)), R));
       // unbucket(sym, 0) << shift (below 2^32: bucket bits + shift <= 31 when the raw field is <= 30 bits)
@@ -905,27 +896,7 @@ class conditioned_decoder {
       const __m512i vraw_lo = v.get_raw(vlo);
       _mm512_store_si512(vraw, _mm512_or_si512(vraw_lo, _mm512_maskz_slli_epi32(all, v.get_raw(_mm512_sub_epi32(vbits, vlo)), R)));
       _mm512_store_si512(vs, vsym);
-      for (unsigned l = 0; l < 16; ++l) {  // vector lane 15 - l is lane l
-        const unsigned j = 15 - l;
-        const std::uint64_t i = i0 + l, gap = gq[j];
-        if (gap >= m || next + gap >= m) {
-          g.store(gd), v.store(vd);
-          gd.fail("class rank outside the item's " + std::to_string(m) + " elements");
-        }
-        ranks_[i] = static_cast<std::uint32_t>(next + gap);
-        next += gap + 1;
-        if (vs[j] == 0) {
-          dist_[i] = 0;
-          raw_[i] = vraw[j];
-          continue;
-        }
-        const std::uint64_t u = unbucket((vs[j] - 1) >> 1, vraw[j]);
-        if (u >= f.magnitude_mask) {
-          g.store(gd), v.store(vd);
-          vd.fail("ULP distance beyond the format's range");
-        }
-        dist_[i] = ((vs[j] - 1) & 1) ? -static_cast<std::int64_t>(u + 1) : static_cast<std::int64_t>(u + 1);
-      }
+      for (unsigned l = 0; l < 16; ++l) put_change(f, i0 + l, gq[15 - l], vs[15 - l], vraw[15 - l], m, next, gd.where());  // vector lane 15 - l is lane l
     }
     g.store(gd), v.store(vd);
     return i0;

@@ -208,6 +208,7 @@ class decoder {
       if (x_[l] != lower_bound) fail("16-lane rANS stream does not end in the coder's initial states (corrupted)");
   }
   [[noreturn]] void fail(const std::string& msg) const { throw error(errc::format, msg, *where_); }
+  const error_context& where() const noexcept { return *where_; }
 
   // The vector decoder (decode16 below) continues from and hands back to these.
   std::array<std::uint32_t, lanes>& states() noexcept { return x_; }
