@@ -234,7 +234,15 @@ BITREFIT_INLINE std::size_t fill_batch(const std::byte* base, std::size_t first,
     e[T + 1] = 0;
     cu[0] = start;
     cu[T + 1] = 0;
-    for (unsigned j = 1; j <= T; ++j) cu[j] = running[j], running[j] += static_cast<unsigned>(std::popcount(e[j]));
+  }
+  // word by word, blocks inner: the running count stays in a register (blocks outer, T is not a
+  // constant and running[j] went through memory, a load-add-store chain per block and word)
+  for (unsigned j = 1; j <= T; ++j) {
+    std::uint64_t r = running[j];
+    const std::uint64_t* e = bb.ext + j;
+    std::uint64_t* cu = bb.cum + j;
+    for (std::size_t b = 0; b < nb; ++b) cu[b * X] = r, r += static_cast<unsigned>(std::popcount(e[b * X]));
+    running[j] = r;
   }
   return nb;
 }
@@ -319,8 +327,15 @@ inline void rank_by_class(std::span<const std::byte> base, const float_format& f
   if (spec.count == 1) {
     // one class: every element is in it, so a change's class rank is its position. The base is
     // not read (at 1 % change the scan of the base cost about as much as change detection).
-    const std::uint64_t r0 = totals[0];
-    for (std::size_t k = 0; k < positions.size(); ++k) classes_out[k] = 0, ranks_out[k] = static_cast<std::uint32_t>(r0 + positions[k]);
+    // Two plain loops over plain pointers: a byte store through classes_out may alias anything, so
+    // one fused loop reloaded the spans' pointers every step and did not vectorise (3 % of an
+    // encode at 5 % change, as much as change detection's own loop).
+    const auto r0 = static_cast<std::uint32_t>(totals[0]);
+    const std::uint32_t* p = positions.data();
+    std::uint32_t* r = ranks_out.data();
+    const std::size_t n = positions.size();
+    if (n) std::memset(classes_out.data(), 0, n);
+    for (std::size_t k = 0; k < n; ++k) r[k] = r0 + p[k];
     totals[0] += m;
     return;
   }
