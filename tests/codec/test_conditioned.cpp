@@ -970,9 +970,10 @@ TEST(Kernels, SixteenLaneStreamsOfTheVectorAndScalarEncodersAreTheSame) {
 
 TEST(Kernels, ChangeDetectionOfEveryVariantIsTheSame) {
   std::mt19937_64 g(13);
+  // sizes around the 2-byte kernel's runs of 4096 elements (and its 64-byte blocks), up to many runs
   for (std::size_t E : {1u, 2u, 4u, 8u})
-    for (unsigned rate : {0u, 3u, 40u, 100u}) {
-      const std::size_t m = 5000 + g() % 100;
+    for (unsigned rate : {0u, 3u, 40u, 100u})
+    for (std::size_t m : {std::size_t{31}, std::size_t{4096}, std::size_t{4097}, std::size_t{8192 + 32}, 5000 + g() % 100, 70000 + g() % 1000}) {
       std::vector<std::byte> a(m * E), b;
       for (auto& x : a) x = static_cast<std::byte>(g());
       b = a;

@@ -5,6 +5,7 @@
 // values of the few changed elements are gathered as they are found.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -68,36 +69,58 @@ std::size_t collect_kernel(const std::byte* a, const std::byte* b, std::size_t m
 // the mask's popcount. The stores of a block reach at most the block's own slots of the outputs
 // (c <= elements before the block), so they never pass m. At AdamW-like rates half the 32-element
 // blocks change, at random: the branchy variants above mispredict on every second block.
+// 2-byte elements: a block's 32 positions are compressed as 16-bit lane numbers inside a run of
+// `run16` elements (one vpcompressw instead of two vpcompressd and their stores: at 5 % change the
+// pass took 1.4x a memcmp with 32-bit positions, 1.15x with these), then widened and offset by the
+// run's start into `pos` once per run, from L1.
 template <class T, bool WantXor, bool WantNew>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,bmi,popcnt"))) std::size_t collect_avx512(
     const std::byte* a, const std::byte* b, std::size_t m, std::uint32_t* pos, std::byte* xo, std::byte* no) noexcept {
   constexpr std::size_t E = sizeof(T);
   static_assert(E == 2 || E == 4);
-  constexpr std::size_t L = 64 / E;  // lanes per block
   const std::size_t nbytes = m * E;
   std::size_t c = 0, i = 0;
-  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  for (; i + 64 <= nbytes; i += 64) {
-    const __m512i va = _mm512_loadu_si512(a + i), vb = _mm512_loadu_si512(b + i);
-    const __m512i x = _mm512_xor_si512(va, vb);
-    const __m512i idx = _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int>(i / E)));
-    if constexpr (E == 2) {
-      const __mmask32 mk = _mm512_test_epi16_mask(x, x);
-      const __mmask16 lo = static_cast<__mmask16>(mk), hi = static_cast<__mmask16>(mk >> 16);
-      const unsigned nlo = static_cast<unsigned>(__builtin_popcount(lo)), n = static_cast<unsigned>(__builtin_popcount(mk));
-      _mm512_storeu_si512(pos + c, _mm512_maskz_compress_epi32(lo, idx));
-      _mm512_storeu_si512(pos + c + nlo, _mm512_maskz_compress_epi32(hi, _mm512_add_epi32(idx, _mm512_set1_epi32(16))));
-      if constexpr (WantXor) _mm512_storeu_si512(xo + c * E, _mm512_maskz_compress_epi16(mk, x));
-      if constexpr (WantNew) _mm512_storeu_si512(no + c * E, _mm512_maskz_compress_epi16(mk, vb));
+  if constexpr (E == 2) {
+    constexpr std::size_t run16 = 4096;  // elements; lane numbers < 2^16
+    alignas(64) std::uint16_t lanes[run16];
+    const __m512i iota = _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8,
+                                          7, 6, 5, 4, 3, 2, 1, 0);
+    while (i + 64 <= nbytes) {
+      const std::size_t start = i / E, run_end = std::min(nbytes / 64 * 64, i + run16 * E);
+      std::size_t n = 0;  // changes in this run
+      __m512i lane = iota;
+      for (; i < run_end; i += 64) {
+        const __m512i va = _mm512_loadu_si512(a + i), vb = _mm512_loadu_si512(b + i);
+        const __m512i x = _mm512_xor_si512(va, vb);
+        const __mmask32 mk = _mm512_test_epi16_mask(x, x);
+        // n + 32 <= the run's elements so far + 32 <= run16: inside `lanes`
+        _mm512_storeu_si512(lanes + n, _mm512_maskz_compress_epi16(mk, lane));
+        if constexpr (WantXor) _mm512_storeu_si512(xo + (c + n) * E, _mm512_maskz_compress_epi16(mk, x));
+        if constexpr (WantNew) _mm512_storeu_si512(no + (c + n) * E, _mm512_maskz_compress_epi16(mk, vb));
+        n += static_cast<unsigned>(__builtin_popcount(mk));
+        lane = _mm512_add_epi16(lane, _mm512_set1_epi16(32));
+      }
+      // widen: positions c .. c + n - 1 (the last sixteen masked: pos holds m entries, no more)
+      const __m512i at = _mm512_set1_epi32(static_cast<int>(start));
+      for (std::size_t k = 0; k < n; k += 16) {
+        const auto left = static_cast<unsigned>(std::min<std::size_t>(16, n - k));
+        const __m512i p = _mm512_add_epi32(at, _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes + k))));
+        _mm512_mask_storeu_epi32(pos + c + k, static_cast<__mmask16>((1u << left) - 1), p);
+      }
       c += n;
-    } else {
+    }
+  } else {
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (; i + 64 <= nbytes; i += 64) {
+      const __m512i va = _mm512_loadu_si512(a + i), vb = _mm512_loadu_si512(b + i);
+      const __m512i x = _mm512_xor_si512(va, vb);
+      const __m512i idx = _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int>(i / E)));
       const __mmask16 mk = _mm512_test_epi32_mask(x, x);
       _mm512_storeu_si512(pos + c, _mm512_maskz_compress_epi32(mk, idx));
       if constexpr (WantXor) _mm512_storeu_si512(xo + c * E, _mm512_maskz_compress_epi32(mk, x));
       if constexpr (WantNew) _mm512_storeu_si512(no + c * E, _mm512_maskz_compress_epi32(mk, vb));
       c += static_cast<unsigned>(__builtin_popcount(mk));
     }
-    (void)L;
   }
   for (; i < nbytes; i += E) {  // tail: fewer than 64 bytes, element by element
     const T x = static_cast<T>(load_lane<T>(a + i) ^ load_lane<T>(b + i));
