@@ -121,6 +121,34 @@ void frames() {
       write("fuzz_frame", classes ? "bf16-conditioned-classes" : "bf16-conditioned-one-class", out.span());
     }
   }
+  // "lanes": a class large enough for sixteen-lane streams (codec::conditioned_detail::lanes_min_changes, 65 536
+  // changes) in a small seed: every element that can move of a 66 577-element tensor (16 lanes x 4161
+  // groups + 1, so a partial group too) moves up by one ULP (d = +1). Its gaps are almost all 0
+  // and its values almost all one symbol, so the streams cost little; the elements ulp_step cannot
+  // move (NaN, +inf, the largest finite) stay, which gives the gap stream its other symbols.
+  {
+    const std::string name = "model.layers.1.w";
+    const std::size_t n = 16 * 4161 + 1;
+    std::vector<std::byte> old(n * 2);
+    for (std::size_t i = 0; i < old.size(); ++i) old[i] = static_cast<std::byte>(i * 131 + name.size());
+    const auto f = *codec::float_format_of(dtype::BF16);
+    auto neu = old;
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint16_t o;
+      std::memcpy(&o, old.data() + 2 * i, 2);
+      if (const auto s = codec::ulp_step(f, o, 1)) {
+        const auto v = static_cast<std::uint16_t>(*s);
+        std::memcpy(neu.data() + 2 * i, &v, 2);
+      }
+    }
+    codec::chunk_encoder<> enc(codec::encode_options{.policy = codec::mode_policy::conditioned_only});
+    const codec::chunk_piece pc{name, dtype::BF16, n, 0, n, old, neu};
+    codec::byte_buffer out;
+    codec::encode_stats st;
+    enc.encode({codec::frame_kind::delta, payload_id{{3, 7}, 1, 3}, 4, 5}, std::span(&pc, 1), out, &st);
+    if (st.changed < codec::conditioned_detail::lanes_min_changes) throw std::runtime_error("lanes seed: fewer changes than a lane class needs");
+    write("../corpus_large/fuzz_frame", "bf16-conditioned-lanes", out.span());  // too slow to fuzz from in CI
+  }
 }
 
 void bundles() {
