@@ -299,6 +299,20 @@ class chunk_encoder {
     }
   }
 
+  // The old and new bits of the c changed elements at `pos` of a slice (old, neu: its bytes).
+  template <class W>
+  static void gather_changed(const std::byte* old, const std::byte* neu, const std::uint32_t* pos, std::size_t c, std::byte* old_out,
+                             std::byte* new_out) noexcept {
+    constexpr std::size_t E = sizeof(W);
+    for (std::size_t k = 0; k < c; ++k) {
+      W o, v;
+      std::memcpy(&o, old + std::size_t{pos[k]} * E, E);
+      std::memcpy(&v, neu + std::size_t{pos[k]} * E, E);
+      std::memcpy(old_out + k * E, &o, E);
+      std::memcpy(new_out + k * E, &v, E);
+    }
+  }
+
   // Known changes [k0, k1) as collect_changes would report them for elements from tensor index
   // `lo` on: positions relative to lo, XOR masks and/or new bits; an entry equal to its base is
   // skipped (no change).
@@ -448,8 +462,14 @@ class chunk_encoder {
     const mode_choice choice = choose_mode(pc, E, m);
     const value_mode mode = choice.mode;
     const bool cond = mode == value_mode::base_conditioned;
-    const bool want_xor = mode == value_mode::xor_mask || cond || entropy != nullptr;
-    const bool want_new = mode == value_mode::overwrite || cond;
+    // Base-conditioned items detected here read the changed elements' old and new bits back from
+    // the slice by position after detection (from L2): at a few % changes that is ~2 loads and 2
+    // stores per change, where compressing XOR words and new bits out of every 64-byte block cost
+    // two vpcompress and two 64-byte stores per block. Known changes and the entropy statistics
+    // still take the XOR words from the collection.
+    const bool values_by_position = cond && !known_ && entropy == nullptr;
+    const bool want_xor = !values_by_position && (mode == value_mode::xor_mask || cond || entropy != nullptr);
+    const bool want_new = !values_by_position && (mode == value_mode::overwrite || cond);
     const auto fmt = float_format_of(pc.type);
     if constexpr (preparing_backend<Backend>) {
       // the backend prepares the whole item where its tensors live; positions never leave it
@@ -495,8 +515,16 @@ class chunk_encoder {
         ranks_.resize_uninit(at + c);
         backend_.rank_by_class(old_s, *fmt, choice.spec, slice_pos_.span().first(c), classes_.span().subspan(at, c),
                                ranks_.span().subspan(at, c), totals);
-        vals_.append({slice_new_.data(), c * E});
         old_vals_.resize_uninit((at + c) * E);
+        if (values_by_position) {
+          vals_.resize_uninit((at + c) * E);
+          detail::with_word(E, [&](auto w) {
+            gather_changed<decltype(w)>(old_s.data(), pc.new_bytes.data() + off * E, slice_pos_.data(), c, old_vals_.data() + at * E,
+                                        vals_.data() + at * E);
+          });
+          continue;
+        }
+        vals_.append({slice_new_.data(), c * E});
         // plain pointers: through the members, each byte store could alias them (no vectorising)
         std::byte* o = old_vals_.data() + at * E;
         const std::byte* x = slice_xor_.data();
