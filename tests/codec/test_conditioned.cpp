@@ -836,6 +836,27 @@ TEST(Kernels, ClassMasksOfEveryVariantEqualTheScalarOnes) {
 // AVX-512 kernels (one class, several classes) plus the scalar tail must give what the scalar pass
 // alone gives, on every kind of change (±1 ULP, long jumps, sign changes, ±0, subnormals, ±inf,
 // NaN payloads) and gaps from 0 to 2^30, for counts around the kernels' 16-change steps.
+TEST(Kernels, ClassCountsOfEveryVariantAreTheCounts) {
+  namespace cd = conditioned_detail;
+  std::mt19937_64 g(23);
+  for (unsigned K : {2u, 4u, 16u})
+    for (std::size_t c : {0, 1, 63, 64, 65, 1000, 4099}) {
+      std::vector<std::uint8_t> cls(c);
+      std::array<std::uint64_t, max_base_classes> want{};
+      for (auto& k : cls) k = static_cast<std::uint8_t>(g() % 3 == 0 ? g() % K : K - 1), ++want[k];  // skewed to the last class
+      std::array<std::uint64_t, max_base_classes> got{};
+      cd::class_counts_scalar(cls.data(), c, K, got.data());
+      EXPECT_EQ(got, want) << "scalar K=" << K << " c=" << c;
+#ifdef BITREFIT_CODEC_X86
+      if (cpu_avx512bw()) {
+        got = {};
+        cd::class_counts_avx512(cls.data(), c, K, got.data());
+        EXPECT_EQ(got, want) << "avx512 K=" << K << " c=" << c;
+      }
+#endif
+    }
+}
+
 TEST(Kernels, PassOneOfEveryVariantEqualsTheScalarOne) {
 #ifdef BITREFIT_CODEC_X86
   if (!cpu_avx512_lzcnt()) GTEST_SKIP() << "no AVX-512CD on this CPU";
