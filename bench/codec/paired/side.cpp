@@ -1,0 +1,42 @@
+// One side of bitrefit-paired-encode: the chunk encoder of ONE source tree, compiled into a
+// namespace of its own (paired-encode.sh builds this file twice: the baseline's headers with
+// -Dbitrefit=bitrefit_base -DPAIRED_SIDE=base_side, the working tree's with -DPAIRED_SIDE=work_side),
+// so both encoders live in one process and can be timed alternately on the same data.
+#include <cstdint>
+#include <ctime>
+#include <span>
+#include <vector>
+
+#include "bitrefit/codec/codec.hpp"
+
+namespace PAIRED_SIDE {
+
+using namespace bitrefit;
+using namespace bitrefit::codec;
+
+struct state {
+  chunk_encoder<host_backend> encoder;
+  byte_buffer out;
+};
+
+void* make_state() { return new state; }
+
+// Encodes each tensor (m BF16 elements, old -> new) as one frame, default options; returns the
+// thread CPU seconds and sets `bytes` to the frames' total size.
+double encode(void* s, const std::vector<const std::uint16_t*>& olds, const std::vector<const std::uint16_t*>& news, std::size_t m,
+              std::size_t& bytes) {
+  auto& st = *static_cast<state*>(s);
+  timespec t0, t1;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+  bytes = 0;
+  for (std::size_t t = 0; t < olds.size(); ++t) {
+    const chunk_piece pc{.tensor = "t", .type = dtype::BF16, .tensor_elements = m, .begin = 0, .end = m,
+                         .old_bytes = std::as_bytes(std::span(olds[t], m)), .new_bytes = std::as_bytes(std::span(news[t], m))};
+    st.encoder.encode({frame_kind::delta, payload_id{{1, 0}, 0, static_cast<std::uint32_t>(t)}, 0, 1}, std::span(&pc, 1), st.out);
+    bytes += st.out.size();
+  }
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+  return static_cast<double>(t1.tv_sec - t0.tv_sec) + static_cast<double>(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+}
+
+}  // namespace PAIRED_SIDE
