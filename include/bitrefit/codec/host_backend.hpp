@@ -2,7 +2,8 @@
 //
 // Change detection is the one diff kernel (core/bit_diff.hpp: 64-byte blocks, one branch per equal
 // block, AVX2 where the CPU has it), so the pass is bound by memory bandwidth, like memcmp; the
-// values of the few changed elements are gathered as they are found.
+// values of the few changed elements are gathered as they are found (or, for base-conditioned
+// items, read back by position afterwards: chunk_encoder::encode_piece).
 #pragma once
 
 #include <algorithm>
@@ -71,8 +72,8 @@ std::size_t collect_kernel(const std::byte* a, const std::byte* b, std::size_t m
 // blocks change, at random: the branchy variants above mispredict on every second block.
 // 2-byte elements: a block's 32 positions are compressed as 16-bit lane numbers inside a run of
 // `run16` elements (one vpcompressw instead of two vpcompressd and their stores: at 5 % change the
-// pass took 1.4x a memcmp with 32-bit positions, 1.15x with these), then widened and offset by the
-// run's start into `pos` once per run, from L1.
+// pass took 1.35-1.6x a memcmp with 32-bit positions, 1.15-1.3x with these), then widened and
+// offset by the run's start into `pos` once per run, from L1.
 template <class T, bool WantXor, bool WantNew>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,bmi,popcnt"))) std::size_t collect_avx512(
     const std::byte* a, const std::byte* b, std::size_t m, std::uint32_t* pos, std::byte* xo, std::byte* no) noexcept {
