@@ -35,7 +35,6 @@
 #include <random>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -418,7 +417,6 @@ nlohmann::json measure(const bench_args& a, model& m) {
   }
   // thread scaling of the chosen encoding
   const scaling sc = encode_scaling<Backend>(m, man, a, a.threads);
-  const auto [wall1, cpu1, wallN, cpuN] = std::tuple{sc.wall1, sc.cpu1, sc.wallN, sc.cpuN};
 
   const double n = static_cast<double>(ch.elements);
   const double gb = static_cast<double>(m.bytes) / 1e9;
@@ -469,12 +467,12 @@ nlohmann::json measure(const bench_args& a, model& m) {
   j["apply_wall_s"] = apply_t.wall;
   j["memcpy_wall_s"] = memcpy_t.wall;
   j["threads"] = a.threads;
-  j["encode_1t_wall_s"] = wall1;
-  j["encode_nt_wall_s"] = wallN;
-  j["encode_nt_max_thread_cpu_s"] = cpuN;
-  j["ratio_encode_nt_vs_1t_throughput_wall"] = wall1 / wallN;
+  j["encode_1t_wall_s"] = sc.wall1;
+  j["encode_nt_wall_s"] = sc.wallN;
+  j["encode_nt_max_thread_cpu_s"] = sc.cpuN;
+  j["ratio_encode_nt_vs_1t_throughput_wall"] = sc.wall1 / sc.wallN;
   // speedup if the threads ran side by side (their CPU time includes memory-bandwidth contention)
-  j["ratio_encode_nt_vs_1t_throughput_cpu"] = cpu1 / std::max(1e-12, cpuN);
+  j["ratio_encode_nt_vs_1t_throughput_cpu"] = sc.cpu1 / std::max(1e-12, sc.cpuN);
   // the machine's own scaling in the same repetitions (encode_scaling): memory-bound and compute-only
   j["memcmp_1t_wall_s"] = sc.memcmp1;
   j["memcmp_nt_wall_s"] = sc.memcmpN;

@@ -123,9 +123,10 @@ void frames() {
   }
   // "lanes": a class large enough for sixteen-lane streams (codec::conditioned_detail::lanes_min_changes, 65 536
   // changes) in a small seed: every element that can move of a 66 577-element tensor (16 lanes x 4161
-  // groups + 1, so a partial group too) moves up by one ULP (d = +1). Its gaps are almost all 0
-  // and its values almost all one symbol, so the streams cost little; the elements ulp_step cannot
-  // move (NaN, +inf, the largest finite) stay, which gives the gap stream its other symbols.
+  // groups + 1, so a partial group too) moves up by one ULP (d = +1). The fuzz model's byte pattern
+  // holds no NaN, infinity or largest finite value, so every element moves: the gaps are all 0 and
+  // the values almost all one symbol, and the streams cost little (an element ulp_step could not
+  // move would stay and give the gap stream another symbol).
   {
     const std::string name = "model.layers.1.w";
     const std::size_t n = 16 * 4161 + 1;
