@@ -360,17 +360,12 @@ __attribute__((target("avx512f,avx512bw,avx512cd,avx512vl"))) inline std::size_t
 
 /// count[k] += changes of class k (< K) among the c class bytes. Pass 0 of encode_typed; as one
 /// scalar loop that also kept each class's last rank it cost ~0.2x a memcmp of the chunk on AdamW
-/// items of four classes, here K byte compares and popcounts per 64 changes.
+/// items of four classes, here K byte compares and popcounts per 64 changes (count_symbols_avx512:
+/// every class byte is below K, so none is counted one by one).
 #ifdef BITREFIT_CODEC_X86
 __attribute__((target("avx512f,avx512bw,popcnt"))) inline void class_counts_avx512(const std::uint8_t* cls, std::size_t c, unsigned K,
                                                                                  std::uint64_t* count) noexcept {
-  std::size_t i = 0;
-  for (; i + 64 <= c; i += 64) {
-    const __m512i v = _mm512_loadu_si512(cls + i);
-    for (unsigned k = 0; k < K; ++k)
-      count[k] += static_cast<std::uint64_t>(__builtin_popcountll(_mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8(static_cast<char>(k)))));
-  }
-  for (; i < c; ++i) ++count[cls[i]];
+  for (std::size_t i = 0; i < c; i += 64) count_symbols_avx512(cls + i, static_cast<unsigned>(std::min<std::size_t>(64, c - i)), K, count);
 }
 #endif
 inline void class_counts_scalar(const std::uint8_t* cls, std::size_t c, unsigned K, std::uint64_t* count) noexcept {
