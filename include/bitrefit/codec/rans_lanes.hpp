@@ -165,6 +165,9 @@ BITREFIT_RANS_LANES_TARGET void put16(__m512i& x, const enc_table& t, __m512i s,
 }
 /// put_raw() of sixteen lanes: bits[l] (0..15) raw bits of v[l] (v below 2^bits).
 BITREFIT_RANS_LANES_TARGET void put_raw16(__m512i& x, __m512i v, __m512i bits, std::byte*& out) noexcept {
+  // No lane takes a bit (the common case: +-1 ULP values have no raw field, gaps rarely need more
+  // than 15 bits): then nothing is emitted and x stays, so skip the compress and store.
+  if (!_mm512_test_epi32_mask(bits, bits)) return;
   const __m512i top = _mm512_maskz_srlv_epi32(all16, x, _mm512_sub_epi32(_mm512_set1_epi32(31), bits));
   emit16(x, _mm512_test_epi32_mask(top, top), out);
   x = _mm512_or_si512(_mm512_maskz_sllv_epi32(all16, x, bits), v);
