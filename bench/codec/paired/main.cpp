@@ -1,7 +1,11 @@
 // bitrefit-paired-encode — encode time of the working tree against a baseline commit, both in one
 // process, timed alternately on the same data (paired-encode.sh builds it; README.md "Paired runs").
 //
-//   bitrefit-paired-encode RATE|adamw [REPS]
+//   bitrefit-paired-encode RATE|adamw [REPS] [encode|apply]
+//
+// `apply` times the receiver instead: each side applies the frames its own encoder made to a copy
+// of the base (frame_applier::apply: verification, decoding, writing), checked bit for bit
+// against the new tensors.
 //
 // Why: on the shared 2-vCPU build VMs one binary's encode time moves by 30 % and more between
 // runs minutes apart, so a before/after made of separate bench runs cannot resolve a 5-10 %
@@ -28,10 +32,14 @@
 namespace base_side {
 void* make_state();
 double encode(void*, const std::vector<const std::uint16_t*>&, const std::vector<const std::uint16_t*>&, std::size_t, std::size_t&);
+void keep_frames(void*, const std::vector<const std::uint16_t*>&, const std::vector<const std::uint16_t*>&, std::size_t);
+double apply(void*, const std::vector<const std::uint16_t*>&, const std::vector<const std::uint16_t*>&, std::size_t, bool&);
 }  // namespace base_side
 namespace work_side {
 void* make_state();
 double encode(void*, const std::vector<const std::uint16_t*>&, const std::vector<const std::uint16_t*>&, std::size_t, std::size_t&);
+void keep_frames(void*, const std::vector<const std::uint16_t*>&, const std::vector<const std::uint16_t*>&, std::size_t);
+double apply(void*, const std::vector<const std::uint16_t*>&, const std::vector<const std::uint16_t*>&, std::size_t, bool&);
 }  // namespace work_side
 
 namespace {
@@ -55,13 +63,19 @@ float float_of(std::uint16_t b) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: bitrefit-paired-encode RATE|adamw [REPS]\n");
+    std::fprintf(stderr, "usage: bitrefit-paired-encode RATE|adamw [REPS] [encode|apply]\n");
     return 2;
   }
   const std::string change = argv[1];
   const bool adamw = change == "adamw";
   const double rate = adamw ? 0.0 : std::atof(argv[1]);
   const int reps = argc > 2 ? std::max(3, std::atoi(argv[2])) : 21;
+  const std::string mode = argc > 3 ? argv[3] : "encode";
+  if (mode != "encode" && mode != "apply") {
+    std::fprintf(stderr, "bitrefit-paired-encode: mode must be encode or apply, not %s\n", mode.c_str());
+    return 2;
+  }
+  const bool applying = mode == "apply";
   const int tensors = 4;
   const std::size_t m = std::size_t{32} << 20;  // 64 MiB of BF16
   std::vector<std::vector<std::uint16_t>> olds(tensors), news(tensors);
@@ -93,6 +107,12 @@ int main(int argc, char** argv) {
   std::size_t base_bytes = 0, work_bytes = 0;
   base_side::encode(base, op, np, m, base_bytes);  // warm-up: scratch grows to its size
   work_side::encode(work, op, np, m, work_bytes);
+  if (applying) base_side::keep_frames(base, op, np, m), work_side::keep_frames(work, op, np, m);
+  bool exact = true;
+  const auto run = [&](bool work_side_run) {
+    if (applying) return work_side_run ? work_side::apply(work, op, np, m, exact) : base_side::apply(base, op, np, m, exact);
+    return work_side_run ? work_side::encode(work, op, np, m, work_bytes) : base_side::encode(base, op, np, m, base_bytes);
+  };
   std::vector<double> tb, tw, ratio;
   double memcmp_best = 1e300;
   int differ = 0;
@@ -101,16 +121,22 @@ int main(int argc, char** argv) {
     for (int t = 0; t < tensors; ++t) differ |= std::memcmp(olds[t].data(), copies[t].data(), m * 2);
     memcmp_best = std::min(memcmp_best, cpu_now() - t0);
     double b, w;
-    if (r & 1) w = work_side::encode(work, op, np, m, work_bytes), b = base_side::encode(base, op, np, m, base_bytes);
-    else b = base_side::encode(base, op, np, m, base_bytes), w = work_side::encode(work, op, np, m, work_bytes);
+    if (r & 1) w = run(true), b = run(false);
+    else b = run(false), w = run(true);
     tb.push_back(b), tw.push_back(w), ratio.push_back(w / b);
   }
   if (differ) return 1;
+  if (!exact) {
+    std::fprintf(stderr, "bitrefit-paired-encode: an applied frame did not give the new tensor's bits\n");
+    return 1;
+  }
   std::sort(ratio.begin(), ratio.end());
   const double bb = *std::min_element(tb.begin(), tb.end()), bw = *std::min_element(tw.begin(), tw.end());
-  std::printf("{\"change\": \"%s\", \"reps\": %d, \"base_bytes\": %zu, \"work_bytes\": %zu, \"ratio_work_vs_base_median\": %.3f, "
-              "\"ratio_work_vs_base_q1\": %.3f, \"ratio_work_vs_base_q3\": %.3f, \"base_encode_best_s\": %.4f, \"work_encode_best_s\": %.4f, "
-              "\"memcmp_best_s\": %.4f, \"base_encode_vs_memcmp\": %.2f, \"work_encode_vs_memcmp\": %.2f}\n",
-              change.c_str(), reps, base_bytes, work_bytes, ratio[ratio.size() / 2], ratio[ratio.size() / 4], ratio[3 * ratio.size() / 4],
-              bb, bw, memcmp_best, bb / memcmp_best, bw / memcmp_best);
+  // the timed keys carry the mode: base_encode_best_s ... or base_apply_best_s ...
+  const char* md = mode.c_str();
+  std::printf("{\"change\": \"%s\", \"mode\": \"%s\", \"reps\": %d, \"base_bytes\": %zu, \"work_bytes\": %zu, \"ratio_work_vs_base_median\": %.3f, "
+              "\"ratio_work_vs_base_q1\": %.3f, \"ratio_work_vs_base_q3\": %.3f, \"base_%s_best_s\": %.4f, \"work_%s_best_s\": %.4f, "
+              "\"memcmp_best_s\": %.4f, \"base_%s_vs_memcmp\": %.2f, \"work_%s_vs_memcmp\": %.2f}\n",
+              change.c_str(), md, reps, base_bytes, work_bytes, ratio[ratio.size() / 2], ratio[ratio.size() / 4], ratio[3 * ratio.size() / 4], md,
+              bb, md, bw, memcmp_best, md, bb / memcmp_best, md, bw / memcmp_best);
 }

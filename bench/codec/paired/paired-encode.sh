@@ -3,6 +3,7 @@
 #   bash bench/codec/paired/paired-encode.sh BASE_REV [CHANGE ...]     (default: 0.01 0.03 0.05 adamw)
 # Builds the baseline's headers from a temporary git worktree and the working tree's headers into
 # one binary (g++ -O3, as the Release bench), runs it once per change set, prints one JSON line each.
+# MODE=apply times the receiver (each side applies its own frames to a copy of the base) instead.
 # BASE_REV "." builds the working tree as both sides: an A/A control, whose median and quartiles
 # show how far the machine alone moves the ratio (run it beside each A/B: on the shared VMs the
 # A/A median has ranged 0.96-1.04).
@@ -25,4 +26,4 @@ src=$root/bench/codec/paired
 "${cxx[@]}" -c "$src/side.cpp" -I"$base_include" -Dbitrefit=bitrefit_base -DPAIRED_SIDE=base_side -o "$work/base.o"
 "${cxx[@]}" -c "$src/side.cpp" -I"$root/include" -DPAIRED_SIDE=work_side -o "$work/work.o"
 "${cxx[@]}" "$src/main.cpp" "$work/base.o" "$work/work.o" -lzstd -o "$work/paired"
-for c in "${changes[@]}"; do "$work/paired" "$c" "${REPS:-21}"; done
+for c in "${changes[@]}"; do "$work/paired" "$c" "${REPS:-21}" "${MODE:-encode}"; done

@@ -3,10 +3,12 @@
 // -Dbitrefit=bitrefit_base -DPAIRED_SIDE=base_side, the working tree's with -DPAIRED_SIDE=work_side),
 // so both encoders live in one process and can be timed alternately on the same data.
 #include <cstdint>
+#include <cstring>
 #include <ctime>
 #include <span>
 #include <vector>
 
+#include "bitrefit/codec/apply.hpp"
 #include "bitrefit/codec/codec.hpp"
 
 namespace PAIRED_SIDE {
@@ -17,6 +19,9 @@ using namespace bitrefit::codec;
 struct state {
   chunk_encoder<host_backend> encoder;
   byte_buffer out;
+  std::vector<std::vector<std::byte>> frames;  // one per tensor, for apply()
+  frame_applier<host_backend> applier;
+  std::vector<std::uint16_t> work;
 };
 
 void* make_state() { return new state; }
@@ -37,6 +42,38 @@ double encode(void* s, const std::vector<const std::uint16_t*>& olds, const std:
   }
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
   return static_cast<double>(t1.tv_sec - t0.tv_sec) + static_cast<double>(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+}
+
+// Encodes each tensor as encode() does and keeps the frames for apply() (untimed).
+void keep_frames(void* s, const std::vector<const std::uint16_t*>& olds, const std::vector<const std::uint16_t*>& news, std::size_t m) {
+  auto& st = *static_cast<state*>(s);
+  std::size_t bytes = 0;
+  st.frames.clear();
+  for (std::size_t t = 0; t < olds.size(); ++t) {
+    encode(s, {olds[t]}, {news[t]}, m, bytes);
+    st.frames.emplace_back(st.out.data(), st.out.data() + st.out.size());
+  }
+}
+
+// Applies each kept frame to a copy of its base (the copy untimed): verification, decoding and
+// writing, as a receiver does. Returns the thread CPU seconds; `exact` stays true only if every
+// result has the new tensor's bits.
+double apply(void* s, const std::vector<const std::uint16_t*>& olds, const std::vector<const std::uint16_t*>& news, std::size_t m,
+             bool& exact) {
+  auto& st = *static_cast<state*>(s);
+  st.work.resize(m);
+  double total = 0;
+  for (std::size_t t = 0; t < olds.size(); ++t) {
+    std::memcpy(st.work.data(), olds[t], m * 2);
+    const target_map tm({mutable_tensor_view("t", dtype::BF16, shape_t{m}, std::as_writable_bytes(std::span(st.work)))});
+    timespec t0, t1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    st.applier.apply(st.frames[t], tm);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+    total += static_cast<double>(t1.tv_sec - t0.tv_sec) + static_cast<double>(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    exact = exact && std::memcmp(st.work.data(), news[t], m * 2) == 0;
+  }
+  return total;
 }
 
 }  // namespace PAIRED_SIDE
