@@ -29,17 +29,18 @@
 #include <string>
 #include <vector>
 
+// The interface of one side (side.cpp), declared once for each namespace it is compiled into.
+#define PAIRED_SIDE_INTERFACE                                                                                                        \
+  using tensors = std::vector<const std::uint16_t*>;                                                                                 \
+  void* make_state();                                                                                                                \
+  double encode(void*, const tensors&, const tensors&, std::size_t, std::size_t&);                                                   \
+  void keep_frames(void*, const tensors&, const tensors&, std::size_t);                                                              \
+  double apply(void*, const tensors&, const tensors&, std::size_t, bool&);
 namespace base_side {
-void* make_state();
-double encode(void*, const std::vector<const std::uint16_t*>&, const std::vector<const std::uint16_t*>&, std::size_t, std::size_t&);
-void keep_frames(void*, const std::vector<const std::uint16_t*>&, const std::vector<const std::uint16_t*>&, std::size_t);
-double apply(void*, const std::vector<const std::uint16_t*>&, const std::vector<const std::uint16_t*>&, std::size_t, bool&);
+PAIRED_SIDE_INTERFACE
 }  // namespace base_side
 namespace work_side {
-void* make_state();
-double encode(void*, const std::vector<const std::uint16_t*>&, const std::vector<const std::uint16_t*>&, std::size_t, std::size_t&);
-void keep_frames(void*, const std::vector<const std::uint16_t*>&, const std::vector<const std::uint16_t*>&, std::size_t);
-double apply(void*, const std::vector<const std::uint16_t*>&, const std::vector<const std::uint16_t*>&, std::size_t, bool&);
+PAIRED_SIDE_INTERFACE
 }  // namespace work_side
 
 namespace {
