@@ -26,13 +26,19 @@ struct state {
 
 void* make_state() { return new state; }
 
+// This thread's CPU time in seconds.
+double thread_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
 // Encodes each tensor (m BF16 elements, old -> new) as one frame, default options; returns the
 // thread CPU seconds and sets `bytes` to the frames' total size.
 double encode(void* s, const std::vector<const std::uint16_t*>& olds, const std::vector<const std::uint16_t*>& news, std::size_t m,
               std::size_t& bytes) {
   auto& st = *static_cast<state*>(s);
-  timespec t0, t1;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+  const double t0 = thread_seconds();
   bytes = 0;
   for (std::size_t t = 0; t < olds.size(); ++t) {
     const chunk_piece pc{.tensor = "t", .type = dtype::BF16, .tensor_elements = m, .begin = 0, .end = m,
@@ -40,8 +46,7 @@ double encode(void* s, const std::vector<const std::uint16_t*>& olds, const std:
     st.encoder.encode({frame_kind::delta, payload_id{{1, 0}, 0, static_cast<std::uint32_t>(t)}, 0, 1}, std::span(&pc, 1), st.out);
     bytes += st.out.size();
   }
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
-  return static_cast<double>(t1.tv_sec - t0.tv_sec) + static_cast<double>(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  return thread_seconds() - t0;
 }
 
 // Encodes each tensor as encode() does and keeps the frames for apply() (untimed).
@@ -66,11 +71,9 @@ double apply(void* s, const std::vector<const std::uint16_t*>& olds, const std::
   for (std::size_t t = 0; t < olds.size(); ++t) {
     std::memcpy(st.work.data(), olds[t], m * 2);
     const target_map tm({mutable_tensor_view("t", dtype::BF16, shape_t{m}, std::as_writable_bytes(std::span(st.work)))});
-    timespec t0, t1;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    const double t0 = thread_seconds();
     st.applier.apply(st.frames[t], tm);
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
-    total += static_cast<double>(t1.tv_sec - t0.tv_sec) + static_cast<double>(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    total += thread_seconds() - t0;
     exact = exact && std::memcmp(st.work.data(), news[t], m * 2) == 0;
   }
   return total;
