@@ -11,6 +11,9 @@
 #include <cstring>
 #include <random>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "bitrefit/codec/codec.hpp"
 
 using namespace bitrefit;
@@ -830,6 +833,92 @@ TEST(Kernels, ClassMasksOfEveryVariantEqualTheScalarOnes) {
     EXPECT_EQ(t1, t2);
 #endif
   }
+}
+
+// Class ranks of 2- and 4-byte formats with AVX-512 (rank_avx512) against the scalar path
+// (rank_generic): every class count from 2 to 16, ranges of one element to several 8 192-element
+// batches with a partial last block, positions from every element to 1 in 40 (the first and the
+// last always among them), and totals carried in from an earlier slice.
+TEST(Kernels, RanksOfTheVectorAndScalarPathsAreTheSame) {
+#ifdef BITREFIT_CODEC_X86
+  if (!cpu_avx512_vpopcnt()) GTEST_SKIP() << "no AVX-512 VPOPCNTDQ on this CPU";
+  std::mt19937_64 g(21);
+  for (dtype t : {dtype::BF16, dtype::F16, dtype::F32}) {
+    const auto f = *float_format_of(t);
+    const std::size_t E = f.element_size;
+    for (unsigned K : {2u, 3u, 5u, 9u, 16u}) {
+      class_spec spec;
+      spec.count = static_cast<std::uint8_t>(K);
+      for (unsigned j = 0; j + 1 < K; ++j) spec.thresholds[j] = static_cast<std::uint16_t>(1 + j * (f.exponents() - 2) / (K - 1));
+      ASSERT_TRUE(valid_class_spec(spec, f)) << dtype_name(t) << " K=" << K;
+      const auto c = detail::thresholds_of(f, spec);
+      for (std::size_t m : {std::size_t{1}, std::size_t{17}, std::size_t{64}, std::size_t{65}, std::size_t{8192}, std::size_t{3 * 8192 + 100}}) {
+        std::vector<std::byte> base(m * E);
+        for (auto& b : base) b = static_cast<std::byte>(g());
+        for (unsigned every : {1u, 4u, 40u}) {
+          std::vector<std::uint32_t> pos;
+          for (std::uint32_t i = 0; i < m; ++i)
+            if (i == 0 || i + 1 == m || g() % every == 0) pos.push_back(i);
+          std::vector<std::uint8_t> c1(pos.size()), c2(pos.size());
+          std::vector<std::uint32_t> r1(pos.size()), r2(pos.size());
+          std::vector<std::uint64_t> t1(K), t2(K);
+          for (unsigned k = 0; k < K; ++k) t1[k] = t2[k] = 1000 * k + 7;
+          detail::with_word(E, [&](auto w) {
+            using W = decltype(w);
+            detail::rank_generic<W>(base.data(), m, c, pos.data(), pos.size(), c1.data(), r1.data(), t1.data());
+            if constexpr (sizeof(W) == 2 || sizeof(W) == 4)
+              detail::rank_avx512<W>(base.data(), m, c, pos.data(), pos.size(), c2.data(), r2.data(), t2.data());
+          });
+          const std::string at = std::string(dtype_name(t)) + " K=" + std::to_string(K) + " m=" + std::to_string(m) + " every=" + std::to_string(every);
+          EXPECT_EQ(c1, c2) << at;
+          EXPECT_EQ(r1, r2) << at;
+          EXPECT_EQ(t1, t2) << at;
+        }
+      }
+    }
+  }
+#else
+  GTEST_SKIP() << "x86-64 only";
+#endif
+}
+
+// A 4-byte gather at a 2-byte element reads the element after it: rank_avx512 leaves a range's
+// last element to its scalar loop. Here the base ends at an inaccessible page and the changes
+// fill whole groups of sixteen up to the last element: reading past the range is a fault.
+TEST(Kernels, VectorRanksReadNothingPastTheRange) {
+#ifdef BITREFIT_CODEC_X86
+  if (!cpu_avx512_vpopcnt()) GTEST_SKIP() << "no AVX-512 VPOPCNTDQ on this CPU";
+  const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  void* mem = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  ASSERT_EQ(mprotect(static_cast<std::byte*>(mem) + page, page, PROT_NONE), 0);
+  const auto f = *float_format_of(dtype::BF16);
+  const std::size_t m = 1000;
+  std::byte* base = static_cast<std::byte*>(mem) + page - 2 * m;  // its last byte is the page's last
+  std::mt19937_64 g(5);
+  for (std::size_t i = 0; i < 2 * m; ++i) base[i] = static_cast<std::byte>(g());
+  class_spec spec;
+  spec.count = 4;
+  spec.thresholds = {100, 120, 130};
+  const auto c = detail::thresholds_of(f, spec);
+  // 160 changes 3 apart, then the last 64 elements: 14 whole groups of sixteen, the last of them
+  // ending at the range's last element
+  std::vector<std::uint32_t> pos;
+  for (std::uint32_t i = 0; i < 480; i += 3) pos.push_back(i);
+  for (auto i = static_cast<std::uint32_t>(m - 64); i < m; ++i) pos.push_back(i);
+  ASSERT_EQ(pos.size() % 16, 0u);
+  std::vector<std::uint8_t> c1(pos.size()), c2(pos.size());
+  std::vector<std::uint32_t> r1(pos.size()), r2(pos.size());
+  std::vector<std::uint64_t> t1(4), t2(4);
+  detail::rank_generic<std::uint16_t>(base, m, c, pos.data(), pos.size(), c1.data(), r1.data(), t1.data());
+  detail::rank_avx512<std::uint16_t>(base, m, c, pos.data(), pos.size(), c2.data(), r2.data(), t2.data());
+  EXPECT_EQ(c1, c2);
+  EXPECT_EQ(r1, r2);
+  EXPECT_EQ(t1, t2);
+  munmap(mem, 2 * page);
+#else
+  GTEST_SKIP() << "x86-64 only";
+#endif
 }
 
 // Pass 1 of the conditioned encoder (gaps, value codes, histograms) for a 2-byte format: the

@@ -50,4 +50,15 @@ inline bool cpu_avx512_lzcnt() noexcept {
 #endif
 }
 
+/// True when the CPU has AVX-512F, BW, VL, DQ and VPOPCNTDQ (the lane-wise popcount).
+inline bool cpu_avx512_vpopcnt() noexcept {
+#ifdef BITREFIT_CODEC_X86
+  static const bool has = cpu_avx512bw() && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512vpopcntdq");
+  return has;
+#else
+  return false;
+#endif
+}
+
 }  // namespace bitrefit::codec
