@@ -326,21 +326,60 @@ __attribute__((target("avx512f,avx512bw,avx512cd,avx512vl"))) inline std::size_t
   for (unsigned s = 0; s < std::size(vh); ++s) o.vh[0][s] += vh[s];
   return n;
 }
-/// Several classes: the value codes sixteen at a time, then per change (scalar, place_gap as in
-/// code_changes) its class's gap and its slot in class-major order.
-__attribute__((target("avx512f,avx512bw,avx512cd,avx512vl"))) inline std::size_t class_codes_16_avx512(
-    const float_format& f, const unsigned* shift, const std::uint8_t* cls, const std::uint32_t* rk, const std::byte* ov,
+/// Several classes, sixteen changes per step: the value codes, then per class present in the step
+/// its changes compressed out in position order (vpcompressd of ranks and codes), their gaps
+/// (rank - the class's previous rank - 1) and codes stored at the class's next slots, and their
+/// gap and value symbols kept per class and counted 64 at a time (count_symbols_avx512). Why:
+/// placing each change one by one (place_gap: the class's slot and previous rank through memory,
+/// two bin increments) cost about 12 cycles per change, 0.98x a memcmp on AdamW-like items of four
+/// classes against 0.36x for one class.
+__attribute__((target("avx512f,avx512bw,avx512cd,avx512vl,popcnt"))) inline std::size_t class_codes_16_avx512(
+    const float_format& f, unsigned K, const unsigned* shift, const std::uint8_t* cls, const std::uint32_t* rk, const std::byte* ov,
     const std::byte* nv, std::size_t c, pass1_state& st, const pass1_out& o) noexcept {
   const std::size_t n = c / 16 * 16;
   const unsigned VA = value_alphabet(f);
-  alignas(64) std::uint32_t code[16];
+  if (VA < dense_value_symbols) return 0;
+  const float_format fl = f;  // a copy: stores through the outputs could alias f's fields
+  const __m512i one = _mm512_set1_epi32(1), low_byte = _mm512_set1_epi32(0xFF);
+  // per class: symbols not yet counted (a step adds at most 16 to at most 48)
+  alignas(64) std::uint8_t gsym[max_base_classes][64], vsym[max_base_classes][64];
+  unsigned fill[max_base_classes] = {};
+  std::uint64_t slot[max_base_classes];
+  std::uint32_t next[max_base_classes];
+  for (unsigned k = 0; k < K; ++k) slot[k] = st.slot[k], next[k] = st.next[k];
+  auto count = [&](unsigned k) {
+    count_symbols_avx512(gsym[k], fill[k], dense_gap_symbols, o.gh[0] + std::size_t{k} * gap_alphabet);
+    count_symbols_avx512(vsym[k], fill[k], dense_value_symbols, o.vh[0] + std::size_t{k} * VA);
+    fill[k] = 0;
+  };
   for (std::size_t i = 0; i < n; i += 16) {
-    _mm512_store_si512(code, value_codes16_avx512(f, load16_avx512(ov + 2 * i), load16_avx512(nv + 2 * i)));
-    for (unsigned l = 0; l < 16; ++l) {
-      const unsigned k = cls[i + l];
-      o.vcode[place_gap(k, rk[i + l], shift, l & 3, st, o)] = code[l];
-      ++o.vh[l & 3][k * VA + (code[l] & 0xFF)];
+    const __m512i code = value_codes16_avx512(fl, load16_avx512(ov + 2 * i), load16_avx512(nv + 2 * i));
+    const __m512i cl = _mm512_maskz_cvtepu8_epi32(every_lane, _mm_loadu_si128(reinterpret_cast<const __m128i*>(cls + i)));
+    const __m512i r = _mm512_loadu_si512(rk + i);
+    for (unsigned k = 0; k < K; ++k) {
+      const __mmask16 m = _mm512_cmpeq_epi32_mask(cl, _mm512_set1_epi32(static_cast<int>(k)));
+      if (!m) continue;
+      const unsigned nk = static_cast<unsigned>(std::popcount(static_cast<unsigned>(m)));
+      const auto keep = static_cast<__mmask16>((1u << nk) - 1);
+      const __m512i rc = _mm512_maskz_compress_epi32(m, r);
+      const __m512i cc = _mm512_maskz_compress_epi32(m, code);
+      // lane 0's previous rank is the class's (next - 1, -1 before its first change)
+      const __m512i before = _mm512_maskz_alignr_epi32(every_lane, rc, _mm512_set1_epi32(static_cast<int>(next[k] - 1)), 15);
+      const __m512i g = _mm512_sub_epi32(_mm512_sub_epi32(rc, before), one);
+      _mm512_mask_storeu_epi32(o.gaps + slot[k], keep, g);
+      _mm512_mask_storeu_epi32(o.vcode + slot[k], keep, cc);
+      const __m512i gs = bucket16_avx512(_mm512_maskz_srl_epi32(every_lane, g, _mm_cvtsi32_si128(static_cast<int>(shift[k])))).symbol;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(gsym[k] + fill[k]), _mm512_maskz_cvtepi32_epi8(every_lane, gs));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(vsym[k] + fill[k]), _mm512_maskz_cvtepi32_epi8(every_lane, _mm512_and_si512(cc, low_byte)));
+      fill[k] += nk;
+      slot[k] += nk;
+      next[k] = rk[i + 31 - static_cast<unsigned>(std::countl_zero(static_cast<std::uint32_t>(m)))] + 1;
+      if (fill[k] > 48) count(k);
     }
+  }
+  for (unsigned k = 0; k < K; ++k) {
+    if (fill[k]) count(k);
+    st.slot[k] = slot[k], st.next[k] = next[k];
   }
   return n;
 }
@@ -351,7 +390,7 @@ __attribute__((target("avx512f,avx512bw,avx512cd,avx512vl"))) inline std::size_t
 __attribute__((target("avx512f,avx512bw,avx512cd,avx512vl"))) inline std::size_t codes_16_avx512(
     const float_format& f, unsigned K, const unsigned* shift, const std::uint8_t* cls, const std::uint32_t* rk,
     const std::byte* ov, const std::byte* nv, std::size_t c, pass1_state& st, const pass1_out& o) noexcept {
-  if (K > 1) return class_codes_16_avx512(f, shift, cls, rk, ov, nv, c, st, o);
+  if (K > 1) return class_codes_16_avx512(f, K, shift, cls, rk, ov, nv, c, st, o);
   const std::size_t done = one_class_codes_16_avx512(f, shift[0], rk, ov, nv, c, o);
   if (done) st.slot[0] = done, st.next[0] = rk[done - 1] + 1;
   return done;
