@@ -836,7 +836,7 @@ TEST(Kernels, ClassMasksOfEveryVariantEqualTheScalarOnes) {
 }
 
 // Class ranks of 2- and 4-byte formats with AVX-512 (rank_avx512) against the scalar path
-// (rank_generic): every class count from 2 to 16, ranges of one element to several 8 192-element
+// (rank_generic): class counts 2, 3, 5, 9 and 16 (one and two vectors of counts), ranges of one element to several 8 192-element
 // batches with a partial last block, positions from every element to 1 in 40 (the first and the
 // last always among them), and totals carried in from an earlier slice.
 TEST(Kernels, RanksOfTheVectorAndScalarPathsAreTheSame) {

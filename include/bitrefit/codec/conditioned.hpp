@@ -338,7 +338,7 @@ __attribute__((target("avx512f,avx512bw,avx512cd,avx512vl,popcnt"))) inline std:
     const std::byte* nv, std::size_t c, pass1_state& st, const pass1_out& o) noexcept {
   const std::size_t n = c / 16 * 16;
   const unsigned VA = value_alphabet(f);
-  if (VA < dense_value_symbols) return 0;
+  if (VA < dense_value_symbols) return 0;  // count_symbols_avx512 writes that many bins
   const float_format fl = f;  // a copy: stores through the outputs could alias f's fields
   const __m512i one = _mm512_set1_epi32(1), low_byte = _mm512_set1_epi32(0xFF);
   // per class: symbols not yet counted (a step adds at most 16 to at most 48)
