@@ -921,6 +921,98 @@ TEST(Kernels, VectorRanksReadNothingPastTheRange) {
 #endif
 }
 
+// The receiver's new patterns for 2-byte formats: the AVX-512 kernel (sixteen changes at a time,
+// distances and escape patterns loaded in order or gathered through an index) must give the scalar
+// new_pattern's bits and its verdict, for every kind of change: ±1 ULP and long steps, escapes
+// (sign changes, ±0, NaN payloads, ±inf), and each way a value can be refused (an escape equal to its
+// base, a base that is not finite, a step past the finite range or through zero), wherever in a
+// group of sixteen it sits. The base ends at a PROT_NONE page and the last change is its last
+// element, which the kernel must leave to the scalar loop (its 4-byte gather would fault).
+TEST(Kernels, NewPatternsOfTheVectorAndScalarPathsAreTheSame) {
+  namespace cd = conditioned_detail;
+  const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const std::size_t m = 1000;
+  ASSERT_LE(2 * m, page);
+  void* mem = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  ASSERT_EQ(mprotect(static_cast<std::byte*>(mem) + page, page, PROT_NONE), 0);
+  std::byte* base = static_cast<std::byte*>(mem) + page - 2 * m;
+  std::mt19937_64 g(31);
+  std::size_t checked_bad = 0, checked_good = 0;
+  for (dtype t : {dtype::BF16, dtype::F16}) {
+    const auto f = *float_format_of(t);
+    // one change kind per draw; `want_bad` says whether new_pattern refuses it
+    const auto draw = [&](std::uint16_t& o, std::int64_t& d, std::uint64_t& raw, bool want_bad) {
+      for (;;) {
+        o = static_cast<std::uint16_t>(g());
+        raw = static_cast<std::uint16_t>(g());
+        switch (g() % 6) {
+          case 0: d = 0; if (g() % 2) raw = o; break;                                       // escape (to itself: refused)
+          case 1: d = (g() % 2) ? 1 : -1; break;                                           // one ULP
+          case 2: d = static_cast<std::int64_t>(g() % 300) - 150; break;                   // a few ULP, or an escape
+          case 3: d = static_cast<std::int64_t>(g() % f.magnitude_mask) * ((g() % 2) ? 1 : -1); break;  // anywhere
+          case 4: o = static_cast<std::uint16_t>((g() % 2 ? f.sign_bit : 0) | (f.special + g() % 4)); d = 1; break;  // inf/NaN base
+          default: o = static_cast<std::uint16_t>(g() % 3); d = -static_cast<std::int64_t>(g() % 4); break;  // around zero
+        }
+        bool bad = false;
+        (void)cd::new_pattern(f, o, d, raw, bad);
+        if (bad == want_bad) return;
+      }
+    };
+    for (int round = 0; round < 400; ++round) {
+      // n changes at ascending positions, the last one at m - 1; one bad change or none
+      const std::size_t n = 1 + g() % 80;
+      std::vector<std::uint32_t> pos(n);
+      std::vector<std::uint32_t> all(m - 1);
+      for (std::uint32_t i = 0; i < m - 1; ++i) all[i] = i;
+      std::shuffle(all.begin(), all.end(), g);
+      std::copy_n(all.begin(), n - 1, pos.begin());
+      std::sort(pos.begin(), pos.end() - 1);
+      pos[n - 1] = static_cast<std::uint32_t>(m - 1);
+      for (std::size_t i = 0; i < m; ++i) {
+        const auto v = static_cast<std::uint16_t>(g());
+        std::memcpy(base + 2 * i, &v, 2);
+      }
+      const std::size_t bad_at = round % 2 ? g() % n : n;  // n: none
+      // distances and escapes in a shuffled order, reached through src (the several-class scan),
+      // and the same in change order (one class)
+      std::vector<std::uint32_t> src(n);
+      for (std::uint32_t k = 0; k < n; ++k) src[k] = k;
+      std::shuffle(src.begin(), src.end(), g);
+      std::vector<std::int64_t> dist(n), dist_ordered(n);
+      std::vector<std::uint64_t> raw(n), raw_ordered(n);
+      for (std::size_t k = 0; k < n; ++k) {
+        std::uint16_t o;
+        draw(o, dist_ordered[k], raw_ordered[k], k == bad_at);
+        std::memcpy(base + 2 * std::size_t{pos[k]}, &o, 2);
+        dist[src[k]] = dist_ordered[k];
+        raw[src[k]] = raw_ordered[k];
+      }
+      std::vector<std::byte> want(2 * n), got(2 * n), got_ordered(2 * n);
+      bool want_bad = false, got_bad = false, got_bad_ordered = false;
+      for (std::size_t k = 0; k < n; ++k) {
+        std::uint16_t o;
+        std::memcpy(&o, base + 2 * std::size_t{pos[k]}, 2);
+        const auto w = static_cast<std::uint16_t>(cd::new_pattern(f, o, dist_ordered[k], raw_ordered[k], want_bad));
+        std::memcpy(want.data() + 2 * k, &w, 2);
+      }
+      cd::new_patterns<std::uint16_t>(f, base, m, pos.data(), src.data(), dist.data(), raw.data(), n, got.data(), got_bad);
+      cd::new_patterns<std::uint16_t>(f, base, m, pos.data(), nullptr, dist_ordered.data(), raw_ordered.data(), n, got_ordered.data(),
+                                      got_bad_ordered);
+      ASSERT_EQ(want_bad, bad_at < n);
+      ASSERT_EQ(got_bad, want_bad) << dtype_name(t) << " round " << round << " bad change " << bad_at << " of " << n;
+      ASSERT_EQ(got_bad_ordered, want_bad) << dtype_name(t) << " round " << round << " bad change " << bad_at << " of " << n;
+      // the bits too, refused or not (new_pattern computes them either way)
+      ASSERT_EQ(got, want) << dtype_name(t) << " round " << round;
+      ASSERT_EQ(got_ordered, want) << dtype_name(t) << " round " << round;
+      ++(want_bad ? checked_bad : checked_good);
+    }
+  }
+  EXPECT_EQ(checked_good, 400u);
+  EXPECT_EQ(checked_bad, 400u);
+  munmap(mem, 2 * page);
+}
+
 // Pass 1 of the conditioned encoder (gaps, value codes, histograms) for a 2-byte format: the
 // AVX-512 kernels (one class, several classes) plus the scalar tail must give what the scalar pass
 // alone gives, on every kind of change (±1 ULP, long jumps, sign changes, ±0, subnormals, ±inf,
