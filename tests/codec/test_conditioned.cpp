@@ -921,6 +921,27 @@ TEST(Kernels, VectorRanksReadNothingPastTheRange) {
 #endif
 }
 
+// The several-class scan deposits each class's changed-rank bits on the class's lanes: the portable
+// deposit (CPUs without BMI2) must be pdep, including bits past the mask's popcount (dropped),
+// an empty mask and a full one.
+TEST(Kernels, PortableDepositIsPdep) {
+#ifdef BITREFIT_CODEC_X86
+  if (!cpu_v3()) GTEST_SKIP() << "no BMI2 on this CPU";
+  std::mt19937_64 g(37);
+  for (int i = 0; i < 200000; ++i) {
+    std::uint64_t mask = g(), bits = g();
+    if (i % 3 == 0) mask &= g();
+    if (i % 5 == 0) mask &= g() & g();
+    if (i % 7 == 0) bits &= (std::uint64_t{1} << (g() % 64)) - 1;
+    if (i == 0) mask = 0;
+    if (i == 1) mask = ~0ull;
+    ASSERT_EQ(conditioned_detail::deposit<false>(bits, mask), conditioned_detail::deposit<true>(bits, mask)) << std::hex << bits << " " << mask;
+  }
+#else
+  GTEST_SKIP() << "x86-64 only";
+#endif
+}
+
 // The receiver's new patterns for 2-byte formats: the AVX-512 kernel (sixteen changes at a time,
 // distances and escape patterns loaded in order or gathered through an index) must give the scalar
 // new_pattern's bits and its verdict, for every kind of change: ±1 ULP and long steps, escapes
