@@ -681,6 +681,53 @@ TEST(Conditioned, AWrongBaseIsRefusedOrDetectedNeverHalfApplied) {
   EXPECT_FALSE(apply_to(f, dtype::BF16, zeros).has_value());
 }
 
+// Class ranks that cannot fit the range (their classes' last ranks + 1 sum past m, where valid
+// ranks sum to at most the class sizes, m in all) are refused before the receiver sizes its rank
+// bitmaps from them: a hostile item cannot make it take more than m bits for them.
+TEST(Conditioned, ClassRanksPastTheRangeAreRefusedBeforeTheScan) {
+  const auto f = *float_format_of(dtype::BF16);
+  class_spec spec;
+  spec.count = 2;
+  spec.thresholds = {127};  // class 0: |x| < 1, class 1: |x| >= 1
+  const std::size_t m = 1000, per_class = 31;
+  std::vector<std::uint8_t> classes;
+  std::vector<std::uint32_t> ranks;
+  std::vector<std::byte> olds, news;
+  for (std::size_t k = 0; k < 2 * per_class; ++k) {  // each class's ranks 0, 30, ..., 900
+    const auto cls = static_cast<std::uint8_t>(k % 2);
+    const std::uint16_t o = cls ? 0x3F80 : 0x3C00, n = static_cast<std::uint16_t>(o + 1);
+    classes.push_back(cls);
+    ranks.push_back(static_cast<std::uint32_t>(30 * (k / 2)));
+    olds.insert(olds.end(), {std::byte(o & 0xFF), std::byte(o >> 8)});
+    news.insert(news.end(), {std::byte(n & 0xFF), std::byte(n >> 8)});
+  }
+  conditioned_encoder enc;
+  byte_buffer loc, val;
+  enc.encode(f, spec, classes, ranks, olds, news, loc, val);
+  std::vector<std::byte> base(2 * m);
+  for (std::size_t i = 0; i < m; ++i) {  // 0x3C00 and 0x3F80 in turn: 500 elements a class
+    base[2 * i] = std::byte(i % 2 ? 0x80 : 0x00);
+    base[2 * i + 1] = std::byte(i % 2 ? 0x3F : 0x3C);
+  }
+  std::vector<std::uint32_t> pos(classes.size());
+  std::vector<std::byte> out(2 * classes.size());
+  conditioned_decoder dec;
+  try {
+    dec.decode(f, m, classes.size(), loc.span(), val.span(), base, pos, out, {});
+    FAIL() << "decoded class ranks up to 900 in two classes of a 1000-element range";
+  } catch (const error& e) {
+    EXPECT_EQ(e.code(), errc::format);
+    EXPECT_NE(std::string(e.what()).find("class ranks past their classes' element counts"), std::string::npos) << e.what();
+  }
+  // the same changes with ranks that fit (each class's last rank 450 < 500) decode to their positions
+  for (auto& r : ranks) r /= 2;
+  conditioned_encoder enc2;
+  byte_buffer loc2, val2;
+  enc2.encode(f, spec, classes, ranks, olds, news, loc2, val2);
+  dec.decode(f, m, classes.size(), loc2.span(), val2.span(), base, pos, out, {});
+  for (std::size_t k = 0; k < classes.size(); ++k) EXPECT_EQ(pos[k], 2 * ranks[k] + classes[k]) << k;
+}
+
 TEST(Conditioned, DecodingWithoutABaseIsAMismatch) {
   const auto d = training_like(dtype::BF16, 10000, 10);
   const auto f = encode_one(d, mode_policy::conditioned_only);
