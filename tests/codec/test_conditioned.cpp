@@ -989,6 +989,50 @@ TEST(Kernels, PortableDepositIsPdep) {
 #endif
 }
 
+// The several-class scan's block step with AVX-512: up to sixteen changed lanes of a block, each
+// lane's class from nested threshold words, each change's index the next of its class plus the
+// block's earlier changes of that class. Must equal the scalar walk over the lanes, for every count
+// 0..16 of changes and 1..15 threshold words.
+TEST(Kernels, BlockChangesOfTheVectorAndScalarPathsAreTheSame) {
+#ifdef BITREFIT_CODEC_X86
+  if (!cpu_avx512_block_changes()) GTEST_SKIP() << "no AVX-512 VBMI2/CD/VPOPCNTDQ on this CPU";
+  std::mt19937_64 g(41);
+  for (int round = 0; round < 20000; ++round) {
+    const unsigned T = 1 + static_cast<unsigned>(g() % 15);
+    std::uint64_t e[17] = {};
+    e[0] = ~0ull;
+    for (unsigned j = 1; j <= T; ++j) e[j] = e[j - 1] & (g() | g());  // nested: e[j] within e[j-1]
+    const unsigned n = static_cast<unsigned>(round % 17);
+    std::uint64_t hits = 0;
+    while (static_cast<unsigned>(std::popcount(hits)) < n) hits |= std::uint64_t{1} << (g() % 64);
+    alignas(64) std::uint32_t next[16];
+    for (auto& x : next) x = static_cast<std::uint32_t>(g() >> 40);
+    const auto start = static_cast<std::uint32_t>(64 * (g() % 1000000));
+    std::vector<std::uint32_t> want_pos, want_src, got_pos(16, 7), got_src(16, 7);
+    std::uint32_t counts[16] = {};
+    for (std::uint64_t h = hits; h; h &= h - 1) {
+      const unsigned lane = static_cast<unsigned>(std::countr_zero(h));
+      unsigned cls = 0;
+      for (unsigned j = 1; j <= T; ++j) cls += static_cast<unsigned>((e[j] >> lane) & 1);
+      want_pos.push_back(start + lane);
+      want_src.push_back(next[cls] + counts[cls]++);
+    }
+    conditioned_detail::block_changes_avx512(hits, n, e, T, next, start, got_pos.data(), got_src.data());
+    for (unsigned t = 0; t < 16; ++t) {
+      if (t < n) {
+        ASSERT_EQ(got_pos[t], want_pos[t]) << "round " << round << " change " << t;
+        ASSERT_EQ(got_src[t], want_src[t]) << "round " << round << " change " << t;
+      } else {  // nothing written past the block's changes
+        ASSERT_EQ(got_pos[t], 7u) << "round " << round;
+        ASSERT_EQ(got_src[t], 7u) << "round " << round;
+      }
+    }
+  }
+#else
+  GTEST_SKIP() << "x86-64 only";
+#endif
+}
+
 // The receiver's new patterns for 2-byte formats: the AVX-512 kernel (sixteen changes at a time,
 // distances and escape patterns loaded in order or gathered through an index) must give the scalar
 // new_pattern's bits and its verdict, for every kind of change: ±1 ULP and long steps, escapes

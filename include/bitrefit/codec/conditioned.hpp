@@ -890,6 +890,35 @@ __attribute__((target("avx512f"))) inline std::uint64_t new_patterns_16_avx512(c
   bad |= badm != 0;
   return k;
 }
+
+/// One block's changes in lane order, for the several-class scan: n = popcount(hits) <= 16 changed
+/// lanes; change t (its lane the t-th set bit of hits) gets position start + lane and index
+/// next[class] + (the block's earlier changes of that class), its class being the number of
+/// threshold words e[1..T] that hold the lane. `next` is not updated (the caller adds each
+/// class's count). Per block: the lanes' classes as bytes (T masked adds), the changed lanes and
+/// their classes compressed out, the earlier changes of the same class counted with a conflict
+/// mask. The loop it replaces (a class per change from T bit tests, the class's next index through
+/// memory, an exit that depends on the data) was about a third of the several-class scan.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512cd,avx512vbmi2,avx512vpopcntdq"))) inline void block_changes_avx512(
+    std::uint64_t hits, unsigned n, const std::uint64_t* e, unsigned T, const std::uint32_t* next, std::uint32_t start,
+    std::uint32_t* pos_out, std::uint32_t* src_out) noexcept {
+  alignas(64) static constexpr std::uint8_t iota[64] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
+                                                        16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
+                                                        32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47,
+                                                        48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
+  __m512i classes = _mm512_setzero_si512();
+  const __m512i one = _mm512_set1_epi8(1);
+  for (unsigned j = 1; j <= T; ++j) classes = _mm512_mask_add_epi8(classes, e[j], classes, one);
+  const __m512i cls = _mm512_maskz_cvtepu8_epi32(every_lane, _mm512_maskz_extracti32x4_epi32(0xF, _mm512_maskz_compress_epi8(hits, classes), 0));
+  const __m512i lane =
+      _mm512_maskz_cvtepu8_epi32(every_lane, _mm512_maskz_extracti32x4_epi32(0xF, _mm512_maskz_compress_epi8(hits, _mm512_load_si512(iota)), 0));
+  const auto valid = static_cast<__mmask16>((1u << n) - 1);
+  // conflict: per change, the earlier changes of its class (the invalid lanes come after all valid ones)
+  const __m512i earlier = _mm512_popcnt_epi32(_mm512_maskz_conflict_epi32(valid, cls));
+  const __m512i src = _mm512_add_epi32(_mm512_maskz_permutexvar_epi32(every_lane, cls, _mm512_loadu_si512(next)), earlier);
+  _mm512_mask_storeu_epi32(pos_out, valid, _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(start))));
+  _mm512_mask_storeu_epi32(src_out, valid, src);
+}
 #endif
 
 /// The new patterns (W: the format's word) of n changes of a range of m elements whose base bits
@@ -1140,7 +1169,8 @@ class conditioned_decoder {
   // the data) made the scan ~120 cycles a block on AdamW-like items of four classes; this takes
   // about three quarters of that (perf), the rest mostly the walk over the block's changes.
   // A change's index (for its distance and escape pattern) follows from its class: a class's
-  // changes meet the walk in rank order, so the next index of its lane's class.
+  // changes meet the walk in rank order, so the next index of its lane's class (sixteen changes of
+  // a block at once with AVX-512: block_changes_avx512).
   template <class W, bool V3>
   BITREFIT_INLINE void scan_impl(const float_format& f, const class_spec& spec, const std::byte* base, std::uint64_t m,
                                  const state& st, std::uint32_t* pos_out, std::byte* val_out, const error_context& where) {
@@ -1152,7 +1182,10 @@ class conditioned_decoder {
     // the class's last change reads zeros. Valid ranks satisfy sum_k (last rank + 1) <= m (each is
     // below its class's element count, and the counts sum to m): checked first, so the bitmaps take
     // at most m bits and K + 1 words.
-    std::uint64_t word0[max_base_classes], words[max_base_classes], next_idx[max_base_classes], count[max_base_classes] = {};
+    std::uint64_t word0[max_base_classes], words[max_base_classes], count[max_base_classes] = {};
+    // each class's next change index (changed < 2^32: positions are 32-bit); 16 entries for the
+    // vector lookup in block_changes_avx512
+    alignas(64) std::uint32_t next[16] = {}, block_count[16] = {};
     std::uint64_t covered = 0, total_words = 0;
     for (unsigned k = 0; k < K; ++k) {
       const std::uint64_t span = st.start[k + 1] > st.start[k] ? std::uint64_t{ranks[st.start[k + 1] - 1]} + 1 : 0;
@@ -1160,7 +1193,7 @@ class conditioned_decoder {
       word0[k] = total_words;
       words[k] = span / 64 + 2;  // the words that hold bits 0 .. span - 1, and the zero word
       total_words += words[k];
-      next_idx[k] = st.start[k];
+      next[k] = static_cast<std::uint32_t>(st.start[k]);
     }
     if (covered > m) throw error(errc::format, "class ranks past their classes' element counts in this base", where);
     rank_bits_.resize_uninit(total_words);
@@ -1193,17 +1226,27 @@ class conditioned_decoder {
           const unsigned sh = static_cast<unsigned>(count[k] & 63);
           const std::uint64_t lo = bk[std::min(w, last)], hi = bk[std::min(w + 1, last)];
           const std::uint64_t mine = ((lo >> sh) | ((hi << 1) << (63 - sh))) & detail::below(pc);
-          hits |= conditioned_detail::deposit<V3>(mine, cm);
+          const std::uint64_t mine_lanes = conditioned_detail::deposit<V3>(mine, cm);
+          hits |= mine_lanes;
+          block_count[k] = static_cast<std::uint32_t>(std::popcount(mine_lanes));
           count[k] += pc;
         }
         const std::uint64_t start = first + b * 64;
+#ifdef BITREFIT_CODEC_X86
+        if (const auto nh = static_cast<unsigned>(std::popcount(hits)); nh <= 16 && cpu_avx512_block_changes()) {
+          block_changes_avx512(hits, nh, e, T, next, static_cast<std::uint32_t>(start), pos_out + out, src + (out - batch_out));
+          for (unsigned k = 0; k < K; ++k) next[k] += block_count[k];
+          out += nh;
+          continue;
+        }
+#endif
         while (hits) {
           const unsigned lane = static_cast<unsigned>(std::countr_zero(hits));
           hits &= hits - 1;
           unsigned cls = 0;  // the threshold words that hold the lane
           for (unsigned j = 1; j <= T; ++j) cls += static_cast<unsigned>((e[j] >> lane) & 1);
           pos_out[out] = static_cast<std::uint32_t>(start + lane);
-          src[out - batch_out] = static_cast<std::uint32_t>(next_idx[cls]++);
+          src[out - batch_out] = next[cls]++;
           ++out;
         }
       }
@@ -1214,7 +1257,7 @@ class conditioned_decoder {
     }
     if (bad) throw error(errc::format, "a decoded value leaves its base value's sign or finite range, or escapes to the base value (wrong base?)", where);
     for (unsigned k = 0; k < K; ++k)
-      if (next_idx[k] != st.start[k + 1]) throw error(errc::format, "class " + std::to_string(k) + " rank past the class's element count in this base", where);
+      if (next[k] != st.start[k + 1]) throw error(errc::format, "class " + std::to_string(k) + " rank past the class's element count in this base", where);
   }
 
   template <class W>

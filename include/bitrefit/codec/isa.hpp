@@ -61,4 +61,15 @@ inline bool cpu_avx512_vpopcnt() noexcept {
 #endif
 }
 
+/// True when the CPU has what conditioned_detail::block_changes_avx512 uses: AVX-512F, BW, VL, CD
+/// (conflict detection), VPOPCNTDQ and VBMI2 (byte compress).
+inline bool cpu_avx512_block_changes() noexcept {
+#ifdef BITREFIT_CODEC_X86
+  static const bool has = cpu_avx512_lzcnt() && cpu_avx512_vpopcnt() && __builtin_cpu_supports("avx512vbmi2");
+  return has;
+#else
+  return false;
+#endif
+}
+
 }  // namespace bitrefit::codec
