@@ -833,6 +833,13 @@ BITREFIT_INLINE std::uint64_t new_pattern(const float_format& f, std::uint64_t o
 }
 
 #ifdef BITREFIT_CODEC_X86
+// The low 32 bits of the sixteen 64-bit lanes of lo, then hi (two vpmovqd and an insert, in one
+// permute that GCC 12's -Wall does not flag).
+__attribute__((target("avx512f"), always_inline)) inline __m512i low_halves(__m512i lo, __m512i hi) noexcept {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  return _mm512_maskz_permutex2var_epi32(every_lane, lo, even, hi);
+}
+
 /// new_patterns for a 2-byte format, sixteen changes at a time, in 32-bit lanes (a 2-byte format's
 /// distances and escape patterns fit): the base values gathered 4 bytes at a time, distances
 /// loaded (Indexed: gathered through src), escape patterns read only for the escapes among the
@@ -840,12 +847,6 @@ BITREFIT_INLINE std::uint64_t new_pattern(const float_format& f, std::uint64_t o
 /// 4-byte gather would read past the base), as is a partial group. Returns the changes done.
 /// The per-change loop it replaces cost ~14 cycles a change (1.2x a memcmp of the range at 5 %
 /// changes); here the gathers and the escape's rare branch are per sixteen.
-// The low 32 bits of the sixteen 64-bit lanes of lo, then hi (two vpmovqd and an insert, in one
-// permute that GCC 12's -Wall does not flag).
-__attribute__((target("avx512f"), always_inline)) inline __m512i low_halves(__m512i lo, __m512i hi) noexcept {
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  return _mm512_maskz_permutex2var_epi32(every_lane, lo, even, hi);
-}
 template <bool Indexed>
 __attribute__((target("avx512f"))) inline std::uint64_t new_patterns_16_avx512(const float_format& f, const std::byte* base, std::uint64_t m,
                                                                                 const std::uint32_t* pos, const std::uint32_t* src,
