@@ -1167,8 +1167,9 @@ class conditioned_decoder {
   // the bits of its elements (the next popcount(class lanes) bits from the class's running count)
   // and deposits them on the class's lanes (pdep): the block's changed lanes without a branch per
   // change. Walking each class's ranks instead (a loop per class and block whose exit depends on
-  // the data) made the scan ~120 cycles a block on AdamW-like items of four classes; this takes
-  // about three quarters of that (perf), the rest mostly the walk over the block's changes.
+  // the data) made the scan ~120 cycles a block on AdamW-like items of four classes; the bitmaps
+  // took it to about three quarters of that (perf), the rest mostly the walk over the block's
+  // changes, which block_changes_avx512 now does sixteen changes at a time.
   // A change's index (for its distance and escape pattern) follows from its class: a class's
   // changes meet the walk in rank order, so the next index of its lane's class (sixteen changes of
   // a block at once with AVX-512: block_changes_avx512).
@@ -1182,7 +1183,7 @@ class conditioned_decoder {
     // class k's bitmap: words [word0[k], word0[k] + words[k]), the last one zero, so a block past
     // the class's last change reads zeros. Valid ranks satisfy sum_k (last rank + 1) <= m (each is
     // below its class's element count, and the counts sum to m): checked first, so the bitmaps take
-    // at most m bits and K + 1 words.
+    // at most m / 64 + 2K words.
     std::uint64_t word0[max_base_classes], words[max_base_classes], count[max_base_classes] = {};
     // each class's next change index (changed < 2^32: positions are 32-bit); 16 entries for the
     // vector lookup in block_changes_avx512
@@ -1209,6 +1210,7 @@ class conditioned_decoder {
     std::size_t out = 0, batch_out = 0;  // changes placed; the first of the batch
     src_.resize_uninit(detail::block_batch::blocks * 64);
     std::uint32_t* src = src_.data();  // per change of the batch: its index in ranks_, dist_, raw_
+    [[maybe_unused]] const bool vector_blocks = cpu_avx512_block_changes();  // read once, not per block
     bool bad = false;
     const unsigned X = T + 2;
     std::uint64_t running[max_base_classes + 1] = {};
@@ -1234,7 +1236,7 @@ class conditioned_decoder {
         }
         const std::uint64_t start = first + b * 64;
 #ifdef BITREFIT_CODEC_X86
-        if (const auto nh = static_cast<unsigned>(std::popcount(hits)); nh <= 16 && cpu_avx512_block_changes()) {
+        if (const auto nh = static_cast<unsigned>(std::popcount(hits)); nh <= 16 && vector_blocks) {
           block_changes_avx512(hits, nh, e, T, next, static_cast<std::uint32_t>(start), pos_out + out, src + (out - batch_out));
           for (unsigned k = 0; k < K; ++k) next[k] += block_count[k];
           out += nh;
