@@ -186,6 +186,28 @@ TEST(xxh3_hd, equals_libxxhash_on_64k_slices_and_around_block_boundaries) {
     }
 }
 
+// The eight accumulators hashed one lane at a time (as hash_slices runs them: one thread a lane)
+// and merged give libxxhash's digest for every long length, around every block and stripe edge.
+TEST(xxh3_hd, long_inputs_hashed_lane_by_lane_equal_libxxhash) {
+  namespace x = xxh3_hd_detail;
+  std::mt19937_64 rng(11);
+  std::vector<unsigned char> buf((1u << 16) + 16);
+  for (auto& b : buf) b = static_cast<unsigned char>(rng());
+  std::vector<std::size_t> lens;
+  for (std::size_t len = x::long_input + 1; len <= 5000; ++len) lens.push_back(len);
+  for (std::size_t len : {16383u, 16384u, 16385u, 65535u, 65536u}) lens.push_back(len);
+  for (std::size_t len : lens)
+    for (std::size_t off : {0, 3}) {
+      const auto* in = buf.data() + off;
+      std::uint64_t acc[8];
+      for (int lane = 0; lane < 8; ++lane) acc[lane] = x::hash_long_lane(in, len, x::secret(), lane);
+      const x::u128 h = x::hash_long_merge(acc, len, x::secret());
+      const XXH128_hash_t r = XXH3_128bits(in, len);
+      ASSERT_EQ(h.low64, r.low64) << "len " << len << " offset " << off;
+      ASSERT_EQ(h.high64, r.high64) << "len " << len << " offset " << off;
+    }
+}
+
 // --- the seam's primitives equal the host backend's ------------------------------------------
 
 TEST(thrust_backend, collect_changes_equals_host_backend_for_every_dtype_and_pattern) {
