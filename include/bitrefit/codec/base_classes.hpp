@@ -112,8 +112,8 @@ __attribute__((target("avx512f,avx512bw"))) inline void block_masks_16_avx512(co
   __m512i t[max_base_classes - 1];
   for (unsigned j = 0; j < c.T; ++j) t[j] = _mm512_set1_epi16(static_cast<short>(c.t[j]));
   for (std::size_t b = 0; b < nblocks; ++b, p += 128, out += stride) {
-    const __m512i a0 = _mm512_and_si512(_mm512_loadu_si512(p), mm);
-    const __m512i a1 = _mm512_and_si512(_mm512_loadu_si512(p + 64), mm);
+    const __m512i a0 = _mm512_and_si512(stream_load512(p), mm);
+    const __m512i a1 = _mm512_and_si512(stream_load512(p + 64), mm);
     for (unsigned j = 0; j < c.T; ++j)
       out[j] = std::uint64_t{_mm512_cmpge_epu16_mask(a0, t[j])} | (std::uint64_t{_mm512_cmpge_epu16_mask(a1, t[j])} << 32);
   }
@@ -126,7 +126,7 @@ __attribute__((target("avx512f"))) inline void block_masks_32_avx512(const std::
   for (unsigned j = 0; j < c.T; ++j) t[j] = _mm512_set1_epi32(static_cast<int>(c.t[j]));
   for (std::size_t b = 0; b < nblocks; ++b, p += 256, out += stride) {
     __m512i a[4];
-    for (int q = 0; q < 4; ++q) a[q] = _mm512_and_si512(_mm512_loadu_si512(p + 64 * q), mm);
+    for (int q = 0; q < 4; ++q) a[q] = _mm512_and_si512(stream_load512(p + 64 * q), mm);
     for (unsigned j = 0; j < c.T; ++j) {
       std::uint64_t m = 0;
       for (int q = 0; q < 4; ++q) m |= std::uint64_t{_mm512_cmpge_epu32_mask(a[q], t[j])} << (16 * q);
@@ -363,7 +363,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vpopcntdq,popcnt
       std::uint64_t* own = cb.lanes + b * S;
       if constexpr (sizeof(W) == 2) {
         __mmask64 lo = ~0ull;
-        const __m512i a0 = _mm512_and_si512(_mm512_loadu_si512(q), mag16), a1 = _mm512_and_si512(_mm512_loadu_si512(q + 64), mag16);
+        const __m512i a0 = _mm512_and_si512(stream_load512(q), mag16), a1 = _mm512_and_si512(stream_load512(q + 64), mag16);
         for (unsigned j = 0; j < T; ++j) {
           const __mmask64 hi = _mm512_kunpackd(_mm512_cmpge_epu16_mask(a1, t16[j]), _mm512_cmpge_epu16_mask(a0, t16[j]));
           own[j] = _cvtmask64_u64(_kandn_mask64(hi, lo)), lo = hi;
@@ -372,7 +372,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vpopcntdq,popcnt
       } else {
         std::uint64_t lo = ~0ull;
         __m512i a[4];
-        for (int r = 0; r < 4; ++r) a[r] = _mm512_and_si512(_mm512_loadu_si512(q + 64 * r), mag);
+        for (int r = 0; r < 4; ++r) a[r] = _mm512_and_si512(stream_load512(q + 64 * r), mag);
         for (unsigned j = 0; j < T; ++j) {
           std::uint64_t hi = 0;
           for (int r = 0; r < 4; ++r) hi |= std::uint64_t{_mm512_cmpge_epu32_mask(a[r], t[j])} << (16 * r);

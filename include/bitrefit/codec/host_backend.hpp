@@ -20,6 +20,7 @@
 #endif
 
 #include "bitrefit/codec/base_classes.hpp"
+#include "bitrefit/codec/isa.hpp"
 #include "bitrefit/codec/buffer.hpp"
 #include "bitrefit/codec/concepts.hpp"
 #include "bitrefit/codec/hash.hpp"
@@ -64,10 +65,10 @@ std::size_t collect_kernel(const std::byte* a, const std::byte* b, std::size_t m
 // which an emit-per-element kernel cannot express; it is a codec-local fast path whose outputs
 // tests/codec (Kernels.ChangeDetectionOfEveryVariantIsTheSame) checks bit for bit against
 // collect_kernel on every element size and change rate.
-// AVX-512 variant for 2- and 4-byte elements, without a data-dependent branch: per 64-byte block,
-// the changed lanes' mask (vptestm of old ^ new), then positions, XOR words and new values are
-// compressed (vpcompress) into registers and stored whole at the output cursor, which advances by
-// the mask's popcount. The stores of a block reach at most the block's own slots of the outputs
+// AVX-512 variant for 2- and 4-byte elements, without a data-dependent branch: per 64-byte block
+// (read by stream_load512, isa.hpp), the changed lanes' mask (vptestm of old ^ new), then
+// positions, XOR words and new values are compressed (vpcompress) into registers and stored whole
+// at the output cursor, which advances by the mask's popcount. The stores of a block reach at most the block's own slots of the outputs
 // (c <= elements before the block), so they never pass m. At AdamW-like rates half the 32-element
 // blocks change, at random: the branchy variants above mispredict on every second block.
 // 2-byte elements: a block's 32 positions are compressed as 16-bit lane numbers inside a run of
@@ -91,7 +92,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,bmi,popcnt"))) std:
       std::size_t n = 0;  // changes in this run
       __m512i lane = iota;
       for (; i < run_end; i += 64) {
-        const __m512i va = _mm512_loadu_si512(a + i), vb = _mm512_loadu_si512(b + i);
+        const __m512i va = stream_load512(a + i), vb = stream_load512(b + i);
         const __m512i x = _mm512_xor_si512(va, vb);
         const __mmask32 mk = _mm512_test_epi16_mask(x, x);
         // n + 32 <= the run's elements so far + 32 <= run16: inside `lanes`
@@ -113,7 +114,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,bmi,popcnt"))) std:
   } else {
     const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     for (; i + 64 <= nbytes; i += 64) {
-      const __m512i va = _mm512_loadu_si512(a + i), vb = _mm512_loadu_si512(b + i);
+      const __m512i va = stream_load512(a + i), vb = stream_load512(b + i);
       const __m512i x = _mm512_xor_si512(va, vb);
       const __m512i idx = _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int>(i / E)));
       const __mmask16 mk = _mm512_test_epi32_mask(x, x);
