@@ -68,9 +68,10 @@ std::size_t collect_kernel(const std::byte* a, const std::byte* b, std::size_t m
 // AVX-512 variant for 2- and 4-byte elements, without a data-dependent branch: per 64-byte block
 // (read by stream_load512, isa.hpp), the changed lanes' mask (vptestm of old ^ new), then
 // positions, XOR words and new values are compressed (vpcompress) into registers and stored whole
-// at the output cursor, which advances by the mask's popcount. The stores of a block reach at most the block's own slots of the outputs
-// (c <= elements before the block), so they never pass m. At AdamW-like rates half the 32-element
-// blocks change, at random: the branchy variants above mispredict on every second block.
+// at the output cursor, which advances by the mask's popcount. The stores of a block reach at
+// most the block's own slots of the outputs (c <= elements before the block), so they never pass
+// m. At AdamW-like rates half the 32-element blocks change, at random: the branchy variants above
+// mispredict on every second block.
 // 2-byte elements: a block's 32 positions are compressed as 16-bit lane numbers inside a run of
 // `run16` elements (one vpcompressw instead of two vpcompressd and their stores: at 5 % change the
 // pass took 1.35-1.6x a memcmp with 32-bit positions, 1.15-1.3x with these), then widened and

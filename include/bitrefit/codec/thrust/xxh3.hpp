@@ -210,29 +210,6 @@ BITREFIT_HD inline u128 len_129to240(const u8* in, std::size_t len, const u8* s)
   return finish_mid(acc, len);
 }
 
-BITREFIT_HD inline void accumulate_512(u64* acc, const u8* in, const u8* s) noexcept {
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-  for (int i = 0; i < 8; ++i) {
-    const u64 data_val = read64(in + 8 * i);
-    const u64 data_key = data_val ^ read64(s + 8 * i);
-    acc[i ^ 1] += data_val;
-    acc[i] += (data_key & 0xFFFFFFFFu) * (data_key >> 32);
-  }
-}
-
-BITREFIT_HD inline void scramble(u64* acc, const u8* s) noexcept {
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-  for (int i = 0; i < 8; ++i) {
-    u64 a = xorshift64(acc[i], 47);
-    a ^= read64(s + 8 * i);
-    acc[i] = a * prime32_1;
-  }
-}
-
 BITREFIT_HD inline u64 merge_accs(const u64* acc, const u8* s, u64 start) noexcept {
   u64 r = start;
   for (int i = 0; i < 4; ++i) r += mul128_fold64(acc[2 * i] ^ read64(s + 16 * i), acc[2 * i + 1] ^ read64(s + 16 * i + 8));
@@ -261,38 +238,21 @@ BITREFIT_HD inline u128 hash_long_merge(const u64* acc, std::size_t len, const u
           merge_accs(acc, s + secret_size - 64 - mergeaccs_start, ~(static_cast<u64>(len) * prime64_2))};
 }
 
-BITREFIT_HD inline u128 hash_long(const u8* in, std::size_t len, const u8* s) noexcept {
-  u64 acc[8];
-  for (int i = 0; i < 8; ++i) acc[i] = acc_init(i);
-  const std::size_t blocks = (len - 1) / block_len;
-  for (std::size_t b = 0; b < blocks; ++b) {
-    const u8* block = in + b * block_len;
-#if defined(__CUDA_ARCH__)
-#pragma unroll 4
-#endif
-    for (std::size_t n = 0; n < stripes_per_block; ++n)
-      accumulate_512(acc, block + n * stripe_len, s + n * secret_consume_rate);
-    scramble(acc, s + secret_size - stripe_len);
-  }
-  const std::size_t stripes = ((len - 1) - block_len * blocks) / stripe_len;
-  const u8* tail = in + blocks * block_len;
-  for (std::size_t n = 0; n < stripes; ++n) accumulate_512(acc, tail + n * stripe_len, s + n * secret_consume_rate);
-  constexpr std::size_t lastacc_start = 7;
-  accumulate_512(acc, in + len - stripe_len, s + secret_size - stripe_len - lastacc_start);
-  return hash_long_merge(acc, len, s);
-}
-
-// One lane of hash_long. Why: accumulate_512 adds data word i^1 and the keyed product of data
-// word i into accumulator i, and scramble works lane by lane, so the eight accumulators never meet
-// before hash_long_merge. A GPU can then give each 64 KiB leaf eight threads instead of one: the
-// eight read one stripe's 64 contiguous bytes together (coalesced), and eight times as many
-// threads are in flight. Law: hash_long_merge({hash_long_lane(in, len, s, i) for i in 0..7}, len, s)
-// == hash_long(in, len, s) for every len > 240 (tested against libxxhash).
+/// One stripe of 64 bytes into accumulator `lane`: its data word i^1 and the keyed product of
+/// its data word i (XXH3_accumulate_512, one lane of it).
 BITREFIT_HD inline u64 lane_accumulate(u64 acc, const u8* stripe, const u8* s, int lane) noexcept {
   const u64 data_key = read64(stripe + 8 * lane) ^ read64(s + 8 * lane);
   return acc + read64(stripe + 8 * (lane ^ 1)) + (data_key & 0xFFFFFFFFu) * (data_key >> 32);
 }
 
+// Inputs longer than 240 bytes, one accumulator ("lane") at a time. Why: XXH3's stripe step adds
+// data word i^1 and the keyed product of data word i into accumulator i, and its scramble works
+// lane by lane, so the eight accumulators never meet before hash_long_merge. A GPU can then give
+// each 64 KiB leaf eight threads instead of one: the eight read one stripe's 64 contiguous bytes
+// together (coalesced), and eight times as many threads are in flight. hash_long runs the eight
+// lanes one after the other, so the stripe walk has this one home. Law:
+// hash_long_merge({hash_long_lane(in, len, s, i) for i in 0..7}, len, s) == XXH3_128bits(in, len)
+// for every len > 240 (tested against libxxhash).
 BITREFIT_HD inline u64 hash_long_lane(const u8* in, std::size_t len, const u8* s, int lane) noexcept {
   u64 acc = acc_init(lane);
   const std::size_t blocks = (len - 1) / block_len;
@@ -310,6 +270,13 @@ BITREFIT_HD inline u64 hash_long_lane(const u8* in, std::size_t len, const u8* s
   for (std::size_t n = 0; n < stripes; ++n) acc = lane_accumulate(acc, tail + n * stripe_len, s + n * secret_consume_rate, lane);
   constexpr std::size_t lastacc_start = 7;
   return lane_accumulate(acc, in + len - stripe_len, s + secret_size - stripe_len - lastacc_start, lane);
+}
+
+/// The 128-bit XXH3 of a long input (len > 240).
+BITREFIT_HD inline u128 hash_long(const u8* in, std::size_t len, const u8* s) noexcept {
+  u64 acc[8];
+  for (int i = 0; i < 8; ++i) acc[i] = hash_long_lane(in, len, s, i);
+  return hash_long_merge(acc, len, s);
 }
 
 /// Inputs longer than this take hash_long (and so can be hashed lane by lane).
