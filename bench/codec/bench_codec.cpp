@@ -233,12 +233,12 @@ std::pair<elapsed, encode_stats> encode_known_model(const model& m, const model_
 }
 
 // Thread scaling of the chosen encoding: the whole model encoded with one thread and with
-// `threads` threads (chunk i on thread i mod threads, one encoder each, as the sender's workers
-// do). Each worker keeps its encoder and output buffer across repetitions, as the sender's workers
-// keep theirs, so the best repetition runs on warm scratch. The one-thread and the N-thread runs
-// alternate within each repetition (at least 3, whatever --repeat says): on a shared VM the
-// machine's speed drifts by up to 25 % within a minute, and two series timed one after the other
-// measured that drift as much as the scaling.
+// `threads` threads (each worker takes the next chunk not yet taken, with its own encoder, as the
+// sender's pool does: refit/thread_pool.hpp). Each worker keeps its encoder and output buffer
+// across repetitions, as the sender's workers keep theirs, so the best repetition runs on warm
+// scratch. The one-thread and the N-thread runs alternate within each repetition (at least 3,
+// whatever --repeat says): on a shared VM the machine's speed drifts by up to 25 % within a
+// minute, and two series timed one after the other measured that drift as much as the scaling.
 struct scaling {
   double wall1 = 1e300, cpu1 = 0;  // best one-thread wall time, and its thread's CPU time
   double wallN = 1e300, cpuN = 0;  // best N-thread wall time, and the largest per-thread CPU time of that run
@@ -280,12 +280,13 @@ scaling encode_scaling(const model& m, const model_manifest& man, const bench_ar
   // one run with n threads: wall time and the largest per-thread CPU time
   const auto run = [&](unsigned n) {
     std::vector<double> cpu(n, 0.0);
+    std::atomic<std::size_t> next{0};
     const auto t0 = clock_t_::now();
     std::vector<std::thread> ts;
     for (unsigned w = 0; w < n; ++w)
       ts.emplace_back([&, w] {
         const stamp s0 = now();
-        for (std::size_t i = w; i < plan.size(); i += n) {
+        for (std::size_t i; (i = next.fetch_add(1)) < plan.size();) {
           const auto ps = pieces_of(m, plan[i], man);
           encoders[w].encode({frame_kind::delta, payload_id{{1, 0}, 0, static_cast<std::uint32_t>(i)}, 0, 1}, ps, outs[w]);
         }
