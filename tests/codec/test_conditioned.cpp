@@ -518,7 +518,8 @@ RC_GTEST_PROP(BaseClasses, RanksMatchANaiveCountInAnySlicing, ()) {
       ++seen[c];
     }
   }
-  // slices of random sizes, totals carried
+  // slices of random sizes, totals carried; each slice with or without the changes' base values
+  // (the encoder's hint: classes read from them instead of the base)
   std::vector<std::uint8_t> cls(pos.size());
   std::vector<std::uint32_t> rank(pos.size());
   std::vector<std::uint64_t> totals(spec.count, 0);
@@ -528,8 +529,11 @@ RC_GTEST_PROP(BaseClasses, RanksMatchANaiveCountInAnySlicing, ()) {
     std::vector<std::uint32_t> rel;
     const std::size_t k0 = k;
     while (k < pos.size() && pos[k] < at + len) rel.push_back(static_cast<std::uint32_t>(pos[k++] - at));
-    rank_by_class(std::span<const std::byte>(base).subspan(at * E, len * E), f, spec, rel, std::span(cls).subspan(k0),
-                  std::span(rank).subspan(k0), totals);
+    const std::span<const std::byte> slice = std::span<const std::byte>(base).subspan(at * E, len * E);
+    std::vector<std::byte> values;
+    if (*rc::gen::arbitrary<bool>())
+      for (std::uint32_t p : rel) values.insert(values.end(), slice.begin() + p * E, slice.begin() + (p + 1) * E);
+    rank_by_class(slice, f, spec, rel, values, std::span(cls).subspan(k0), std::span(rank).subspan(k0), totals);
     at += len;
   }
   RC_ASSERT(cls == rc_cls);
@@ -872,7 +876,7 @@ TEST(Kernels, ClassMasksOfEveryVariantEqualTheScalarOnes) {
     std::vector<std::uint32_t> r1(pos.size()), r2(pos.size());
     std::vector<std::uint64_t> t1(spec.count, 0), t2(spec.count, 0);
     detail::with_word(E, [&](auto w) {
-      detail::rank_generic<decltype(w)>(base.data(), blocks * 64, c, pos.data(), pos.size(), c1.data(), r1.data(), t1.data());
+      detail::rank_generic<decltype(w)>(base.data(), blocks * 64, c, pos.data(), nullptr, pos.size(), c1.data(), r1.data(), t1.data());
     });
     rank_by_class(base, f, spec, pos, c2, r2, t2);
     EXPECT_EQ(c1, c2);
@@ -885,7 +889,8 @@ TEST(Kernels, ClassMasksOfEveryVariantEqualTheScalarOnes) {
 // Class ranks of 2- and 4-byte formats with AVX-512 (rank_avx512) against the scalar path
 // (rank_generic): class counts 2, 3, 5, 9 and 16 (one and two vectors of counts), ranges of one element to several 8 192-element
 // batches with a partial last block, positions from every element to 1 in 40 (the first and the
-// last always among them), and totals carried in from an earlier slice.
+// last always among them), and totals carried in from an earlier slice; both paths also with the
+// changes' base values given (classes read from them, not gathered from the base).
 TEST(Kernels, RanksOfTheVectorAndScalarPathsAreTheSame) {
 #ifdef BITREFIT_CODEC_X86
   if (!cpu_avx512_vpopcnt()) GTEST_SKIP() << "no AVX-512 VPOPCNTDQ on this CPU";
@@ -906,20 +911,32 @@ TEST(Kernels, RanksOfTheVectorAndScalarPathsAreTheSame) {
           std::vector<std::uint32_t> pos;
           for (std::uint32_t i = 0; i < m; ++i)
             if (i == 0 || i + 1 == m || g() % every == 0) pos.push_back(i);
-          std::vector<std::uint8_t> c1(pos.size()), c2(pos.size());
-          std::vector<std::uint32_t> r1(pos.size()), r2(pos.size());
-          std::vector<std::uint64_t> t1(K), t2(K);
-          for (unsigned k = 0; k < K; ++k) t1[k] = t2[k] = 1000 * k + 7;
-          detail::with_word(E, [&](auto w) {
-            using W = decltype(w);
-            detail::rank_generic<W>(base.data(), m, c, pos.data(), pos.size(), c1.data(), r1.data(), t1.data());
-            if constexpr (sizeof(W) == 2 || sizeof(W) == 4)
-              detail::rank_avx512<W>(base.data(), m, c, pos.data(), pos.size(), c2.data(), r2.data(), t2.data());
-          });
+          std::vector<std::byte> values;  // the base elements at the positions
+          for (std::uint32_t p : pos) values.insert(values.end(), base.begin() + p * E, base.begin() + (p + 1) * E);
           const std::string at = std::string(dtype_name(t)) + " K=" + std::to_string(K) + " m=" + std::to_string(m) + " every=" + std::to_string(every);
-          EXPECT_EQ(c1, c2) << at;
-          EXPECT_EQ(r1, r2) << at;
-          EXPECT_EQ(t1, t2) << at;
+          std::vector<std::uint8_t> c1(pos.size());
+          std::vector<std::uint32_t> r1(pos.size());
+          std::vector<std::uint64_t> t1(K);
+          for (unsigned k = 0; k < K; ++k) t1[k] = 1000 * k + 7;
+          const std::vector<std::uint64_t> t0 = t1;
+          detail::with_word(E, [&](auto w) {
+            detail::rank_generic<decltype(w)>(base.data(), m, c, pos.data(), nullptr, pos.size(), c1.data(), r1.data(), t1.data());
+          });
+          for (int path = 0; path < 3; ++path) {  // generic with values; AVX-512 without, with
+            const std::byte* given = path == 1 ? nullptr : values.data();
+            std::vector<std::uint8_t> c2(pos.size());
+            std::vector<std::uint32_t> r2(pos.size());
+            std::vector<std::uint64_t> t2 = t0;
+            detail::with_word(E, [&](auto w) {
+              using W = decltype(w);
+              if (path == 0) detail::rank_generic<W>(base.data(), m, c, pos.data(), given, pos.size(), c2.data(), r2.data(), t2.data());
+              if constexpr (sizeof(W) == 2 || sizeof(W) == 4)
+                if (path > 0) detail::rank_avx512<W>(base.data(), m, c, pos.data(), given, pos.size(), c2.data(), r2.data(), t2.data());
+            });
+            EXPECT_EQ(c1, c2) << at << " path " << path;
+            EXPECT_EQ(r1, r2) << at << " path " << path;
+            EXPECT_EQ(t1, t2) << at << " path " << path;
+          }
         }
       }
     }
@@ -957,8 +974,8 @@ TEST(Kernels, VectorRanksReadNothingPastTheRange) {
   std::vector<std::uint8_t> c1(pos.size()), c2(pos.size());
   std::vector<std::uint32_t> r1(pos.size()), r2(pos.size());
   std::vector<std::uint64_t> t1(4), t2(4);
-  detail::rank_generic<std::uint16_t>(base, m, c, pos.data(), pos.size(), c1.data(), r1.data(), t1.data());
-  detail::rank_avx512<std::uint16_t>(base, m, c, pos.data(), pos.size(), c2.data(), r2.data(), t2.data());
+  detail::rank_generic<std::uint16_t>(base, m, c, pos.data(), nullptr, pos.size(), c1.data(), r1.data(), t1.data());
+  detail::rank_avx512<std::uint16_t>(base, m, c, pos.data(), nullptr, pos.size(), c2.data(), r2.data(), t2.data());
   EXPECT_EQ(c1, c2);
   EXPECT_EQ(r1, r2);
   EXPECT_EQ(t1, t2);

@@ -465,7 +465,8 @@ TEST(thrust_backend, frames_are_byte_identical_to_the_host_backend_and_apply_to_
 }
 
 // Class ranks of base-conditioned coding: the system's implementation (block masks, scan, one
-// functor per change) equals the host's, for every float format, class count and slicing.
+// functor per change) equals the host's, for every float format, class count and slicing; the
+// host's with the changes' base values given as its hint (classes read from them) too.
 TEST(thrust_backend, rank_by_class_equals_the_host_backend) {
   std::mt19937_64 rng(77);
   for (dtype t : {dtype::F16, dtype::BF16, dtype::F32, dtype::F64, dtype::F8_E4M3, dtype::F8_E5M2}) {
@@ -485,13 +486,22 @@ TEST(thrust_backend, rank_by_class_equals_the_host_backend) {
       std::vector<std::uint32_t> hr(pos.size()), dr(pos.size());
       std::vector<std::uint64_t> ht(spec.count, 5), dt(spec.count, 5);  // nonzero totals carry in
       host_backend hb;
-      hb.rank_by_class(base, f, spec, pos, hc, hr, ht);
+      hb.rank_by_class(base, f, spec, pos, {}, hc, hr, ht);
       const system_bytes sb(base);
       sut dev;
-      dev.rank_by_class(sb.cspan(), f, spec, pos, dc, dr, dt);
+      dev.rank_by_class(sb.cspan(), f, spec, pos, {}, dc, dr, dt);
       EXPECT_EQ(dc, hc) << dtype_name(t) << " K=" << k;
       EXPECT_EQ(dr, hr) << dtype_name(t) << " K=" << k;
       EXPECT_EQ(dt, ht) << dtype_name(t) << " K=" << k;
+      bytes values;  // the base elements at the positions
+      for (std::uint32_t p : pos) values.insert(values.end(), base.begin() + p * E, base.begin() + (p + 1) * E);
+      std::vector<std::uint8_t> vc(pos.size());
+      std::vector<std::uint32_t> vr(pos.size());
+      std::vector<std::uint64_t> vt(spec.count, 5);
+      hb.rank_by_class(base, f, spec, pos, values, vc, vr, vt);
+      EXPECT_EQ(vc, hc) << dtype_name(t) << " K=" << k << " with values";
+      EXPECT_EQ(vr, hr) << dtype_name(t) << " K=" << k << " with values";
+      EXPECT_EQ(vt, ht) << dtype_name(t) << " K=" << k << " with values";
     }
   }
 }

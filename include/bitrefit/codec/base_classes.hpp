@@ -249,7 +249,8 @@ BITREFIT_INLINE std::size_t fill_batch(const std::byte* base, std::size_t first,
 
 template <class W, bool V3>
 BITREFIT_INLINE void rank_impl(const std::byte* base, std::size_t m, const class_thresholds& c, const std::uint32_t* positions,
-                               std::size_t n_pos, std::uint8_t* classes_out, std::uint32_t* ranks_out, std::uint64_t* totals) {
+                               const std::byte* at_positions, std::size_t n_pos, std::uint8_t* classes_out, std::uint32_t* ranks_out,
+                               std::uint64_t* totals) {
   const unsigned T = c.T, X = T + 2;
   std::uint64_t running[max_base_classes + 1] = {};
   block_batch bb;
@@ -275,7 +276,8 @@ BITREFIT_INLINE void rank_impl(const std::byte* base, std::size_t m, const class
       const std::uint64_t* e = bb.ext + b * X;
       const std::uint64_t* cu = bb.cum + b * X;
       const std::uint64_t bl = below(lane);
-      const unsigned cls = class_of_exponent[(static_cast<std::uint64_t>(load_word<W>(base, p)) & c.mag_mask) >> c.mantissa_bits];
+      const W v = at_positions ? load_word<W>(at_positions, k) : load_word<W>(base, p);
+      const unsigned cls = class_of_exponent[(static_cast<std::uint64_t>(v) & c.mag_mask) >> c.mantissa_bits];
       const std::uint64_t hi = cu[cls] + static_cast<unsigned>(std::popcount(e[cls] & bl));
       const std::uint64_t lo = cu[cls + 1] + static_cast<unsigned>(std::popcount(e[cls + 1] & bl));
       classes_out[k] = static_cast<std::uint8_t>(cls);
@@ -293,13 +295,15 @@ BITREFIT_INLINE void rank_impl(const std::byte* base, std::size_t m, const class
 
 template <class W>
 BITREFIT_TARGET_V3 void rank_v3(const std::byte* base, std::size_t m, const class_thresholds& c, const std::uint32_t* positions,
-                                std::size_t n, std::uint8_t* classes_out, std::uint32_t* ranks_out, std::uint64_t* totals) {
-  rank_impl<W, true>(base, m, c, positions, n, classes_out, ranks_out, totals);
+                                const std::byte* at_positions, std::size_t n, std::uint8_t* classes_out, std::uint32_t* ranks_out,
+                                std::uint64_t* totals) {
+  rank_impl<W, true>(base, m, c, positions, at_positions, n, classes_out, ranks_out, totals);
 }
 template <class W>
-void rank_generic(const std::byte* base, std::size_t m, const class_thresholds& c, const std::uint32_t* positions, std::size_t n,
-                  std::uint8_t* classes_out, std::uint32_t* ranks_out, std::uint64_t* totals) {
-  rank_impl<W, false>(base, m, c, positions, n, classes_out, ranks_out, totals);
+void rank_generic(const std::byte* base, std::size_t m, const class_thresholds& c, const std::uint32_t* positions,
+                  const std::byte* at_positions, std::size_t n, std::uint8_t* classes_out, std::uint32_t* ranks_out,
+                  std::uint64_t* totals) {
+  rank_impl<W, false>(base, m, c, positions, at_positions, n, classes_out, ranks_out, totals);
 }
 
 #ifdef BITREFIT_CODEC_X86
@@ -323,11 +327,21 @@ struct class_batch {
 /// below the lane: 1.05x a memcmp in the same perf, encode 0.90x the time (bench/codec/README.md,
 /// "Class ranks sixteen at a time"). Same outputs as rank_generic (tests/codec,
 /// Kernels.RanksOfTheVectorAndScalarPathsAreTheSame).
+/// With `at_positions` (the base values of the changes, contiguous; nullptr: none), sixteen changes'
+/// classes come from one load instead of a gather from the base: the encoder has gathered those
+/// values for the value codes anyway, and the gather reads the base slice from L2, one line per
+/// change (AdamW-like items: encode 0.95x the time, bench/codec/README.md "Classes from the
+/// gathered values").
 /// @pre m <= 2^31 (gather indices are signed 32-bit).
 template <class W>
+__attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512i load16_words(const std::byte* p) noexcept {
+  if constexpr (sizeof(W) == 2) return _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  else return _mm512_loadu_si512(p);
+}
+template <class W>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vpopcntdq,popcnt"))) inline void rank_avx512(
-    const std::byte* base, std::size_t m, const class_thresholds& c, const std::uint32_t* positions, std::size_t n_pos,
-    std::uint8_t* classes_out, std::uint32_t* ranks_out, std::uint64_t* totals) noexcept {
+    const std::byte* base, std::size_t m, const class_thresholds& c, const std::uint32_t* positions, const std::byte* at_positions,
+    std::size_t n_pos, std::uint8_t* classes_out, std::uint32_t* ranks_out, std::uint64_t* totals) noexcept {
   static_assert(sizeof(W) == 2 || sizeof(W) == 4);
   constexpr std::size_t S = max_base_classes;
   const unsigned T = c.T, K = T + 1;
@@ -410,7 +424,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vpopcntdq,popcnt
     // and warn under -Wmaybe-uninitialized)
     for (; k + 16 <= n_pos && positions[k + 15] < vector_end; k += 16) {
       const __m512i p = _mm512_loadu_si512(positions + k);
-      const __m512i a = _mm512_and_si512(_mm512_mask_i32gather_epi32(zero, all16, p, base, sizeof(W)), mag);
+      const __m512i a = _mm512_and_si512(at_positions ? load16_words<W>(at_positions + k * sizeof(W))
+                                                      : _mm512_mask_i32gather_epi32(zero, all16, p, base, sizeof(W)),
+                                         mag);
       __m512i cls = zero;
       for (unsigned j = 0; j < T; ++j) cls = _mm512_mask_add_epi32(cls, _mm512_cmpge_epu32_mask(a, t[j]), cls, one32);
       const __m512i block = _mm512_maskz_srli_epi32(all16, _mm512_sub_epi32(p, at), 6);
@@ -432,7 +448,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vpopcntdq,popcnt
     }
     for (; k < n_pos && positions[k] < end; ++k) {
       const std::uint64_t p = positions[k];
-      const unsigned cls = class_of(load_word<W>(base, p));
+      const unsigned cls = class_of(at_positions ? load_word<W>(at_positions, k) : load_word<W>(base, p));
       const std::size_t slot = ((p - first) >> 6) * S + cls;
       classes_out[k] = static_cast<std::uint8_t>(cls);
       ranks_out[k] = cb.before[slot] + static_cast<unsigned>(std::popcount(cb.lanes[slot] & below(static_cast<unsigned>(p & 63))));
@@ -461,10 +477,16 @@ decltype(auto) with_word(std::size_t E, F&& f) {
 /// f): classes_out[k] = class of base element p_k, ranks_out[k] = totals[class] + number of elements
 /// before p_k in this range of the same class. Then totals[k] += elements of class k in the range
 /// (so a range processed in consecutive slices yields ranks relative to the first slice).
-/// @pre base 8-byte aligned or not (any), totals.size() >= spec.count, outputs >= positions.size().
+/// `base_at_positions`: empty, or the base elements at the positions, in order (E bytes each, so
+/// base_at_positions[k] = base element p_k); when given, the classes are read from it rather than
+/// from the base. Same outputs either way.
+/// @pre base 8-byte aligned or not (any), totals.size() >= spec.count, outputs >= positions.size(),
+///      base_at_positions empty or positions.size() · E bytes.
 inline void rank_by_class(std::span<const std::byte> base, const float_format& f, const class_spec& spec,
-                          std::span<const std::uint32_t> positions, std::span<std::uint8_t> classes_out,
-                          std::span<std::uint32_t> ranks_out, std::span<std::uint64_t> totals) {
+                          std::span<const std::uint32_t> positions, std::span<const std::byte> base_at_positions,
+                          std::span<std::uint8_t> classes_out, std::span<std::uint32_t> ranks_out, std::span<std::uint64_t> totals) {
+  if (!base_at_positions.empty() && base_at_positions.size() != positions.size() * f.element_size)
+    throw error(errc::invalid_argument, "rank_by_class: base_at_positions must hold one base element per position");
   const std::size_t m = base.size() / f.element_size;
   if (spec.count == 1) {
     // one class: every element is in it, so a change's class rank is its position. The base is
@@ -482,17 +504,26 @@ inline void rank_by_class(std::span<const std::byte> base, const float_format& f
     return;
   }
   const auto c = detail::thresholds_of(f, spec);
+  const std::byte* at = base_at_positions.empty() ? nullptr : base_at_positions.data();
   detail::with_word(f.element_size, [&](auto w) {
     using W = decltype(w);
     const std::byte* p = base.data();
+    const std::uint32_t* pos = positions.data();
+    const std::size_t n = positions.size();
 #ifdef BITREFIT_CODEC_X86
     if constexpr (sizeof(W) == 2 || sizeof(W) == 4)
       if (cpu_avx512_vpopcnt() && m <= (std::size_t{1} << 31))
-        return detail::rank_avx512<W>(p, m, c, positions.data(), positions.size(), classes_out.data(), ranks_out.data(), totals.data());
+        return detail::rank_avx512<W>(p, m, c, pos, at, n, classes_out.data(), ranks_out.data(), totals.data());
 #endif
-    if (cpu_v3()) detail::rank_v3<W>(p, m, c, positions.data(), positions.size(), classes_out.data(), ranks_out.data(), totals.data());
-    else detail::rank_generic<W>(p, m, c, positions.data(), positions.size(), classes_out.data(), ranks_out.data(), totals.data());
+    if (cpu_v3()) detail::rank_v3<W>(p, m, c, pos, at, n, classes_out.data(), ranks_out.data(), totals.data());
+    else detail::rank_generic<W>(p, m, c, pos, at, n, classes_out.data(), ranks_out.data(), totals.data());
   });
+}
+/// rank_by_class reading the classes from the base.
+inline void rank_by_class(std::span<const std::byte> base, const float_format& f, const class_spec& spec,
+                          std::span<const std::uint32_t> positions, std::span<std::uint8_t> classes_out,
+                          std::span<std::uint32_t> ranks_out, std::span<std::uint64_t> totals) {
+  rank_by_class(base, f, spec, positions, {}, classes_out, ranks_out, totals);
 }
 
 /// Picks a class_spec for format f from a sample: `base_exponents` (histogram of the exponent

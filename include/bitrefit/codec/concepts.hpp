@@ -43,12 +43,15 @@
 //             backend's tensors live in host memory, else a copy in `scratch` (resized to fit).
 //       Used by the decoder of base-conditioned items, which reads the base bits of an item range.
 //
-//  6. rank_by_class(base, format, spec, positions, classes_out, ranks_out, totals)
+//  6. rank_by_class(base, format, spec, positions, base_at_positions, classes_out, ranks_out, totals)
 //       @pre base holds m elements of `format` (in the backend's memory space), positions strictly
-//            ascending and < m, outputs at least positions.size() long, totals.size() >= spec.count.
+//            ascending and < m, outputs at least positions.size() long, totals.size() >= spec.count;
+//            base_at_positions (host memory) is empty or holds the base elements at the positions,
+//            in order (a hint: the host backend reads classes from it instead of the base).
 //       @post exactly base_classes.hpp's rank_by_class: classes_out[k] = the class of base element
 //             p_k, ranks_out[k] = totals[class] + same-class elements before p_k; then totals[k] +=
-//             the range's elements of class k. Law: identical on every backend.
+//             the range's elements of class k. Law: identical on every backend, with or without
+//             base_at_positions.
 //
 // Optional (preparing_backend): a backend whose tensors live elsewhere (device memory) prepares
 // whole items there, so positions never cross to host memory — only what goes into the frame:
@@ -94,7 +97,7 @@ concept execution_backend = requires(B& b, std::span<const std::byte> cbytes, st
   { b.apply_changes(mbytes, n, mode, pos, cbytes) } -> std::same_as<void>;
   { b.hash_slices(cbytes, n, digests) } -> std::same_as<void>;
   { b.host_bytes(cbytes, scratch) } -> std::same_as<std::span<const std::byte>>;
-  { b.rank_by_class(cbytes, fmt, spec, pos, classes, ranks, totals) } -> std::same_as<void>;
+  { b.rank_by_class(cbytes, fmt, spec, pos, cbytes, classes, ranks, totals) } -> std::same_as<void>;
 };
 
 /// What a preparing backend hands the encoder for an XOR or overwrite item (host memory).

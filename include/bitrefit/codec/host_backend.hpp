@@ -221,9 +221,9 @@ struct host_backend {
   std::span<const std::byte> host_bytes(std::span<const std::byte> bytes, byte_buffer&) const noexcept { return bytes; }
 
   void rank_by_class(std::span<const std::byte> base, const float_format& f, const class_spec& spec,
-                     std::span<const std::uint32_t> positions, std::span<std::uint8_t> classes_out,
-                     std::span<std::uint32_t> ranks_out, std::span<std::uint64_t> totals) {
-    codec::rank_by_class(base, f, spec, positions, classes_out, ranks_out, totals);
+                     std::span<const std::uint32_t> positions, std::span<const std::byte> base_at_positions,
+                     std::span<std::uint8_t> classes_out, std::span<std::uint32_t> ranks_out, std::span<std::uint64_t> totals) {
+    codec::rank_by_class(base, f, spec, positions, base_at_positions, classes_out, ranks_out, totals);
   }
 
   void hash_slices(std::span<const std::byte> bytes, std::size_t slice_bytes, std::span<digest128> out) {

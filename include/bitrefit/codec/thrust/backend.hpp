@@ -412,10 +412,11 @@ class thrust_backend {
   }
 
   /// See concepts.hpp, primitive 6: computed on the system (block masks, a scan of their counts,
-  /// one rank per change); host positions and outputs cross once on a device system.
+  /// one rank per change); host positions and outputs cross once on a device system. The classes
+  /// are read from the base on the system, so the host-side `base_at_positions` hint is not used.
   void rank_by_class(std::span<const std::byte> base, const float_format& f, const class_spec& spec,
-                     std::span<const std::uint32_t> positions, std::span<std::uint8_t> classes_out,
-                     std::span<std::uint32_t> ranks_out, std::span<std::uint64_t> totals) {
+                     std::span<const std::uint32_t> positions, std::span<const std::byte> /*base_at_positions*/,
+                     std::span<std::uint8_t> classes_out, std::span<std::uint32_t> ranks_out, std::span<std::uint64_t> totals) {
     const std::size_t c = positions.size();
     if constexpr (System::host_memory) {
       rank_on_system(base, f, spec, positions.data(), c, classes_out.data(), ranks_out.data(), totals);
