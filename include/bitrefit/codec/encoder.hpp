@@ -327,6 +327,11 @@ class chunk_encoder {
     std::size_t c = 0;
     for (std::size_t k = k0; k < k1; ++k) {
       const std::uint64_t p = kv.positions[k];
+      // the base word 32 changes ahead, requested now: these reads are scattered over a base in
+      // memory (not a slice in cache as after detection), and this loop alone kept too few misses
+      // in flight (bench 256 MiB, four alternated runs: encode_known_s 0.048-0.049 -> 0.044-0.045 s
+      // at 5 %, 0.057-0.060 -> 0.052 s at adamw)
+      if (k + 32 < k1) __builtin_prefetch(base + (kv.positions[k + 32] - begin) * E);
       W o, v;
       std::memcpy(&o, base + (p - begin) * E, E);
       std::memcpy(&v, vals + k * E, E);
