@@ -307,12 +307,6 @@ void rank_generic(const std::byte* base, std::size_t m, const class_thresholds& 
 }
 
 #ifdef BITREFIT_CODEC_X86
-/// Sixteen 2- or 4-byte words at p, zero-extended to 32 bits.
-template <class W>
-__attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512i load16_words(const std::byte* p) noexcept {
-  if constexpr (sizeof(W) == 2) return _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  else return _mm512_loadu_si512(p);
-}
 /// Per block of a batch and per class k (stride 16 = max_base_classes, so a change's slot is
 /// block · 16 + class, a shift and an add): the block's lanes of class k, and totals[k] + the
 /// elements of class k before the block (mod 2^32: ranks are 32-bit).

@@ -277,9 +277,6 @@ __attribute__((target("avx512f"), always_inline)) inline __m512i extra_bits16_av
   return _mm512_maskz_add_epi32(_mm512_cmpge_epu32_mask(sym, sixteen), _mm512_maskz_srli_epi32(every_lane, _mm512_sub_epi32(sym, sixteen), 1),
                                 _mm512_set1_epi32(3));
 }
-__attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512i load16_avx512(const std::byte* p) noexcept {
-  return _mm512_maskz_cvtepu16_epi32(every_lane, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
 
 /// h[s] += how many of the first `len` (<= 64) bytes at `sym` equal s, for every s. Symbols below
 /// `dense` are counted with one byte compare and a popcount each per 64 bytes, the rest one by one.
@@ -331,7 +328,7 @@ __attribute__((target("avx512f,avx512bw,avx512cd,avx512vl"))) inline std::size_t
       _mm512_storeu_si512(o.gaps + i, g);
       _mm_store_si128(reinterpret_cast<__m128i*>(gsym + fill),
                       _mm512_maskz_cvtepi32_epi8(every_lane, bucket16_avx512(_mm512_maskz_srl_epi32(every_lane, g, gshift)).symbol));
-      const __m512i code = value_codes16_avx512(fl, load16_avx512(ov + 2 * i), load16_avx512(nv + 2 * i));
+      const __m512i code = value_codes16_avx512(fl, load16_words<std::uint16_t>(ov + 2 * i), load16_words<std::uint16_t>(nv + 2 * i));
       _mm512_storeu_si512(o.vcode + i, code);
       _mm_store_si128(reinterpret_cast<__m128i*>(vsym + fill),
                       _mm512_maskz_cvtepi32_epi8(every_lane, _mm512_and_si512(code, _mm512_set1_epi32(0xFF))));
@@ -370,7 +367,7 @@ __attribute__((target("avx512f,avx512bw,avx512cd,avx512vl,popcnt"))) inline std:
     fill[k] = 0;
   };
   for (std::size_t i = 0; i < n; i += 16) {
-    const __m512i code = value_codes16_avx512(fl, load16_avx512(ov + 2 * i), load16_avx512(nv + 2 * i));
+    const __m512i code = value_codes16_avx512(fl, load16_words<std::uint16_t>(ov + 2 * i), load16_words<std::uint16_t>(nv + 2 * i));
     const __m512i cl = _mm512_maskz_cvtepu8_epi32(every_lane, _mm_loadu_si128(reinterpret_cast<const __m128i*>(cls + i)));
     const __m512i r = _mm512_loadu_si512(rk + i);
     for (unsigned k = 0; k < K; ++k) {

@@ -89,5 +89,13 @@ __attribute__((target("avx512f"), always_inline)) inline __m512i stream_load512(
   // maybe-uninitialized
   return _mm512_mask_inserti64x4(lo, 0xFF, lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32)), 1);
 }
+/// Sixteen 2- or 4-byte words at `p` (any alignment), zero-extended to 32-bit lanes (the zero-masked
+/// conversion with every lane selected, for the same GCC 12 reason as above).
+template <class W>
+__attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512i load16_words(const void* p) noexcept {
+  static_assert(sizeof(W) == 2 || sizeof(W) == 4);
+  if constexpr (sizeof(W) == 2) return _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_loadu_si256(static_cast<const __m256i*>(p)));
+  else return _mm512_loadu_si512(p);
+}
 #endif
 }  // namespace bitrefit::codec
