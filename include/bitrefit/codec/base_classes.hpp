@@ -514,12 +514,6 @@ inline void rank_by_class(std::span<const std::byte> base, const float_format& f
     else detail::rank_generic<W>(p, m, c, pos, at, n, classes_out.data(), ranks_out.data(), totals.data());
   });
 }
-/// rank_by_class reading the classes from the base.
-inline void rank_by_class(std::span<const std::byte> base, const float_format& f, const class_spec& spec,
-                          std::span<const std::uint32_t> positions, std::span<std::uint8_t> classes_out,
-                          std::span<std::uint32_t> ranks_out, std::span<std::uint64_t> totals) {
-  rank_by_class(base, f, spec, positions, {}, classes_out, ranks_out, totals);
-}
 
 /// Picks a class_spec for format f from a sample: `base_exponents` (histogram of the exponent
 /// field over sampled base elements, f.exponents() entries) and `changed_exponents` (the same over
