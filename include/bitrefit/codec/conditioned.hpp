@@ -181,7 +181,8 @@ inline constexpr bool packed_values = sizeof(W) <= 2;
 namespace conditioned_detail {
 
 /// Where pass 1 of conditioned_encoder::encode_typed writes: per change, in class-major order, its
-/// gap and value code (vextra: the extra bits of formats wider than 2 bytes), and four copies of
+/// gap and value code (vextra: the extra bits of formats wider than 2 bytes; each class's region
+/// followed by class_pad slots of scratch), and four copies of
 /// each histogram (copy i & 3 for change i: no chain of increments to the same bin; most changes
 /// have the same symbols), class k's bins at k·gap_alphabet and k·VA.
 struct pass1_out {
@@ -190,6 +191,12 @@ struct pass1_out {
   std::uint64_t* vextra;
   std::array<std::uint64_t*, 4> gh, vh;
 };
+/// Slots after each class's changes in pass 1's class-major outputs (gaps, vcode, vextra): the
+/// several-class kernel stores sixteen words at a class's next slot whatever the class's share of
+/// them, so up to fifteen words past the class's last change may be overwritten. Why: its masked
+/// stores (two per class present in each sixteen changes) were the hottest instructions of pass 1
+/// on AdamW-like items of four classes; plain stores took 0.97x the encode time (paired tool, Zen 5).
+inline constexpr std::size_t class_pad = 16;
 /// Per class: the next change's slot in class-major order and its previous rank + 1.
 struct pass1_state {
   std::array<std::uint64_t, max_base_classes> slot{};
@@ -342,7 +349,8 @@ __attribute__((target("avx512f,avx512bw,avx512cd,avx512vl"))) inline std::size_t
 }
 /// Several classes, sixteen changes per step: the value codes, then per class present in the step
 /// its changes compressed out in position order (vpcompressd of ranks and codes), their gaps
-/// (rank - the class's previous rank - 1) and codes stored at the class's next slots, and their
+/// (rank - the class's previous rank - 1) and codes stored at the class's next slots (sixteen words
+/// each time: the class_pad slots after a class absorb the rest), and their
 /// gap and value symbols kept per class and counted 64 at a time (count_symbols_avx512). Why:
 /// placing each change one by one (place_gap: the class's slot and previous rank through memory,
 /// two bin increments) cost about 12 cycles per change, 0.98x a memcmp on AdamW-like items of four
@@ -374,14 +382,13 @@ __attribute__((target("avx512f,avx512bw,avx512cd,avx512vl,popcnt"))) inline std:
       const __mmask16 m = _mm512_cmpeq_epi32_mask(cl, _mm512_set1_epi32(static_cast<int>(k)));
       if (!m) continue;
       const unsigned nk = static_cast<unsigned>(std::popcount(static_cast<unsigned>(m)));
-      const auto keep = static_cast<__mmask16>((1u << nk) - 1);
       const __m512i rc = _mm512_maskz_compress_epi32(m, r);
       const __m512i cc = _mm512_maskz_compress_epi32(m, code);
       // lane 0's previous rank is the class's (next - 1, -1 before its first change)
       const __m512i before = _mm512_maskz_alignr_epi32(every_lane, rc, _mm512_set1_epi32(static_cast<int>(next[k] - 1)), 15);
       const __m512i g = _mm512_sub_epi32(_mm512_sub_epi32(rc, before), one);
-      _mm512_mask_storeu_epi32(o.gaps + slot[k], keep, g);
-      _mm512_mask_storeu_epi32(o.vcode + slot[k], keep, cc);
+      _mm512_storeu_si512(o.gaps + slot[k], g);
+      _mm512_storeu_si512(o.vcode + slot[k], cc);
       const __m512i gs = bucket16_avx512(_mm512_maskz_srl_epi32(every_lane, g, _mm_cvtsi32_si128(static_cast<int>(shift[k])))).symbol;
       _mm_storeu_si128(reinterpret_cast<__m128i*>(gsym[k] + fill[k]), _mm512_maskz_cvtepi32_epi8(every_lane, gs));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(vsym[k] + fill[k]), _mm512_maskz_cvtepi32_epi8(every_lane, _mm512_and_si512(cc, low_byte)));
@@ -590,15 +597,15 @@ class conditioned_encoder {
       while ((mean >> shift[k]) >= 8) ++shift[k];
     }
     // pass 1, in position order: gaps, value codes and the symbol histograms, stored class-major
-    // (class k's changes at [at[k], at[k+1]) in position order) so pass 2 runs class by class with
-    // its coders' states in registers.
-    gaps_.resize_uninit(c);
-    vcode_.resize_uninit(c);
-    if constexpr (!packed_values<W>) vextra_.resize_uninit(c);
+    // (class k's changes at [at[k], at[k] + count[k]) in position order, then class_pad slots of
+    // scratch) so pass 2 runs class by class with its coders' states in registers.
+    gaps_.resize_uninit(c + K * conditioned_detail::class_pad);
+    vcode_.resize_uninit(c + K * conditioned_detail::class_pad);
+    if constexpr (!packed_values<W>) vextra_.resize_uninit(c + K * conditioned_detail::class_pad);
     gap_hist_.assign(4 * std::size_t{K} * gap_alphabet, 0);
     val_hist_.assign(4 * std::size_t{K} * VA, 0);
     std::array<std::uint64_t, max_base_classes + 1> at{};
-    for (unsigned k = 0; k < K; ++k) at[k + 1] = at[k] + count[k];
+    for (unsigned k = 0; k < K; ++k) at[k + 1] = at[k] + count[k] + class_pad;
     {
       pass1_state st;
       for (unsigned k = 0; k < K; ++k) st.slot[k] = at[k];
@@ -756,7 +763,7 @@ class conditioned_encoder {
     const std::uint64_t* vextra = vextra_.data();
     auto start = [&](lane& ln, unsigned l) {
       const unsigned k = queue[l][ln.next++];
-      ln.k = k, ln.j = at[k + 1], ln.stop = at[k], ln.s = shift[k];
+      ln.k = k, ln.j = at[k] + count[k], ln.stop = at[k], ln.s = shift[k];
       ln.low_mask = (std::uint64_t{1} << shift[k]) - 1;
       ln.ge = gsym_[k].data(), ln.ve = vsym_[k].data();
       ln.gw = gap_enc_[k].begin(gap_puts(k, shift[k]));
