@@ -401,12 +401,14 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vpopcntdq,popcnt
       own[T] = lo;
       ++nb;
     }
-    // counts before each block, all classes at once: eight (or sixteen) lanes of running counts
+    // counts before each block, all classes at once: eight (or sixteen) lanes of running counts,
+    // narrowed in a register and stored whole (the truncating store vpmovqd to memory is slower on
+    // AMD Zen: 0.993-0.996x the encode time on AdamW-like items, paired tool)
     for (std::size_t b = 0; b < nb; ++b) {
-      _mm512_mask_cvtepi64_storeu_epi32(cb.before + b * S, 0xFF, run0);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(cb.before + b * S), _mm512_maskz_cvtepi64_epi32(all8, run0));
       run0 = _mm512_add_epi64(run0, _mm512_popcnt_epi64(_mm512_load_si512(cb.lanes + b * S)));
       if (padded > 8) {
-        _mm512_mask_cvtepi64_storeu_epi32(cb.before + b * S + 8, 0xFF, run1);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(cb.before + b * S + 8), _mm512_maskz_cvtepi64_epi32(all8, run1));
         run1 = _mm512_add_epi64(run1, _mm512_popcnt_epi64(_mm512_load_si512(cb.lanes + b * S + 8)));
       }
     }
