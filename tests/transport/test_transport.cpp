@@ -27,6 +27,20 @@ fs::path fresh_dir(const std::string& name) {
   return p;
 }
 
+/// A fresh directory, removed when the holder goes: also when an assertion ends the test early.
+/// A property runs its body many times in one directory, held by a function-local static that is
+/// destroyed at exit (before, that directory was left behind in /tmp by every run).
+struct scratch_dir {
+  fs::path path;
+  explicit scratch_dir(const std::string& name) : path(fresh_dir(name)) {}
+  scratch_dir(const scratch_dir&) = delete;
+  scratch_dir& operator=(const scratch_dir&) = delete;
+  ~scratch_dir() {
+    std::error_code ec;  // never throw from a destructor; a leftover directory is not a failure
+    fs::remove_all(path, ec);
+  }
+};
+
 }  // namespace
 
 TEST(Transport, InProcessLaws) { check_transport_laws(inprocess_transport{}); }
@@ -34,9 +48,9 @@ TEST(Transport, InProcessLaws) { check_transport_laws(inprocess_transport{}); }
 // any_transport forwards every call, so it must pass the very laws of the model it holds.
 TEST(Transport, AnyTransportLaws) {
   check_transport_laws(any_transport(inprocess_transport{}));
-  const auto dir = fresh_dir("any-transport");
+  const scratch_dir scratch("any-transport");
+  const fs::path& dir = scratch.path;
   check_transport_laws(any_transport(directory_transport(directory_store(dir))));
-  fs::remove_all(dir);
 }
 
 TEST(Transport, AnyTransportCopiesShareTheOneModel) {
@@ -54,34 +68,35 @@ TEST(Transport, AnyTransportCopiesShareTheOneModel) {
 }
 
 TEST(Transport, DirectoryLaws) {
-  auto dir = fresh_dir("laws");
+  const scratch_dir scratch("laws");
+  const fs::path& dir = scratch.path;
   check_transport_laws(directory_transport(directory_store(dir)));
   check_object_store_laws(directory_store(dir / "objects"));
-  fs::remove_all(dir);
 }
 
 TEST(Transport, DirectoryKeysDerivedFromPayloadId) {
-  auto dir = fresh_dir("keys");
+  const scratch_dir scratch("keys");
+  const fs::path& dir = scratch.path;
   directory_transport t{directory_store(dir)};
   t.publish(key_of({{1, 2}, 3, 4}), make_bytes(8, 1));
   EXPECT_TRUE(fs::exists(dir / "payloads/a1.2/00000003.00000004"));
   // A second process handle over the same directory sees the frame (shared filesystem model).
   directory_transport other{directory_store(dir)};
   EXPECT_EQ(*other.fetch(key_of({{1, 2}, 3, 4})), make_bytes(8, 1));
-  fs::remove_all(dir);
 }
 
 TEST(Transport, DirectoryRejectsEscapingKeys) {
-  auto dir = fresh_dir("escape");
+  const scratch_dir scratch("escape");
+  const fs::path& dir = scratch.path;
   directory_store s(dir);
   EXPECT_THROW(s.put("../x", make_bytes(1, 1)), error);
   EXPECT_THROW(s.put("/abs", make_bytes(1, 1)), error);
   EXPECT_THROW(s.put("a/.tmp.x", make_bytes(1, 1)), error);
-  fs::remove_all(dir);
 }
 
 TEST(Transport, DirectoryRefusesObjectsAboveItsLimitUnread) {
-  auto dir = fresh_dir("limit");
+  const scratch_dir scratch("limit");
+  const fs::path& dir = scratch.path;
   directory_store s(dir, {.durable = false, .max_object_bytes = 1024});
   s.put("a/small", bytes(1024));
   EXPECT_EQ(s.get("a/small")->size(), 1024u);
@@ -94,13 +109,13 @@ TEST(Transport, DirectoryRefusesObjectsAboveItsLimitUnread) {
     EXPECT_EQ(e.where().field, "size");
     EXPECT_EQ(e.where().file, (dir / "a/big").string());
   }
-  fs::remove_all(dir);
 }
 
 TEST(Transport, DirectoryWritesAreAtomicForConcurrentReaders) {
   // A writer process replaces one object with alternating full-size contents; the reader must only
   // ever see one of the two whole objects, never a prefix or a mix.
-  auto dir = fresh_dir("atomic");
+  const scratch_dir scratch("atomic");
+  const fs::path& dir = scratch.path;
   directory_store s(dir);
   const bytes A = make_bytes(1 << 20, 1), B = make_bytes(1 << 20, 2);
   s.put("obj", A);
@@ -121,11 +136,11 @@ TEST(Transport, DirectoryWritesAreAtomicForConcurrentReaders) {
   ::waitpid(pid, &status, 0);
   EXPECT_EQ(WEXITSTATUS(status), 0);
   for (auto& e : fs::directory_iterator(dir)) EXPECT_NE(e.path().filename().string().rfind(".tmp.", 0), 0u);
-  fs::remove_all(dir);
 }
 
 TEST(Transport, DirectoryReceiveWaitsBoundedAndWakesOnPost) {
-  auto dir = fresh_dir("poll");
+  const scratch_dir scratch("poll");
+  const fs::path& dir = scratch.path;
   directory_transport t{directory_store(dir), {.max_poll_interval = std::chrono::milliseconds(5)}};
   auto t0 = std::chrono::steady_clock::now();
   EXPECT_TRUE(t.receive("coordinator", std::chrono::milliseconds(60)).empty());
@@ -140,7 +155,6 @@ TEST(Transport, DirectoryReceiveWaitsBoundedAndWakesOnPost) {
   auto got = t.receive("coordinator", std::chrono::milliseconds(5000));
   poster.join();
   ASSERT_EQ(got.size(), 1u);
-  fs::remove_all(dir);
 }
 
 TEST(Transport, FaultsAreDeterministicAndRecoverable) {
@@ -170,8 +184,8 @@ TEST(Transport, FaultsAreDeterministicAndRecoverable) {
 }
 
 RC_GTEST_PROP(Transport, DirectoryRoundTripsArbitraryBytes, (const std::vector<std::uint8_t>& data, std::uint32_t owner, std::uint32_t seq)) {
-  static const auto dir = fresh_dir("prop");
-  directory_transport t{directory_store(dir)};
+  static const scratch_dir dir("prop");
+  directory_transport t{directory_store(dir.path)};
   bytes b(data.size());
   std::ranges::transform(data, b.begin(), [](std::uint8_t x) { return std::byte{x}; });  // (memcpy of an empty vector's null data() is UB)
   const frame_key k = key_of({{5, 5}, owner, seq});
