@@ -9,6 +9,8 @@
 //       compress_frontier=0|1 (default 1: the frontier's encodings kept zstd-compressed in blocks)
 //       symmetry=0|1 (default 1: receivers interchangeable, one state per renaming class; the
 //       verdict does not depend on it, the counts do)
+//       trace=0|1 (default 1: each state's parent kept for the counterexample; 0: 16 bytes less
+//       per state for runs of hundreds of millions of states, a violation then has no path)
 // Prints one JSON object: bounds, verdict, unique states, transitions, depth, goal and terminal
 // states, seconds, and on a violation the message and the counterexample length. With --scenario the
 // counterexample is written as a scenario file that tests/protocol's runner replays.
@@ -61,6 +63,11 @@ int run(const proofs::cluster_bounds& b, proofs::check_options opt, const std::s
     std::printf(", \"violation\": \"%s\"", msg.c_str());
   }
   std::printf("}\n");
+  if (!opt.trace && r.outcome == proofs::verdict::invariant_violated)  // the violating state is the last one found
+    std::fprintf(stderr, "check_protocol: trace=0 keeps no path; rerun with trace=1 max_states=%llu for the counterexample\n",
+                 (unsigned long long)r.states);
+  if (!opt.trace && r.outcome == proofs::verdict::end_unreachable)
+    std::fprintf(stderr, "check_protocol: trace=0 keeps no path; rerun with trace=1 for the counterexample\n");
   if (!r.ok() && !r.counterexample.empty() && !scenario_file.empty()) {
     std::ofstream f(scenario_file);
     f << proofs::counterexample_scenario<W>(b, r.counterexample,
@@ -108,6 +115,7 @@ int main(int argc, char** argv) {
     else if (k == "threads") opt.threads = n();
     else if (k == "symmetry") b.symmetry = n() != 0;
     else if (k == "compress_frontier") opt.compress_frontier = n() != 0;
+    else if (k == "trace") opt.trace = n() != 0;
     else if (k == "progress") progress_s = std::strtod(v.c_str(), nullptr);
     else if (k == "max_states") opt.max_states = std::strtoull(v.c_str(), nullptr, 10);
     else if (k == "gate") b.gate = v == "async" ? protocol::gate_policy::asynchronous : protocol::gate_policy::synchronous;

@@ -411,6 +411,42 @@ TEST(Engine, ThreadCountChangesNothing) {
   }
 }
 
+// check_options::trace = false keeps no parents (for by-hand runs of hundreds of millions of
+// states): the same counts, verdicts and violation messages, only without the path.
+TEST(Engine, TraceOffDropsOnlyThePath) {
+  grid g;
+  g.trap = true;
+  const auto trap = check(g, check_options{.trace = false});
+  ASSERT_EQ(trap.outcome, verdict::end_unreachable);
+  EXPECT_TRUE(trap.counterexample.empty());
+  EXPECT_EQ(trap.states, check(g).states);
+
+  cluster_bounds b = small([](auto& b) { b.duplicates = 1; });
+  const auto with = check(cluster_world(b), check_options{.liveness = true, .exact = false, .threads = 2});
+  const auto without = check(cluster_world(b), check_options{.liveness = true, .exact = false, .threads = 2, .trace = false});
+  ASSERT_TRUE(with.ok()) << with.violation;
+  ASSERT_TRUE(without.ok()) << without.violation;
+  EXPECT_EQ(without.states, with.states);
+  EXPECT_EQ(without.transitions, with.transitions);
+  EXPECT_EQ(without.depth, with.depth);
+  EXPECT_EQ(without.goal_states, with.goal_states);
+
+  b.mutation = M::dedup_off;
+  const auto caught = check(proofs::mutated_cluster_world(b), check_options{.liveness = false, .exact = false, .threads = 2});
+  const auto caught_lean = check(proofs::mutated_cluster_world(b), check_options{.liveness = false, .exact = false, .threads = 2, .trace = false});
+  ASSERT_EQ(caught.outcome, verdict::invariant_violated);
+  ASSERT_EQ(caught_lean.outcome, verdict::invariant_violated);
+  EXPECT_EQ(caught_lean.violation, caught.violation);
+  EXPECT_EQ(caught_lean.states, caught.states);
+  EXPECT_FALSE(caught.counterexample.empty());
+  EXPECT_TRUE(caught_lean.counterexample.empty());
+  // What check_protocol tells the user to do: the first `states` states again, with the path.
+  const auto again = check(proofs::mutated_cluster_world(b),
+                           check_options{.liveness = false, .exact = false, .max_states = caught_lean.states, .threads = 2});
+  ASSERT_EQ(again.outcome, verdict::invariant_violated);
+  EXPECT_EQ(again.counterexample, caught.counterexample);
+}
+
 }  // namespace
 
 // ---- 7. symmetry reduction over receivers (symmetry.hpp). Sound when every renaming of receivers

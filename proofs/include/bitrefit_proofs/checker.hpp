@@ -83,6 +83,12 @@ struct check_options {
   /// each level, and once before the liveness pass, with what is known so far, for progress lines
   /// on long runs; the callee decides how often to print. Empty: silent.
   std::function<void(const check_progress&)> progress{};
+  /// Keep each state's parent and the move from it, so that a violation comes with its path from
+  /// the initial state (check_result::counterexample). Off: 16 fewer bytes per state, and none of
+  /// their reallocation peaks, for by-hand runs of hundreds of millions of states; a violation is
+  /// then reported without its path (rerun with it on and max_states just past that state's id).
+  /// The counts and the verdict do not depend on it.
+  bool trace = true;
 };
 
 enum class verdict { ok, invariant_violated, end_unreachable, state_limit };
@@ -427,9 +433,17 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
   res.threads = threads;
 
   constexpr std::uint32_t none = ~std::uint32_t{0};
-  std::vector<std::uint32_t> parent;  // per state id (ids are assigned in BFS order)
-  std::vector<Move> via;              // the move from parent
+  // Per state id (ids are assigned in BFS order): its goal flag, and with opt.trace its parent and
+  // the move from it (the counterexample's path). `found` states so far: the next id.
+  std::vector<std::uint32_t> parent;
+  std::vector<Move> via;
   std::vector<std::uint8_t> goal;
+  std::uint64_t found = 0;
+  auto add_state = [&](std::uint32_t from, const Move& m, bool is_goal) {
+    if (opt.trace) parent.push_back(from), via.push_back(m);
+    goal.push_back(is_goal ? 1 : 0);
+    ++found;
+  };
   // Liveness only: the state graph's edges, forward, as compressed rows. States are expanded in id
   // order (the frontier holds ids in increasing order), so the edges of state s are the targets
   // out_to[out_start[s] .. out_start[s + 1]): 4 bytes per edge and 8 per state.
@@ -440,11 +454,12 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
 
   auto path_to = [&](std::uint32_t id) {
     std::vector<Move> p;
+    if (!opt.trace) return p;  // not kept (check_options::trace)
     for (std::uint32_t s = id; parent[s] != none; s = parent[s]) p.push_back(via[s]);
     return std::vector<Move>(p.rbegin(), p.rend());
   };
   auto finish = [&]() {
-    res.states = parent.size();
+    res.states = found;
     res.seconds = std::chrono::duration<double>(clock::now() - t0).count();
     if (!opt.exact) res.collision_bound = double(res.states) * double(res.states) / 36893488147419103232.0;
     return res;
@@ -460,7 +475,7 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
   };
   // Returns (id, fresh); the next id if fresh.
   auto intern = [&](const W& w, std::uint64_t fp) -> std::pair<std::uint32_t, bool> {
-    const auto id = static_cast<std::uint32_t>(parent.size());
+    const auto id = static_cast<std::uint32_t>(found);
     if (opt.exact) {
       auto [it, fresh] = by_state.try_emplace(w, id);
       return {it->second, fresh};
@@ -601,9 +616,7 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
       const std::uint64_t fp0 = fingerprint_in_place(k0);
       intern(k0, fp0);
     }
-    parent.push_back(none);
-    via.emplace_back();
-    goal.push_back(w0.transition_done() ? 1 : 0);
+    add_state(none, Move{}, w0.transition_done());
     if (auto v = w0.check_invariants()) {
       res.outcome = verdict::invariant_violated;
       res.violation = *v;
@@ -740,17 +753,15 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
           const successor* s = e.detail < known_before ? &o.details[e.detail] : nullptr;
           const auto [sid, fresh] = e.detail == known_before ? std::pair{e.id, false}
                                     : opt.exact              ? intern(s->key ? *s->key : *s->state, 0)
-                                                             : by_fingerprint.insert(e.fp, std::uint32_t(parent.size()));
+                                                             : by_fingerprint.insert(e.fp, std::uint32_t(found));
           if (opt.liveness) out_to.push_back(sid);
           if (!fresh) continue;
           // New to the table after the merge of earlier slots: it was new before the batch, and the
           // first of its fingerprint in its thread's share (an earlier one is merged first).
           if (!s) throw std::logic_error("check: a successor new to the table was dropped by its worker");
-          parent.push_back(id);
-          via.push_back(s->move);
-          goal.push_back(s->goal ? 1 : 0);
+          add_state(id, s->move, s->goal);
           res.depth = level + 1;
-          if (s->violation || parent.size() > opt.max_states) {
+          if (s->violation || found > opt.max_states) {
             pool.wait();  // the next batch, if one was handed over, still reads the table
             by_fingerprint.unpin();
             if (s->violation) {
@@ -770,7 +781,7 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
       by_fingerprint.unpin();
       if (more && !overlap) launch(cur ^ 1, b0 + n);
       if (opt.progress && more)
-        opt.progress(check_progress{"search", level, parent.size(), res.transitions, next.size(), next.encoded.bytes_held(),
+        opt.progress(check_progress{"search", level, found, res.transitions, next.size(), next.encoded.bytes_held(),
                                     std::chrono::duration<double>(clock::now() - t0).count(), b0 + n, frontier.size()});
     }
     next.encoded.seal();
@@ -779,12 +790,12 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
     std::swap(frontier, next);
     ++level;
     if (opt.progress)
-      opt.progress(check_progress{"search", level, parent.size(), res.transitions, frontier.size(), frontier.encoded.bytes_held(),
+      opt.progress(check_progress{"search", level, found, res.transitions, frontier.size(), frontier.encoded.bytes_held(),
                                   std::chrono::duration<double>(clock::now() - t0).count(), previous_level, previous_level});
   }
   for (auto g : goal) res.goal_states += g;
   if (opt.progress && opt.liveness)
-    opt.progress(check_progress{"liveness", res.depth, parent.size(), res.transitions, 0, 0,
+    opt.progress(check_progress{"liveness", res.depth, found, res.transitions, 0, 0,
                                 std::chrono::duration<double>(clock::now() - t0).count()});
 
   if (opt.liveness) {
@@ -801,7 +812,7 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
     // together with the forward rows while it was built: the largest block of a big run. A graph
     // that needs more than max_sweeps (a long chain of edges to smaller ids) finishes with that
     // reverse reachability, seeded with what the sweeps marked, so the cost stays bounded.
-    const std::size_t n = parent.size();
+    const std::size_t n = found;
     out_start.push_back(out_to.size());
     if (out_start.size() != n + 1) throw std::logic_error("check: states were not expanded in id order");
     std::vector<std::uint8_t> reaches = std::move(goal);  // goal_states is counted; the flags seed the set
@@ -819,7 +830,7 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
           }
       }
       if (opt.progress)
-        opt.progress(check_progress{"liveness", res.depth, parent.size(), res.transitions, 0, 0,
+        opt.progress(check_progress{"liveness", res.depth, found, res.transitions, 0, 0,
                                     std::chrono::duration<double>(clock::now() - t0).count(), 0, 0, res.liveness_sweeps});
     }
     if (grew) {  // not settled within max_sweeps: reverse reachability from every state marked so far
