@@ -209,8 +209,14 @@ TEST(Safetensors, UnknownFieldsNestedWithinTheLimitAreSkipped) {
 }
 
 // The header parse is one linear pass (the duplicate-name check once rescanned the object after
-// every entry: 100 K tensors took 150 s). Measured against 10 K tensors in the same run: a linear
-// parse takes ~10x as long for 10x the entries, the quadratic one took ~370x.
+// every entry: 100 K tensors took 150 s). Timed against 10 K tensors in the same run, the two sizes
+// interleaved so that a busy neighbour slows both:
+// - a quadratic duplicate check takes ~370x as long for 10x the entries (217x for a plain scan of
+//   the entries per key, tried again when this bound was set);
+// - today's linear parse takes 23-25x on an idle machine, not 10x, because the name hash set and the
+//   name sort outgrow the caches (1.2 us per entry at 12.5 K, 2.3 us at 100 K, 3.9 us at 400 K); a
+//   loaded CI run measured 37x, which failed the old bound of 30x.
+// The bound of 100x sits between the two, with a margin of 2-3x on either side.
 TEST(Safetensors, HeaderParseIsLinearIn100KTensors) {
   auto header_of = [](std::size_t n) {
     std::string h = "{";
@@ -218,20 +224,23 @@ TEST(Safetensors, HeaderParseIsLinearIn100KTensors) {
       h += (i ? "," : "") + std::string(R"("model.layers.)") + std::to_string(i) + R"(.weight":)" + entry("U8", "[1]", i, i + 1);
     return raw_safetensors(h + "}", n);
   };
-  auto best_of = [](int runs, const std::vector<std::byte>& mem, std::size_t n) {
-    double best = 1e9;
-    for (int k = 0; k < runs; ++k) {
-      const auto t0 = std::chrono::steady_clock::now();
-      const safetensors_view v(mem, "big");
-      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      EXPECT_EQ(v.manifest().size(), n);
-    }
-    return best;
+  auto parse_seconds = [](const std::vector<std::byte>& mem, std::size_t n) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const safetensors_view v(mem, "big");
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(v.manifest().size(), n);
+    return s;
   };
-  const auto small = bytes_of(header_of(10'000)), big = bytes_of(header_of(100'000));
-  const double t_small = best_of(3, small, 10'000), t_big = best_of(2, big, 100'000);
-  std::printf("safetensors header parse: 10 K tensors %.3f s, 100 K tensors %.3f s (%.1fx)\n", t_small, t_big, t_big / t_small);
-  EXPECT_LT(t_big, 30 * t_small) << "header parse is not linear in the tensor count";
+  constexpr std::size_t n_small = 10'000, n_big = 100'000;
+  const auto small = bytes_of(header_of(n_small)), big = bytes_of(header_of(n_big));
+  double t_small = 1e9, t_big = 1e9;
+  for (int k = 0; k < 3; ++k) {  // best of 3, interleaved
+    t_small = std::min(t_small, parse_seconds(small, n_small));
+    t_big = std::min(t_big, parse_seconds(big, n_big));
+  }
+  std::printf("safetensors header parse: 10 K tensors %.3f s, 100 K tensors %.3f s (%.1fx for 10x the entries)\n", t_small, t_big,
+              t_big / t_small);
+  EXPECT_LT(t_big, 100 * t_small) << "header parse is not linear in the tensor count";
 }
 
 TEST(Safetensors, ErrorsCarryTheirCategory) {
