@@ -10,7 +10,8 @@
 //       symmetry=0|1 (default 1: receivers interchangeable, one state per renaming class; the
 //       verdict does not depend on it, the counts do)
 //       trace=0|1 (default 1: each state's parent kept for the counterexample; 0: 16 bytes less
-//       per state for runs of hundreds of millions of states, a violation then has no path)
+//       per state for runs of hundreds of millions of states, a violation then has no path;
+//       with --no-liveness too, the table keeps fingerprints only: 8-byte slots, not 16)
 // Prints one JSON object: bounds, verdict, unique states, transitions, depth, goal and terminal
 // states, seconds, and on a violation the message and the counterexample length. With --scenario the
 // counterexample is written as a scenario file that tests/protocol's runner replays.

@@ -215,6 +215,36 @@ TEST(Engine, FingerprintTableFindsWhileOneThreadInserts) {
   for (std::uint32_t i = 0; i < 2 * n; ++i) ASSERT_EQ(table.find(fp(i)), i);
 }
 
+// Without liveness and trace the table keeps fingerprints only (8-byte slots): the same answers
+// to "seen before?", and a known fingerprint's id reads as 0, found beside one inserting thread too.
+TEST(Engine, FingerprintOnlyTableKeepsMembershipNotIds) {
+  proofs::detail::fingerprint_table with_ids(true), bare(false);
+  EXPECT_TRUE(with_ids.keeps_ids());
+  EXPECT_FALSE(bare.keeps_ids());
+  EXPECT_EQ(bare.slot_bytes() * 2, with_ids.slot_bytes());  // 8 bytes a slot against 16
+  auto fp = [](std::uint64_t i) { return (i + 1) * 0x9e3779b97f4a7c15ull; };
+  constexpr std::uint32_t n = 200'000;  // past the first 65 536 slots: it grows
+  bare.reserve(n);
+  std::atomic<bool> done{false};
+  std::uint64_t wrong = 0;
+  std::thread reader([&] {
+    while (!done.load(std::memory_order_acquire))
+      for (std::uint32_t i = 0; i < n; i += 97)
+        if (const std::uint32_t id = bare.find(fp(i)); id != proofs::detail::fingerprint_table::none && id != 0) ++wrong;
+  });
+  for (std::uint32_t i = 0; i < n; ++i) ASSERT_EQ(bare.insert(fp(i), i + 7), (std::pair{i + 7, true}));  // fresh: the id given
+  done.store(true, std::memory_order_release);
+  reader.join();
+  EXPECT_EQ(wrong, 0u);
+  bare.unpin();
+  for (std::uint32_t i = 0; i < n; ++i) {
+    ASSERT_EQ(bare.find(fp(i)), 0u);
+    ASSERT_EQ(bare.insert(fp(i), 99), (std::pair{0u, false}));
+  }
+  for (std::uint32_t i = n; i < n + 1000; ++i) ASSERT_EQ(bare.find(fp(i)), proofs::detail::fingerprint_table::none);
+  EXPECT_GT(bare.slot_bytes(), std::size_t{n} * 8);  // it grew to hold them
+}
+
 // ---- 2. the real protocol
 struct pinned {
   const char* name;
@@ -445,6 +475,21 @@ TEST(Engine, TraceOffDropsOnlyThePath) {
                            check_options{.liveness = false, .exact = false, .max_states = caught_lean.states, .threads = 2});
   ASSERT_EQ(again.outcome, verdict::invariant_violated);
   EXPECT_EQ(again.counterexample, caught.counterexample);
+
+  // Without liveness too, the table keeps no ids (fingerprint_table): the same search, on a world
+  // of 93 185 classes (the table grows past its first 65 536 slots), with the merge overlapping.
+  const cluster_bounds dd = small([](auto& b) { b.owners = 1; b.drops = 1; b.duplicates = 1; });
+  const auto ids = check(cluster_world(dd), check_options{.liveness = false, .exact = false, .threads = 2});
+  const auto bare = check(cluster_world(dd), check_options{.liveness = false, .exact = false, .threads = 2, .trace = false});
+  ASSERT_TRUE(ids.ok()) << ids.violation;
+  ASSERT_TRUE(bare.ok()) << bare.violation;
+  EXPECT_EQ(ids.states, 93185u);
+  EXPECT_EQ(bare.states, ids.states);
+  EXPECT_EQ(bare.transitions, ids.transitions);
+  EXPECT_EQ(bare.depth, ids.depth);
+  EXPECT_EQ(bare.goal_states, ids.goal_states);
+  EXPECT_EQ(bare.terminal_states, ids.terminal_states);
+  EXPECT_GT(bare.goal_states, 0u);
 }
 
 }  // namespace

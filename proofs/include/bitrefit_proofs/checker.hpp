@@ -170,11 +170,26 @@ concept compact_world = requires(const W& cw, W& w, std::vector<std::uint8_t>& o
 };
 
 namespace detail {
+/// A slot of the fingerprint table: the fingerprint and the state's id (liveness keeps edges by
+/// id, the trace keeps parents by id), or the fingerprint alone when neither is on.
+struct fingerprint_id_slot {
+  std::uint64_t fp = 0;  // 0: empty
+  std::uint32_t id = 0;
+};
+struct fingerprint_only_slot {
+  std::uint64_t fp = 0;  // 0: empty
+};
+
 /// Fingerprint -> state id, open addressing (linear probing), no per-entry allocation. Lookups are
 /// safe from many threads, also beside one inserting thread while the table is pinned (reserve()).
-class fingerprint_table {
+/// With fingerprint_only_slot no id is kept: a known fingerprint's id reads as 0 (8 bytes a slot
+/// instead of 16, so twice the states in the same memory; see fingerprint_table).
+template <class Slot>
+class open_fingerprint_table {
  public:
-  fingerprint_table() { slots_.assign(std::size_t{1} << 16, slot{}); }
+  static constexpr bool keeps_ids = requires(Slot s) { s.id; };
+  static constexpr std::uint32_t none = ~std::uint32_t{0};
+  open_fingerprint_table() { slots_.assign(std::size_t{1} << 16, Slot{}); }
   /// The id of `fp`, or `none`. May run while one thread inserts (between reserve() and
   /// unpin()): it then sees each entry either whole or not yet, never a torn one (the id is
   /// stored before the fingerprint that publishes it).
@@ -182,7 +197,7 @@ class fingerprint_table {
     fp = fix(fp);
     for (std::size_t i = fp & mask(); ; i = (i + 1) & mask()) {
       const std::uint64_t at = shared(slots_[i].fp).load(std::memory_order_acquire);
-      if (at == fp) return shared(slots_[i].id).load(std::memory_order_relaxed);
+      if (at == fp) return id_at(i);
       if (at == 0) return none;
     }
   }
@@ -194,9 +209,9 @@ class fingerprint_table {
     }
     fp = fix(fp);
     for (std::size_t i = fp & mask(); ; i = (i + 1) & mask()) {
-      if (slots_[i].fp == fp) return {slots_[i].id, false};
+      if (slots_[i].fp == fp) return {id_at(i), false};
       if (slots_[i].fp == 0) {
-        shared(slots_[i].id).store(id, std::memory_order_relaxed);
+        if constexpr (keeps_ids) shared(slots_[i].id).store(id, std::memory_order_relaxed);
         shared(slots_[i].fp).store(fp, std::memory_order_release);
         ++size_;
         return {id, true};
@@ -212,13 +227,9 @@ class fingerprint_table {
     pinned_ = true;
   }
   void unpin() noexcept { pinned_ = false; }
-  static constexpr std::uint32_t none = ~std::uint32_t{0};
+  std::size_t slot_bytes() const noexcept { return slots_.size() * sizeof(Slot); }
 
  private:
-  struct slot {
-    std::uint64_t fp = 0;  // 0: empty
-    std::uint32_t id = 0;
-  };
   // 0 marks an empty slot: fingerprint 0 is stored as 1 (one more collision pair of 2^64, which
   // the collision bound already covers). The bits are spread once more so the low bits index well.
   static std::uint64_t fix(std::uint64_t fp) noexcept {
@@ -227,22 +238,52 @@ class fingerprint_table {
     fp ^= fp >> 29;
     return fp ? fp : 1;
   }
+  std::uint32_t id_at(std::size_t i) const noexcept {
+    if constexpr (keeps_ids) return shared(slots_[i].id).load(std::memory_order_relaxed);
+    else return 0;
+  }
   std::size_t mask() const noexcept { return slots_.size() - 1; }
   // A slot field as an atomic (plain loads and stores on x86-64; they keep the compiler from
   // tearing or caching them, and tell ThreadSanitizer what is shared).
   template <class T>
   static std::atomic_ref<T> shared(const T& x) noexcept { return std::atomic_ref<T>(const_cast<T&>(x)); }
   void grow() {
-    std::vector<slot> old(slots_.size() * 2);
+    std::vector<Slot> old(slots_.size() * 2);
     old.swap(slots_);
     for (const auto& s : old)
       if (s.fp)
         for (std::size_t i = s.fp & mask(); ; i = (i + 1) & mask())
           if (slots_[i].fp == 0) { slots_[i] = s; break; }
   }
-  std::vector<slot> slots_;
+  std::vector<Slot> slots_;
   std::size_t size_ = 0;
   bool pinned_ = false;
+};
+
+/// The search's table: with ids (16-byte slots: 2^29 slots, 8.6 GB, hold 402 M states) when
+/// liveness or the trace needs them, else fingerprints alone (8-byte slots: the same 8.6 GB hold
+/// 805 M). The choice is made once per search; each call takes one predictable branch.
+class fingerprint_table {
+ public:
+  static constexpr std::uint32_t none = ~std::uint32_t{0};
+  explicit fingerprint_table(bool keep_ids = true) : keep_ids_(keep_ids) {
+    if (keep_ids) with_ids_.emplace();
+    else bare_.emplace();
+  }
+  bool keeps_ids() const noexcept { return keep_ids_; }
+  std::uint32_t find(std::uint64_t fp) const noexcept { return keep_ids_ ? with_ids_->find(fp) : bare_->find(fp); }
+  std::pair<std::uint32_t, bool> insert(std::uint64_t fp, std::uint32_t id) {
+    return keep_ids_ ? with_ids_->insert(fp, id) : bare_->insert(fp, id);
+  }
+  void prefetch(std::uint64_t fp) const noexcept { keep_ids_ ? with_ids_->prefetch(fp) : bare_->prefetch(fp); }
+  void reserve(std::size_t extra) { keep_ids_ ? with_ids_->reserve(extra) : bare_->reserve(extra); }
+  void unpin() noexcept { keep_ids_ ? with_ids_->unpin() : bare_->unpin(); }
+  std::size_t slot_bytes() const noexcept { return keep_ids_ ? with_ids_->slot_bytes() : bare_->slot_bytes(); }
+
+ private:
+  bool keep_ids_;
+  std::optional<open_fingerprint_table<fingerprint_id_slot>> with_ids_;
+  std::optional<open_fingerprint_table<fingerprint_only_slot>> bare_;
 };
 
 /// The fingerprints one thread kept in one batch: open addressing with generation stamps, so that
@@ -433,15 +474,16 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
   res.threads = threads;
 
   constexpr std::uint32_t none = ~std::uint32_t{0};
-  // Per state id (ids are assigned in BFS order): its goal flag, and with opt.trace its parent and
-  // the move from it (the counterexample's path). `found` states so far: the next id.
+  // Per state id (ids are assigned in BFS order): with opt.liveness its goal flag, with opt.trace
+  // its parent and the move from it (the counterexample's path). `found` states so far: the next id.
   std::vector<std::uint32_t> parent;
   std::vector<Move> via;
   std::vector<std::uint8_t> goal;
   std::uint64_t found = 0;
   auto add_state = [&](std::uint32_t from, const Move& m, bool is_goal) {
     if (opt.trace) parent.push_back(from), via.push_back(m);
-    goal.push_back(is_goal ? 1 : 0);
+    if (opt.liveness) goal.push_back(is_goal ? 1 : 0);
+    res.goal_states += is_goal;
     ++found;
   };
   // Liveness only: the state graph's edges, forward, as compressed rows. States are expanded in id
@@ -449,7 +491,8 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
   // out_to[out_start[s] .. out_start[s + 1]): 4 bytes per edge and 8 per state.
   std::vector<std::uint64_t> out_start;
   detail::chunked_u32 out_to;
-  detail::fingerprint_table by_fingerprint;
+  // Ids in the table only where something reads them: liveness (its edges) or the trace (parents).
+  detail::fingerprint_table by_fingerprint(opt.liveness || opt.trace);
   std::unordered_map<W, std::uint32_t> by_state;
 
   auto path_to = [&](std::uint32_t id) {
@@ -793,7 +836,6 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
       opt.progress(check_progress{"search", level, found, res.transitions, frontier.size(), frontier.encoded.bytes_held(),
                                   std::chrono::duration<double>(clock::now() - t0).count(), previous_level, previous_level});
   }
-  for (auto g : goal) res.goal_states += g;
   if (opt.progress && opt.liveness)
     opt.progress(check_progress{"liveness", res.depth, found, res.transitions, 0, 0,
                                 std::chrono::duration<double>(clock::now() - t0).count()});
