@@ -265,7 +265,7 @@ class open_fingerprint_table {
 /// 805 M). The choice is made once per search; each call takes one predictable branch.
 class fingerprint_table {
  public:
-  static constexpr std::uint32_t none = ~std::uint32_t{0};
+  static constexpr std::uint32_t none = open_fingerprint_table<fingerprint_id_slot>::none;  // the same for both slots
   explicit fingerprint_table(bool keep_ids = true) : keep_ids_(keep_ids) {
     if (keep_ids) with_ids_.emplace();
     else bare_.emplace();
