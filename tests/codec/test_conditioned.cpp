@@ -133,8 +133,12 @@ std::vector<bool> lanes_flags(std::span<const std::byte> loc) {
   std::vector<bool> flags;
   for (unsigned k = 0; k < K; ++k) {
     if (r.varint(~0ull, "count") == 0) continue;
-    flags.push_back((r.u8() & conditioned_detail::lanes_flag) != 0);
-    (void)rans::read_table(r, conditioned_detail::gap_alphabet, "gap table");
+    const unsigned shift_byte = r.u8();
+    flags.push_back((shift_byte & conditioned_detail::lanes_flag) != 0);
+    if (shift_byte & conditioned_detail::predicted_tables_flag)
+      (void)rans::read_predicted_codes(r, conditioned_detail::gap_alphabet, conditioned_detail::gap_code_prediction, "gap table");
+    else
+      (void)rans::read_table(r, conditioned_detail::gap_alphabet, "gap table");
     (void)r.varint(~0ull, "gap stream length");
   }
   return flags;
@@ -318,6 +322,75 @@ bool decode_lanes(const lane_case& c, std::span<const std::byte> bytes) {
   return same;
 }
 }  // namespace
+
+// Predicted tables (write_predicted_table): with either predictor of the base-conditioned coding,
+// the decoder rebuilds exactly the table the encoder coded with, from fewer bytes than
+// write_table's form on smooth histograms, and refuses codes that no encoder writes.
+TEST(Rans, PredictedTablesRoundTripAndRefuseBadCodes) {
+  const error_context where{};
+  using conditioned_detail::gap_code_prediction;
+  using conditioned_detail::value_code_prediction;
+  using predictor = int (*)(const std::uint8_t*, std::size_t) noexcept;
+  std::mt19937_64 g(7);
+  std::size_t predicted_bytes = 0, plain_bytes = 0;
+  for (int round = 0; round < 400; ++round) {
+    const predictor predict = round % 2 ? predictor{value_code_prediction} : predictor{gap_code_prediction};
+    std::vector<std::uint64_t> h(1 + g() % 72);
+    if (round % 4 < 2) {  // geometric, as gaps and distances are: smooth codes
+      double c = double(1 + g() % 100000);
+      for (auto& v : h) v = static_cast<std::uint64_t>(c), c *= 0.55 + 0.4 * double(g() % 1000) / 1000.0;
+    } else {  // anything: zeros, huge jumps, the largest codes
+      for (auto& v : h) v = (g() % 4 == 0) ? 0 : (g() % 8 == 0 ? ~0ull >> (g() % 3) : g() % (1u << (g() % 25)));
+    }
+    h[g() % h.size()] += 1;
+    std::uint64_t count = 0;
+    std::size_t used = 0;
+    for (auto v : h) count += std::min<std::uint64_t>(v, 1u << 20), used += v != 0;
+    const auto scale_of = [count](std::size_t u) { return conditioned_detail::scale_bits_for(count, u); };
+    byte_buffer tb, plain;
+    rans::write_predicted_table(h, predict, tb);
+    rans::write_table(h, scale_of(used), plain);
+    const std::vector<std::byte> wire(tb.data(), tb.data() + tb.size());
+    rans::reader r(wire, where);
+    EXPECT_EQ(rans::read_predicted_table(r, 80, predict, scale_of, "table"), rans::table_of(h, scale_of(used))) << round;
+    EXPECT_TRUE(r.rest().empty()) << round;
+    // the codes themselves, one per symbol up to the last used one
+    rans::reader rc(wire, where);
+    const auto codes = rans::read_predicted_codes(rc, 80, predict, "table");
+    std::size_t last = h.size();
+    while (h[last - 1] == 0) --last;
+    ASSERT_EQ(codes.size(), last);
+    for (std::size_t i = 0; i < last; ++i) EXPECT_EQ(codes[i], rans::count_code(h[i])) << round << " symbol " << i;
+    if (round % 4 < 2) predicted_bytes += tb.size(), plain_bytes += plain.size();
+  }
+  EXPECT_LT(predicted_bytes * 10, plain_bytes * 8) << "smooth tables: predicted " << predicted_bytes << " B, one byte per code " << plain_bytes << " B";
+  auto refused = [&](std::vector<std::uint8_t> bytes, const char* why) {
+    std::vector<std::byte> b;
+    for (auto x : bytes) b.push_back(static_cast<std::byte>(x));
+    rans::reader r(b, where);
+    try {
+      (void)rans::read_predicted_table(r, 80, gap_code_prediction, [](std::size_t) { return 10u; }, "table");
+      ADD_FAILURE() << "accepted: " << why;
+    } catch (const error& e) {
+      EXPECT_EQ(e.code(), errc::format) << why;
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  // codes: 200 raw, then the prediction 198 + 200 (zigzag 400, + 4 = 404, nine bits wide: six zero
+  // bits, a one, its low eight bits): 398 > 255
+  refused({2, 200, 0x40, 0x4a}, "outside [0, 255]");
+  refused({2, 200, 0x00, 0x00}, "longer than any code");  // nine zero bits and more
+  // 200, then 198 (difference 0: bits 1, 0, 0), then a set bit in the padding
+  refused({2, 200, 0x81}, "nonzero bits after the last code");
+  refused({2, 200}, "section ends early");  // the second code is missing
+  refused({1, 0}, "table without symbols");
+  refused({81, 0}, "exceeds its bound");  // more symbols than the alphabet
+  {  // and the same bytes without the set padding bit are the table {200, 198}
+    const std::vector<std::byte> b{std::byte{2}, std::byte{200}, std::byte{0x01}};
+    rans::reader r(b, where);
+    EXPECT_EQ(rans::read_predicted_codes(r, 80, gap_code_prediction, "table"), (std::vector<std::uint8_t>{200, 198}));
+  }
+}
 
 TEST(Lanes, RoundTripOfSymbolsAndRawBitsInEveryLane) {
   std::mt19937_64 g(21);
@@ -730,6 +803,78 @@ TEST(Conditioned, ClassRanksPastTheRangeAreRefusedBeforeTheScan) {
   enc2.encode(f, spec, classes, ranks, olds, news, loc2, val2);
   dec.decode(f, m, classes.size(), loc2.span(), val2.span(), base, pos, out, {});
   for (std::size_t k = 0; k < classes.size(); ++k) EXPECT_EQ(pos[k], 2 * ranks[k] + classes[k]) << k;
+}
+
+// Items written before predicted tables (conditioned_detail::predicted_tables_flag) carry
+// write_table's tables: a scale byte and one byte per code. The decoder still reads them, to the
+// same changes: each item's sections are rewritten here into that form (flag cleared, the same
+// codes) and decoded beside the original.
+TEST(Conditioned, ItemsWithTheOlderTablesStillDecode) {
+  using namespace conditioned_detail;
+  const error_context where{};
+  for (dtype t : float_dtypes) {
+    const auto d = training_like(t, 30000, 21);
+    const auto fr = encode_one(d, mode_policy::conditioned_only);
+    const frame_view v = frame_view::parse(fr);
+    ASSERT_EQ(v.items().size(), 1u);
+    const auto f = *float_format_of(t);
+    const std::uint64_t changed = v.items()[0].changed;
+    const auto loc = v.location_section(0), val = v.value_section(0);
+    // the rewrite: headers with the older tables, then the same streams
+    rans::reader lr(loc, where), vr(val, where);
+    byte_buffer old_loc, old_val;
+    const unsigned K = lr.u8();
+    old_loc.push_back(static_cast<std::byte>(K));
+    for (unsigned j = 0; j + 1 < K; ++j) rans::detail::put_varint(old_loc, lr.varint(~0ull, "threshold"));
+    std::vector<std::uint64_t> counts;
+    unsigned predicted = 0;
+    auto older_table = [](const std::vector<std::uint8_t>& codes, std::uint64_t c, byte_buffer& out) {
+      std::size_t used = 0;
+      for (auto q : codes) used += q != 0;
+      out.push_back(static_cast<std::byte>(scale_bits_for(c, used)));
+      rans::detail::put_varint(out, codes.size());
+      for (auto q : codes) out.push_back(static_cast<std::byte>(q));
+    };
+    for (unsigned k = 0; k < K; ++k) {
+      const std::uint64_t c = lr.varint(~0ull, "count");
+      rans::detail::put_varint(old_loc, c);
+      counts.push_back(c);
+      if (!c) continue;
+      const unsigned shift_byte = lr.u8();
+      predicted += (shift_byte & predicted_tables_flag) != 0;
+      old_loc.push_back(static_cast<std::byte>(shift_byte & ~predicted_tables_flag));
+      older_table(rans::read_predicted_codes(lr, gap_alphabet, gap_code_prediction, "gap table"), c, old_loc);
+      rans::detail::put_varint(old_loc, lr.varint(~0ull, "gap stream length"));
+    }
+    for (unsigned k = 0; k < K; ++k)
+      if (counts[k]) {
+        older_table(rans::read_predicted_codes(vr, value_alphabet(f), value_code_prediction, "value table"), counts[k], old_val);
+        rans::detail::put_varint(old_val, vr.varint(~0ull, "value stream length"));
+      }
+    old_loc.append(lr.rest());
+    old_val.append(vr.rest());
+    std::size_t nonempty = 0;
+    for (auto c : counts) nonempty += c != 0;
+    EXPECT_EQ(predicted, nonempty) << dtype_name(t) << ": every class of a new item has predicted tables";
+    EXPECT_LT(loc.size() + val.size(), old_loc.size() + old_val.size()) << dtype_name(t);
+    conditioned_decoder dec;
+    std::vector<std::uint32_t> pos(changed), old_pos(changed);
+    std::vector<std::byte> out(changed * f.element_size), old_out(changed * f.element_size);
+    dec.decode(f, d.n(), changed, loc, val, d.old_b, pos, out, where);
+    dec.decode(f, d.n(), changed, old_loc.span(), old_val.span(), d.old_b, old_pos, old_out, where);
+    EXPECT_EQ(old_pos, pos) << dtype_name(t);
+    EXPECT_EQ(old_out, out) << dtype_name(t);
+    // and they are the changes
+    std::size_t i = 0;
+    for (std::size_t e = 0; e < d.n(); ++e)
+      if (load(d.old_b, e, f.element_size) != load(d.new_b, e, f.element_size)) {
+        ASSERT_LT(i, changed);
+        EXPECT_EQ(pos[i], e);
+        EXPECT_EQ(std::memcmp(out.data() + i * f.element_size, d.new_b.data() + e * f.element_size, f.element_size), 0);
+        ++i;
+      }
+    EXPECT_EQ(i, changed) << dtype_name(t);
+  }
 }
 
 TEST(Conditioned, DecodingWithoutABaseIsAMismatch) {

@@ -13,7 +13,8 @@
 //   location (location_coding::class_gaps):
 //     u8 K (1..16); K-1 varint exponent thresholds (class_spec); per class k: varint c_k (its
 //     changed elements) and, if c_k > 0: u8 shift s_k (0..31, plus 0x80 when class k's two streams
-//     are 16-lane streams), the gap table (rans.hpp format) and varint length of class k's stream;
+//     are 16-lane streams, plus 0x40 when its two tables are predicted tables), the gap table and
+//     varint length of class k's stream;
 //     then the K streams, class 0 first. Stream k codes the changes of class k in rank order: symbol
 //     bucket(g >> s_k), its extra bits, then the low s_k bits of g, where g = rank - previous rank
 //     - 1 (previous = -1 at the start of the class).
@@ -21,8 +22,11 @@
 //     per class with c_k > 0: the value table and varint length of its stream; then the streams,
 //     same order as the gaps: symbol 1 + 2·bucket(|d| - 1) + (d < 0) and its extra bits, or the
 //     escape symbol 0 and the new pattern's 8E raw bits.
-//   Tables (rans.hpp): a log-scale byte per symbol up to the last used one, normalised alike on
-//   both ends.
+//   Tables (rans.hpp): a log-scale count code per symbol up to the last used one, normalised
+//   alike on both ends; with flag 0x40 (every encoder since 2026-12-05) as differences from a
+//   prediction (write_predicted_table, gap_code_prediction / value_code_prediction) and the scale
+//   derived from c_k (scale_bits_for); without it (items written before) one byte per code after a
+//   scale byte (write_table).
 //   bucket(u): u < 16 is its own symbol; else with b = floor(log2 u): symbol 16 + 2(b - 4) + bit
 //   (b-1) of u, followed by the b-1 bits below it raw (a log scale with one mantissa bit).
 //   One stream per class lets the encoder code every change in one backward pass over positions
@@ -448,6 +452,29 @@ inline void class_counts(const std::uint8_t* cls, std::size_t c, unsigned K, std
 inline constexpr std::uint64_t lanes_min_changes = std::uint64_t{1} << 16;
 /// The shift byte's flag: this class's two streams are 16-lane streams.
 inline constexpr unsigned lanes_flag = 0x80;
+/// The shift byte's flag: this class's gap and value tables are predicted tables
+/// (rans::write_predicted_table with gap_code_prediction and value_code_prediction; their scale is
+/// scale_bits_for(c_k, used symbols)). Every encoder since it was added sets it; a class without it
+/// has write_table's tables (items written before), which the decoder still reads.
+inline constexpr unsigned predicted_tables_flag = 0x40;
+/// The shift itself: the shift byte's bits below its flags.
+inline constexpr unsigned shift_mask = 0x3F;
+
+/// Predictions of count codes (rans.hpp, count_code: 8·log2(count) + 1) from the codes before.
+/// Gap symbols: the previous code minus 2. After the gap shift the mean gap is 4-8 units, so the
+/// counts of symbols 0..15 fall roughly geometrically, ~1/7 per symbol, which is about 2 codes
+/// (measured on a real AdamW run's tables: -2 gave the fewest bits of the offsets 0 to -4).
+inline int gap_code_prediction(const std::uint8_t* codes, std::size_t i) noexcept {
+  return i == 0 ? -1 : std::max(0, int{codes[i - 1]} - 2);
+}
+/// Value symbols: 0 is the escape and 1 + 2·bucket + sign the rest (value_symbol), so the count of
+/// a negative distance (even symbol) is predicted by the positive one just before it, and a
+/// positive distance by the positive distance one bucket smaller; the escape and the first
+/// distance have none.
+inline int value_code_prediction(const std::uint8_t* codes, std::size_t i) noexcept {
+  if (i < 2) return -1;
+  return i % 2 == 0 ? int{codes[i - 1]} : int{codes[i - 2]};
+}
 
 /// A class's schedule in 16-lane streams: change t is lane t mod 16 of group t / 16; per group the
 /// decoder runs, on the gap stream, the gap symbols, then the low min(w, 15) bits of each gap's raw
@@ -656,10 +683,11 @@ class conditioned_encoder {
     for (unsigned k = 0; k < K; ++k) {
       rans::detail::put_varint(loc, count[k]);
       if (!count[k]) continue;
-      loc.push_back(static_cast<std::byte>(shift[k] | (lanes16[k] ? lanes_flag : 0u)));
-      rans::write_table({gap_hist_.data() + k * gap_alphabet, gap_alphabet}, gscale[k], loc);
+      loc.push_back(static_cast<std::byte>(shift[k] | predicted_tables_flag | (lanes16[k] ? lanes_flag : 0u)));
+      // the decoder derives gscale/vscale (make_table: scale_bits_for(count, used)) itself
+      rans::write_predicted_table({gap_hist_.data() + k * gap_alphabet, gap_alphabet}, gap_code_prediction, loc);
       rans::detail::put_varint(loc, gs[k].size());
-      rans::write_table({val_hist_.data() + k * VA, VA}, vscale[k], val);
+      rans::write_predicted_table({val_hist_.data() + k * VA, VA}, value_code_prediction, val);
       rans::detail::put_varint(val, vs[k].size());
     }
     for (unsigned k = 0; k < K; ++k)
@@ -974,16 +1002,21 @@ class conditioned_decoder {
     st.K = K;
     std::array<rans::table, max_base_classes> gt, vt;
     std::array<std::uint64_t, max_base_classes> glen{}, vlen{};
+    std::array<bool, max_base_classes> predicted{};
+    // a predicted table's scale, as the encoder chose it (make_table) for a class of c changes
+    const auto scale_of = [](std::uint64_t c) { return [c](std::size_t used) { return scale_bits_for(c, used); }; };
     for (unsigned k = 0; k < K; ++k) {
       const std::uint64_t ck = lr.varint(changed - st.start[k], "class change count");
       st.start[k + 1] = st.start[k] + ck;
       if (!ck) continue;
       const unsigned shift_byte = lr.u8();
       st.lanes16[k] = (shift_byte & lanes_flag) != 0;
-      st.shift[k] = shift_byte & ~lanes_flag;
+      predicted[k] = (shift_byte & predicted_tables_flag) != 0;
+      st.shift[k] = shift_byte & shift_mask;
       if (st.shift[k] > 31) lr.fail("gap shift " + std::to_string(st.shift[k]) + " above 31");
       if (st.lanes16[k] && E > 2) lr.fail("16-lane streams in a format wider than 2 bytes");
-      gt[k] = rans::read_table(lr, gap_alphabet, "gap table");
+      gt[k] = predicted[k] ? rans::read_predicted_table(lr, gap_alphabet, gap_code_prediction, scale_of(ck), "gap table")
+                           : rans::read_table(lr, gap_alphabet, "gap table");
       glen[k] = lr.varint(loc_section.size(), "gap stream length");
     }
     if (st.start[K] != changed) lr.fail("class change counts sum to " + std::to_string(st.start[K]) + ", item declares " + std::to_string(changed));
@@ -991,7 +1024,8 @@ class conditioned_decoder {
     const unsigned VA = value_alphabet(f);
     for (unsigned k = 0; k < K; ++k)
       if (st.start[k + 1] > st.start[k]) {
-        vt[k] = rans::read_table(vr, VA, "value table");
+        vt[k] = predicted[k] ? rans::read_predicted_table(vr, VA, value_code_prediction, scale_of(st.start[k + 1] - st.start[k]), "value table")
+                             : rans::read_table(vr, VA, "value table");
         vlen[k] = vr.varint(val_section.size(), "value stream length");
       }
     ranks_.resize_uninit(changed);

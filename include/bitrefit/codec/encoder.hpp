@@ -426,14 +426,16 @@ class chunk_encoder {
     const std::uint64_t ow_q8 = pos_q8 + q8(std::min(en[0], en[1]));
     if (options_.policy == mode_policy::xor_allowed && ow_q8 < xor_q8) r.mode = value_mode::overwrite;
     if (!cond_ok || (cs == 0 && options_.policy != mode_policy::conditioned_only)) return r;
-    // base-conditioned: classes from the sample, then its estimated cost (per class: two compact
-    // tables of about one byte per symbol, ~45 symbols, and a few header bytes)
+    // base-conditioned: classes from the sample, then its estimated cost (per class about 40
+    // bytes: its two predicted tables, 26 bytes on average over a real AdamW run's BF16 classes
+    // (bench/codec/README.md, "Predicted tables"), the two streams' final states (8) and its
+    // counts, shift and lengths (~6))
     // Each class also pays `class_noise_q8` in sample units: the class choice fits its cuts to the
     // sample, and on changes that do not depend on the base value at all (1-5 % synthetic flips)
     // the best of ~63 cuts still "gains" a few bits from sampling noise, so noise-only classes were
     // chosen (K = 3-4 at 3 %). They saved no bytes at full size but made the encoder and decoder
     // scan the whole base for class ranks, which one class does not need (rank_by_class).
-    const std::uint64_t table_q8 = 52 * 8 * 256;
+    const std::uint64_t table_q8 = 40 * 8 * 256;
     r.spec = choose_class_spec(*fmt, base_exp, changed_exp, options_.max_base_classes, 1, 1, table_q8 * n_sample / m + class_noise_q8);
     if (options_.policy == mode_policy::conditioned_only) {
       r.mode = value_mode::base_conditioned;

@@ -208,6 +208,134 @@ inline table read_table(reader& r, std::size_t alphabet, const char* what) {
   return table::normalise(approx, scale_bits);
 }
 
+/// Predicted tables: the same count codes as write_table, each sent as its difference from a
+/// prediction made from the codes before it, and no scale byte (both ends derive the scale from
+/// what they already know). Why: on items of a few thousand changes the class tables were about
+/// 4 % of the item, and their codes are far from random: gap counts fall smoothly from symbol to
+/// symbol, and a value's count is close to that of the same distance with the other sign
+/// (conditioned.hpp says which predictor each table uses). On a real AdamW run's BF16 items a
+/// class's two tables took 26 bytes on average instead of 39 (bench/codec/README.md, "Predicted
+/// tables").
+///   varint n (symbols up to the last used one); per code q_i, with prediction p_i = predict(codes,
+///   i): if p_i < 0 (none), its 8 bits; else Exp-Golomb of order 2 of zigzag(q_i - p_i) (z zero
+///   bits, a one bit, then the low z + 2 bits of zigzag + 4, whose bit width is z + 3); bits are
+///   packed least significant first; zero bits up to the next byte boundary.
+/// `predict(const std::uint8_t* codes, std::size_t i)` -> int: the prediction of code i from
+/// codes[0, i), or a negative value for none.
+namespace detail {
+class bit_writer {
+ public:
+  explicit bit_writer(byte_buffer& out) : out_(&out) {}
+  void put(std::uint64_t bits, unsigned n) {  // n <= 32
+    acc_ |= (bits & ((std::uint64_t{1} << n) - 1)) << fill_;
+    fill_ += n;
+    while (fill_ >= 8) out_->push_back(static_cast<std::byte>(acc_ & 0xFF)), acc_ >>= 8, fill_ -= 8;
+  }
+  void finish() {
+    if (fill_) out_->push_back(static_cast<std::byte>(acc_ & 0xFF));
+    acc_ = 0, fill_ = 0;
+  }
+
+ private:
+  byte_buffer* out_;
+  std::uint64_t acc_ = 0;
+  unsigned fill_ = 0;
+};
+class bit_reader {
+ public:
+  explicit bit_reader(reader& r) : r_(&r) {}
+  unsigned bit() {
+    if (fill_ == 0) acc_ = r_->u8(), fill_ = 8;
+    const unsigned b = acc_ & 1u;
+    acc_ >>= 1, --fill_;
+    return b;
+  }
+  std::uint32_t bits(unsigned n) {
+    std::uint32_t v = 0;
+    for (unsigned i = 0; i < n; ++i) v |= std::uint32_t{bit()} << i;
+    return v;
+  }
+  /// The padding of the last byte must be zero (one encoding per table).
+  bool padding_is_zero() const noexcept { return acc_ == 0; }
+
+ private:
+  reader* r_;
+  std::uint32_t acc_ = 0;
+  unsigned fill_ = 0;
+};
+inline constexpr unsigned table_golomb_order = 2;
+}  // namespace detail
+
+template <class Predict>
+void write_predicted_table(std::span<const std::uint64_t> counts, Predict&& predict, byte_buffer& out) {
+  std::size_t n = counts.size();
+  while (n > 0 && counts[n - 1] == 0) --n;
+  detail::put_varint(out, n);
+  std::vector<std::uint8_t> codes(n);
+  detail::bit_writer w(out);
+  constexpr unsigned k = detail::table_golomb_order;
+  for (std::size_t i = 0; i < n; ++i) {
+    codes[i] = count_code(counts[i]);
+    const int p = predict(static_cast<const std::uint8_t*>(codes.data()), i);
+    if (p < 0) {
+      w.put(codes[i], 8);
+      continue;
+    }
+    const int d = int{codes[i]} - p;
+    const std::uint32_t v = (d >= 0 ? 2u * static_cast<std::uint32_t>(d) : 2u * static_cast<std::uint32_t>(-d) - 1u) + (1u << k);
+    const unsigned width = static_cast<unsigned>(std::bit_width(v));
+    w.put(0, width - 1 - k);
+    w.put(1, 1);
+    w.put(v, width - 1);
+  }
+  w.finish();
+}
+
+/// The count codes of a table written by write_predicted_table with the same `predict`;
+/// `alphabet` bounds their number. Rejects a code outside [0, 255], an Exp-Golomb prefix longer
+/// than any code needs and nonzero padding.
+template <class Predict>
+std::vector<std::uint8_t> read_predicted_codes(reader& r, std::size_t alphabet, Predict&& predict, const char* what) {
+  const std::uint64_t n = r.varint(std::min<std::size_t>(alphabet, max_alphabet), what);
+  std::vector<std::uint8_t> codes(n);
+  detail::bit_reader br(r);
+  constexpr unsigned k = detail::table_golomb_order;
+  for (std::size_t i = 0; i < n; ++i) {
+    const int p = predict(static_cast<const std::uint8_t*>(codes.data()), i);
+    if (p < 0) {
+      codes[i] = static_cast<std::uint8_t>(br.bits(8));
+      continue;
+    }
+    unsigned zeros = 0;
+    while (br.bit() == 0)
+      // a difference of two codes in [-255, 255] from a prediction of at most 255 stays below 2^10
+      if (++zeros > 8) r.fail(std::string(what) + ": code difference longer than any code");
+    const std::uint32_t v = (std::uint32_t{1} << (zeros + k)) | br.bits(zeros + k);
+    const std::uint32_t z = v - (1u << k);
+    const int q = p + ((z & 1u) ? -static_cast<int>((z + 1) / 2) : static_cast<int>(z / 2));
+    if (q < 0 || q > 255) r.fail(std::string(what) + ": count code " + std::to_string(q) + " outside [0, 255]");
+    codes[i] = static_cast<std::uint8_t>(q);
+  }
+  if (!br.padding_is_zero()) r.fail(std::string(what) + ": nonzero bits after the last code");
+  return codes;
+}
+
+/// Reads a table written by write_predicted_table with the same `predict`; `scale_of(used)` gives
+/// its scale from its number of used symbols. Rejects what read_predicted_codes rejects, an empty
+/// histogram and more used symbols than table slots.
+template <class Predict, class ScaleOf>
+table read_predicted_table(reader& r, std::size_t alphabet, Predict&& predict, ScaleOf&& scale_of, const char* what) {
+  const std::vector<std::uint8_t> codes = read_predicted_codes(r, alphabet, predict, what);
+  std::vector<std::uint64_t> approx(codes.size());
+  std::size_t used = 0;
+  for (std::size_t i = 0; i < codes.size(); ++i) used += (approx[i] = code_count(codes[i])) != 0;
+  if (used == 0) r.fail(std::string(what) + ": table without symbols");
+  const unsigned scale_bits = scale_of(used);
+  if (scale_bits == 0 || scale_bits > max_scale_bits) r.fail(std::string(what) + ": rANS scale bits " + std::to_string(scale_bits) + " outside [1, 15]");
+  if (used > (std::size_t{1} << scale_bits)) r.fail(std::string(what) + ": more symbols than table slots");
+  return table::normalise(approx, scale_bits);
+}
+
 /// Precomputed encoder form of one symbol (reciprocal multiplication instead of division).
 struct enc_symbol {
   std::uint32_t x_max = 0;     // (L >> S << 8) * freq: the state must be below this before coding
