@@ -12,6 +12,9 @@
 //       trace=0|1 (default 1: each state's parent kept for the counterexample; 0: 16 bytes less
 //       per state for runs of hundreds of millions of states, a violation then has no path;
 //       with --no-liveness too, the table keeps fingerprints only: 8-byte slots, not 16)
+//       max_table_bytes (default 0: the memory available when the fingerprint table would grow;
+//       a growth past it stops the search with the counts so far, exit status 3, instead of the
+//       run being killed for memory)
 // Prints one JSON object: bounds, verdict, unique states, transitions, depth, goal and terminal
 // states, seconds, and on a violation the message and the counterexample length. With --scenario the
 // counterexample is written as a scenario file that tests/protocol's runner replays.
@@ -119,6 +122,7 @@ int main(int argc, char** argv) {
     else if (k == "trace") opt.trace = n() != 0;
     else if (k == "progress") progress_s = std::strtod(v.c_str(), nullptr);
     else if (k == "max_states") opt.max_states = std::strtoull(v.c_str(), nullptr, 10);
+    else if (k == "max_table_bytes") opt.max_table_bytes = std::strtoull(v.c_str(), nullptr, 10);
     else if (k == "gate") b.gate = v == "async" ? protocol::gate_policy::asynchronous : protocol::gate_policy::synchronous;
     else if (k == "mutation") {
       auto m = protocol::mutation_from_string(v);

@@ -443,6 +443,37 @@ TEST(Engine, ThreadCountChangesNothing) {
 
 // check_options::trace = false keeps no parents (for by-hand runs of hundreds of millions of
 // states): the same counts, verdicts and violation messages, only without the path.
+// A search whose fingerprint table would grow past max_table_bytes (by default: past the memory
+// available) stops before that batch is merged, as a state limit that says why, with the counts so
+// far, instead of being killed for memory while the table doubles (by-hand runs of hours).
+TEST(Engine, TableGrowthPastItsLimitStopsWithAReport) {
+  const cluster_bounds dd = small([](auto& b) { b.owners = 1; b.drops = 1; b.duplicates = 1; });  // 93 185 classes
+  for (const bool ids : {true, false}) {
+    // the first 65 536 slots (1 MiB with ids, 512 KiB without) hold 49 151 states; a limit of
+    // exactly that many bytes lets none of the doublings happen
+    const std::uint64_t first = ids ? std::uint64_t{1} << 20 : std::uint64_t{1} << 19;
+    for (const unsigned threads : {1u, 2u}) {
+      const auto r = check(cluster_world(dd), check_options{.liveness = false, .exact = false, .threads = threads, .trace = ids,
+                                                            .max_table_bytes = first});
+      ASSERT_EQ(r.outcome, verdict::state_limit) << r.violation;
+      EXPECT_NE(r.violation.find("fingerprint table would grow from " + std::to_string(first) + " to " + std::to_string(2 * first)),
+                std::string::npos) << r.violation;
+      EXPECT_NE(r.violation.find("max_table_bytes"), std::string::npos) << r.violation;
+      EXPECT_LE(r.states, 49151u) << "states merged past what the slots hold";
+      EXPECT_GT(r.states, 10000u);
+      EXPECT_GT(r.transitions, r.states);
+    }
+    // twice that: one doubling, 131 072 slots, room for all 93 185
+    const auto whole = check(cluster_world(dd), check_options{.liveness = false, .exact = false, .threads = 2, .trace = ids,
+                                                              .max_table_bytes = 2 * first});
+    ASSERT_TRUE(whole.ok()) << whole.violation;
+    EXPECT_EQ(whole.states, 93185u);
+  }
+  // the default reads the machine's available memory (far more than this world needs: the test
+  // above runs it with the default)
+  EXPECT_GT(proofs::detail::available_memory_bytes(), std::uint64_t{64} << 20);
+}
+
 TEST(Engine, TraceOffDropsOnlyThePath) {
   grid g;
   g.trap = true;

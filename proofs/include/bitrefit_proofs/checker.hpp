@@ -25,6 +25,7 @@
 #include <chrono>
 #include <concepts>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -89,6 +90,12 @@ struct check_options {
   /// then reported without its path (rerun with it on and max_states just past that state's id).
   /// The counts and the verdict do not depend on it.
   bool trace = true;
+  /// Most bytes the fingerprint table's slots may take (0: as many as the machine has available
+  /// when the table would grow, /proc/meminfo MemAvailable). A batch whose new states would make
+  /// the table grow past it stops the search first (verdict state_limit, saying so), with the
+  /// counts so far: a run of hours then ends with a report instead of being killed for memory
+  /// while the table doubles (the new slots are allocated while the old ones are alive).
+  std::uint64_t max_table_bytes = 0;
 };
 
 enum class verdict { ok, invariant_violated, end_unreachable, state_limit };
@@ -228,6 +235,12 @@ class open_fingerprint_table {
   }
   void unpin() noexcept { pinned_ = false; }
   std::size_t slot_bytes() const noexcept { return slots_.size() * sizeof(Slot); }
+  /// slot_bytes() once room is made for `extra` more inserts (what reserve(extra) would grow to).
+  std::size_t slot_bytes_for(std::size_t extra) const noexcept {
+    std::size_t n = slots_.size();
+    while ((size_ + extra + 1) * 4 > n * 3) n *= 2;
+    return n * sizeof(Slot);
+  }
 
  private:
   // 0 marks an empty slot: fingerprint 0 is stored as 1 (one more collision pair of 2^64, which
@@ -279,6 +292,9 @@ class fingerprint_table {
   void reserve(std::size_t extra) { keep_ids_ ? with_ids_->reserve(extra) : bare_->reserve(extra); }
   void unpin() noexcept { keep_ids_ ? with_ids_->unpin() : bare_->unpin(); }
   std::size_t slot_bytes() const noexcept { return keep_ids_ ? with_ids_->slot_bytes() : bare_->slot_bytes(); }
+  std::size_t slot_bytes_for(std::size_t extra) const noexcept {
+    return keep_ids_ ? with_ids_->slot_bytes_for(extra) : bare_->slot_bytes_for(extra);
+  }
 
  private:
   bool keep_ids_;
@@ -452,6 +468,18 @@ class worker_pool {
   alignas(64) std::atomic<unsigned> busy_{0};
   std::atomic<bool> stop_{false};
 };
+/// /proc/meminfo's MemAvailable in bytes (what can be allocated without swapping), or the
+/// largest value where it cannot be read (no limit then).
+inline std::uint64_t available_memory_bytes() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return ~std::uint64_t{0};
+  char line[256];
+  unsigned long long kib = 0;
+  bool found = false;
+  while (!found && std::fgets(line, sizeof line, f)) found = std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+  std::fclose(f);
+  return found ? std::uint64_t{kib} * 1024 : ~std::uint64_t{0};
+}
 }  // namespace detail
 
 /// Breadth-first search over every reachable state.
@@ -776,11 +804,26 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
       batch_buffers& bb = buffers[cur];
       const std::size_t n = bb.n;
       const bool more = b0 + n < frontier.size();
+      // The merge below inserts at most one entry per fresh record.
+      std::size_t fresh = 0;
+      for (const auto& t : bb.made) fresh += t.v.details.size();
+      if (!opt.exact) {
+        // Growing the table allocates the new slots while the old ones are alive: stop with a
+        // report before a growth that does not fit (nothing of this batch is merged yet).
+        const std::size_t now = by_fingerprint.slot_bytes(), after = by_fingerprint.slot_bytes_for(fresh);
+        const std::uint64_t room = after == now ? after : opt.max_table_bytes ? opt.max_table_bytes : detail::available_memory_bytes();
+        if (after > room) {
+          pool.wait();
+          res.outcome = verdict::state_limit;
+          res.violation = "the fingerprint table would grow from " + std::to_string(now) + " to " + std::to_string(after) +
+                          " bytes for up to " + std::to_string(fresh) + " new states, past " +
+                          (opt.max_table_bytes ? "max_table_bytes " + std::to_string(opt.max_table_bytes)
+                                               : "the memory available (" + std::to_string(room) + " bytes)");
+          return finish();
+        }
+      }
       if (more && overlap) {
-        // The merge below inserts at most one entry per fresh record: room for them now, so the
-        // table does not move under the next batch's lookups.
-        std::size_t fresh = 0;
-        for (const auto& t : bb.made) fresh += t.v.details.size();
+        // Room for the merge's inserts now, so the table does not move under the next batch's lookups.
         by_fingerprint.reserve(fresh);
         launch(cur ^ 1, b0 + n);
       }
