@@ -210,7 +210,7 @@ class open_fingerprint_table {
   }
   /// (id, fresh): inserts `fp` with `id` unless present. Only one thread inserts.
   std::pair<std::uint32_t, bool> insert(std::uint64_t fp, std::uint32_t id) {
-    if ((size_ + 1) * 4 > slots_.size() * 3) {
+    if (overfull(size_ + 1, slots_.size())) {
       if (pinned_) throw std::logic_error("fingerprint_table: would grow while others read it (reserve too small)");
       grow();
     }
@@ -230,7 +230,7 @@ class open_fingerprint_table {
   /// Makes room for `extra` more inserts and pins the slots until unpin(): finds may then run
   /// beside those inserts (a grow would move the slots under the readers, so it throws instead).
   void reserve(std::size_t extra) {
-    while ((size_ + extra + 1) * 4 > slots_.size() * 3) grow();
+    while (overfull(size_ + extra + 1, slots_.size())) grow();
     pinned_ = true;
   }
   void unpin() noexcept { pinned_ = false; }
@@ -238,11 +238,13 @@ class open_fingerprint_table {
   /// slot_bytes() once room is made for `extra` more inserts (what reserve(extra) would grow to).
   std::size_t slot_bytes_for(std::size_t extra) const noexcept {
     std::size_t n = slots_.size();
-    while ((size_ + extra + 1) * 4 > n * 3) n *= 2;
+    while (overfull(size_ + extra + 1, n)) n *= 2;
     return n * sizeof(Slot);
   }
 
  private:
+  /// The table's load limit: `entries` in `slots` slots past 3/4 means it must grow first.
+  static bool overfull(std::size_t entries, std::size_t slots) noexcept { return entries * 4 > slots * 3; }
   // 0 marks an empty slot: fingerprint 0 is stored as 1 (one more collision pair of 2^64, which
   // the collision bound already covers). The bits are spread once more so the low bits index well.
   static std::uint64_t fix(std::uint64_t fp) noexcept {
