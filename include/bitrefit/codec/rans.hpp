@@ -191,11 +191,25 @@ inline void write_table(std::span<const std::uint64_t> counts, unsigned scale_bi
   for (std::size_t i = 0; i < n; ++i) out.push_back(static_cast<std::byte>(count_code(counts[i])));
 }
 
+namespace detail {
+inline void check_scale_bits(const reader& r, unsigned scale_bits, const char* what) {
+  if (scale_bits == 0 || scale_bits > max_scale_bits) r.fail(std::string(what) + ": rANS scale bits " + std::to_string(scale_bits) + " outside [1, 15]");
+}
+/// The table of counts read from the wire (`used` of them nonzero), with a checked scale: what
+/// both table forms end with. Rejects an empty histogram and more used symbols than table slots.
+inline table wire_table(const reader& r, const std::vector<std::uint64_t>& approx, std::size_t used, unsigned scale_bits, const char* what) {
+  if (used == 0) r.fail(std::string(what) + ": table without symbols");
+  check_scale_bits(r, scale_bits, what);
+  if (used > (std::size_t{1} << scale_bits)) r.fail(std::string(what) + ": more symbols than table slots");
+  return table::normalise(approx, scale_bits);
+}
+}  // namespace detail
+
 /// Reads a table written by write_table; `alphabet` bounds its size. Rejects a scale outside
-/// [1, 15], an empty histogram and more used symbols than table slots.
+/// [1, 15] (before reading the codes), an empty histogram and more used symbols than table slots.
 inline table read_table(reader& r, std::size_t alphabet, const char* what) {
   const unsigned scale_bits = r.u8();
-  if (scale_bits == 0 || scale_bits > max_scale_bits) r.fail(std::string(what) + ": rANS scale bits " + std::to_string(scale_bits) + " outside [1, 15]");
+  detail::check_scale_bits(r, scale_bits, what);
   const std::uint64_t n = r.varint(std::min<std::size_t>(alphabet, max_alphabet), what);
   std::vector<std::uint64_t> approx(n);
   std::size_t used = 0;
@@ -203,9 +217,7 @@ inline table read_table(reader& r, std::size_t alphabet, const char* what) {
     c = code_count(r.u8());
     used += c != 0;
   }
-  if (used == 0) r.fail(std::string(what) + ": table without symbols");
-  if (used > (std::size_t{1} << scale_bits)) r.fail(std::string(what) + ": more symbols than table slots");
-  return table::normalise(approx, scale_bits);
+  return detail::wire_table(r, approx, used, scale_bits, what);
 }
 
 /// Predicted tables: the same count codes as write_table, each sent as its difference from a
@@ -329,11 +341,7 @@ table read_predicted_table(reader& r, std::size_t alphabet, Predict&& predict, S
   std::vector<std::uint64_t> approx(codes.size());
   std::size_t used = 0;
   for (std::size_t i = 0; i < codes.size(); ++i) used += (approx[i] = code_count(codes[i])) != 0;
-  if (used == 0) r.fail(std::string(what) + ": table without symbols");
-  const unsigned scale_bits = scale_of(used);
-  if (scale_bits == 0 || scale_bits > max_scale_bits) r.fail(std::string(what) + ": rANS scale bits " + std::to_string(scale_bits) + " outside [1, 15]");
-  if (used > (std::size_t{1} << scale_bits)) r.fail(std::string(what) + ": more symbols than table slots");
-  return table::normalise(approx, scale_bits);
+  return detail::wire_table(r, approx, used, used ? scale_of(used) : 0, what);
 }
 
 /// Precomputed encoder form of one symbol (reciprocal multiplication instead of division).
