@@ -166,6 +166,24 @@ void copy_frames(const std::vector<byte_buffer>& outs, std::vector<std::vector<s
   for (const auto& o : outs) frames.emplace_back(o.data(), o.data() + o.size());
 }
 
+// Every chunk of `plan` encoded by `enc` into its own buffer of `outs` (chunk i: payload seq i).
+template <class Backend>
+void encode_chunks(chunk_encoder<Backend>& enc, const model& m, const model_manifest& man, const std::vector<std::vector<canonical_range>>& plan,
+                   std::vector<byte_buffer>& outs, encode_stats* st) {
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    const auto ps = pieces_of(m, plan[i], man);
+    enc.encode({frame_kind::delta, payload_id{{1, 0}, 0, static_cast<std::uint32_t>(i)}, 0, 1}, ps, outs[i], st);
+  }
+}
+
+// The model's work copy (m.work) as the target of frame_applier::apply, one view per tensor.
+target_map work_targets(model& m) {
+  std::vector<mutable_tensor_view> views;
+  for (std::size_t i = 0; i < m.infos.size(); ++i)
+    views.emplace_back(m.infos[i].name, m.infos[i].type, m.infos[i].shape, std::span<std::byte>(m.work.get() + m.offsets[i], m.infos[i].bytes()));
+  return target_map(std::move(views));
+}
+
 // Encodes the whole model under `opt` (best of a.repeat when frames are kept); returns (seconds,
 // stats) and keeps frames if asked.
 template <class Backend>
@@ -182,10 +200,7 @@ std::pair<elapsed, encode_stats> encode_model(const model& m, const model_manife
     encode_stats s;
     s.entropy = rep == 0 ? ent : nullptr;
     const auto t0 = now();
-    for (std::size_t i = 0; i < plan.size(); ++i) {
-      const auto ps = pieces_of(m, plan[i], man);
-      enc.encode({frame_kind::delta, payload_id{{1, 0}, 0, static_cast<std::uint32_t>(i)}, 0, 1}, ps, outs[i], &s);
-    }
+    encode_chunks(enc, m, man, plan, outs, &s);
     best.keep_min(t0);
     if (rep == 0) st = s;
   }
@@ -395,10 +410,7 @@ nlohmann::json measure_encode_only(const bench_args& a, model& m) {
     if (rep % 2 == 0) time_memcmp();
     encode_stats s;
     const auto t0 = now();
-    for (std::size_t i = 0; i < plan.size(); ++i) {
-      const auto ps = pieces_of(m, plan[i], man);
-      enc.encode({frame_kind::delta, payload_id{{1, 0}, 0, static_cast<std::uint32_t>(i)}, 0, 1}, ps, outs[i], &s);
-    }
+    encode_chunks(enc, m, man, plan, outs, &s);
     enc_cpu = now().cpu - t0.cpu;
     if (rep >= 0) encode_t.keep_min(t0);
     if (rep % 2 != 0) time_memcmp();
@@ -410,10 +422,7 @@ nlohmann::json measure_encode_only(const bench_args& a, model& m) {
   std::sort(ratios.begin(), ratios.end());
   const auto quantile = [&](double q) { return ratios[static_cast<std::size_t>(q * static_cast<double>(ratios.size() - 1) + 0.5)]; };
   // bit-exactness of what was timed: the frames applied to the base copy, compared with the target
-  std::vector<mutable_tensor_view> views;
-  for (std::size_t i = 0; i < m.infos.size(); ++i)
-    views.emplace_back(m.infos[i].name, m.infos[i].type, m.infos[i].shape, std::span<std::byte>(m.work.get() + m.offsets[i], m.infos[i].bytes()));
-  target_map tm(views);
+  const target_map tm = work_targets(m);
   frame_applier<Backend> ap;
   for (auto& f : outs) ap.apply(f.span(), tm);
   const bool exact = std::memcmp(m.work.get(), m.new_b.get(), m.bytes) == 0;
@@ -472,10 +481,7 @@ nlohmann::json measure(const bench_args& a, model& m) {
   if (!known_identical) throw std::logic_error("encode_known frames differ from encode's");
 
   // apply: verify + decode + apply every frame to the work copy (which holds the base)
-  std::vector<mutable_tensor_view> views;
-  for (std::size_t i = 0; i < m.infos.size(); ++i)
-    views.emplace_back(m.infos[i].name, m.infos[i].type, m.infos[i].shape, std::span<std::byte>(m.work.get() + m.offsets[i], m.infos[i].bytes()));
-  target_map tm(views);
+  const target_map tm = work_targets(m);
   frame_applier<Backend> ap;
   std::size_t max_frame = 0;
   elapsed apply_t, apply_v1_t;
