@@ -590,23 +590,24 @@ nlohmann::json measure(const bench_args& a, model& m) {
 
 using runner = std::function<nlohmann::json(const bench_args&, model&)>;
 
+// A backend's runner for models in host memory: the full measurement, or --encode-only's.
+template <class Backend>
+nlohmann::json run_backend(const bench_args& a, model& m) {
+  return a.encode_only ? measure_encode_only<Backend>(a, m) : measure<Backend>(a, m);
+}
+
 /// Backends the bench can run. To add one (e.g. the Thrust systems), add an entry whose runner
-/// stages the model where the backend works and calls measure<YourBackend> (or its own variant).
+/// stages the model where the backend works and calls measure<YourBackend> (or its own variant;
+/// run_backend<YourBackend> when the model stays in host memory).
 std::map<std::string, runner> backend_registry() {
   std::map<std::string, runner> r;
-  r["host"] = [](const bench_args& a, model& m) { return a.encode_only ? measure_encode_only<host_backend>(a, m) : measure<host_backend>(a, m); };
+  r["host"] = run_backend<host_backend>;
 #if defined(BITREFIT_BENCH_THRUST)
   // Thrust's host-memory systems run the same source as the GPU build on this machine's CPUs.
   // thrust-cuda needs its model staged in device memory: bitrefit-bench-thrust (nvcc) runs it.
-  r["thrust-cpp"] = [](const bench_args& a, model& m) {
-    using B = thrust_backend<thrust_systems::cpp>;
-    return a.encode_only ? measure_encode_only<B>(a, m) : measure<B>(a, m);
-  };
+  r["thrust-cpp"] = run_backend<thrust_backend<thrust_systems::cpp>>;
 #if BITREFIT_THRUST_HAS_OMP
-  r["thrust-omp"] = [](const bench_args& a, model& m) {
-    using B = thrust_backend<thrust_systems::omp>;
-    return a.encode_only ? measure_encode_only<B>(a, m) : measure<B>(a, m);
-  };
+  r["thrust-omp"] = run_backend<thrust_backend<thrust_systems::omp>>;
 #endif
 #endif
   return r;
