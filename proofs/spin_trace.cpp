@@ -16,11 +16,13 @@
 // translation still finds outside it are passed over. --promela-extra adds spin flags to the model only: a drift made on
 // purpose (a Promela mutation the C++ run does not have), which the check must report. Exit status: 0 every judged run agrees, 1 a disagreement or an
 // error, 2 bad arguments.
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -99,6 +101,26 @@ long spin_errors(const tools& t, const fs::path& dir, const st::translation& tr,
 struct tally {
   int agree = 0, disagree = 0, skipped = 0, errors = 0;
 };
+
+/// A skip reason without the run's own move text and numbers, so that runs outside the shared
+/// abstraction for the same reason count together.
+std::string reason_kind(const std::string& why) {
+  std::string out;
+  bool quoted = false, digits = false;
+  for (char c : why) {
+    if (c == '`') {
+      if (!quoted) out.append(3, '.');  // the run's move text
+      quoted = !quoted;
+      continue;
+    }
+    if (quoted) continue;
+    const bool d = std::isdigit(static_cast<unsigned char>(c)) != 0;
+    if (d && !digits) out += 'N';
+    digits = d;
+    if (!d) out += c;
+  }
+  return out;
+}
 
 void judge(const tools& t, const std::string& name, const st::translation& tr, tally& n) {
   if (tr.skip) {
@@ -246,6 +268,7 @@ int main(int argc, char** argv) {
                     (1u << unsigned(fz::fault::receiver_crash)) | (1u << unsigned(fz::fault::failover)) |
                     (1u << unsigned(fz::fault::early_deadline));
     int judged = 0, failing = 0, outside = 0;
+    std::map<std::string, int> outside_reasons;
     std::uint64_t i = 0;
     for (; judged < int(random_runs) && i < 50 * random_runs; ++i) {
       fz::stats stt;
@@ -257,6 +280,7 @@ int main(int argc, char** argv) {
       auto tr = st::translate_scenario(scenario);
       if (tr.skip) {  // outside the shared abstraction: try the next one
         ++outside;
+        ++outside_reasons[reason_kind(*tr.skip)];
         continue;
       }
       ++judged;
@@ -265,6 +289,7 @@ int main(int argc, char** argv) {
     }
     std::printf("random: %d judged of %llu drawn (%d outside the shared abstraction, %d failing in the C++ world)\n",
                 judged, (unsigned long long)i, outside, failing);
+    for (const auto& [why, count] : outside_reasons) std::printf("  outside %4d x %s\n", count, why.c_str());
   }
   std::printf("summary: %d agree, %d disagree, %d skipped (outside the shared abstraction), %d errors\n", n.agree,
               n.disagree, n.skipped, n.errors);
