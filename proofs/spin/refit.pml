@@ -14,6 +14,9 @@
  *  - Owners freeze their change set and put their payload copies on the network as the prepare
  *    is persisted (one step); the bag still delivers them in every order.
  *  - Deadlines are nondeterministic coordinator steps; no clock is in the state.
+ *  - A prepare and the mark_obsolete that may follow it race to each receiver: a receiver may admit
+ *    an attempt the coordinator has already given up (and stop on the obsolete), or hear of the
+ *    obsolete first and ignore the prepare (heard[r]); stop_and_wait waits for both cases.
  *  - Faults are budgeted: CRASHES receiver crashes, FAILOVERS coordinator failovers, DROPS lost copies,
  *    DUPS duplicated copies. A fault that forces a retry is only enabled while the transition has
  *    attempts left (natt < MAXA): the "eventually reliable delivery and stable members" assumption
@@ -125,6 +128,8 @@ byte B[NO]; /* baseline version B^v */
 byte reg[NR * NP];
 byte inc[NR];
 byte act[NR];                  /* attempt the receiver is in (0 = none) */
+byte heard[NR];                /* the newest attempt whose prepare or mark_obsolete it has seen: an
+                                * older or equal prepare is ignored (receiver.hpp) */
 byte seen[NR];                 /* dedup: verified payload ids of act */
 bit acked[NR];
 bit stale[NR];                 /* restarted: must dense-restore to K.v before joining */
@@ -252,6 +257,11 @@ end:
   od
 }
 
+/* Receiver r has stopped attempt cur, as stop_and_wait counts it: it is not in cur, no write of
+ * cur is queued on its device, and it has heard of cur (a prepare still in flight could otherwise
+ * admit it later); or its incarnation bound to cur is dead (the newer one's join counts as the stop). */
+#define STOPPED(r) (inc[r] != a_inc[cur * NR + (r)] || (heard[r] >= cur && act[r] != cur && PEND(cur, r) == 0))
+
 /* ---------------------------------------------------------------------------------------- */
 active proctype coordinator() {
 end:
@@ -303,12 +313,10 @@ end:
 #ifdef MUT_NO_STOP
   :: atomic { phase == STOPPING -> phase = IDLE }
 #else
-  :: atomic { phase == STOPPING && act[0] != cur && act[1] != cur &&
-              PEND(cur, 0) == 0 && PEND(cur, 1) == 0 -> phase = IDLE }
+  :: atomic { phase == STOPPING && STOPPED(0) && STOPPED(1) -> phase = IDLE }
 #endif
   /* after failover: mark_obsolete, stop_and_wait, then read_commit on the old attempt */
-  :: atomic { phase == RECOVERING && act[0] != cur && act[1] != cur &&
-              PEND(cur, 0) == 0 && PEND(cur, 1) == 0 ->
+  :: atomic { phase == RECOVERING && STOPPED(0) && STOPPED(1) ->
        log_closed = cur;
        if
        :: Katt == cur -> ntrans++; natt = 0
@@ -396,7 +404,10 @@ end:
   /* admission to the prepared attempt (bound incarnation); a restarted receiver dense-restores
    * to K.v first. Version alignment: XOR needs every region exactly at K.v; an overwrite retry
    * accepts any mix of v and v+1 in the frozen positions. */
-  :: atomic { phase == TRANSFER && cur != act[r] && !a_obsolete[cur] && a_inc[cur * NR + r] == inc[r] &&
+  /* The prepare may still be in flight when the coordinator gives the attempt up (deadline,
+   * failover, failed commit): the receiver then admits it all the same, and stops on the
+   * mark_obsolete that follows, unless that arrived first (heard). */
+  :: atomic { phase != IDLE && cur > heard[r] && a_inc[cur * NR + r] == inc[r] &&
               EV(E_ADMIT, r, 0) ->
        NEXT; i = 0;
        do
@@ -414,7 +425,7 @@ end:
        i = 0;
        do :: i < cur * NP -> bag[(i / NP * NR + r) * NP + i % NP] = 0; i++ :: else -> break od;
        i = 0;
-       stale[r] = 0; act[r] = cur; seen[r] = 0; acked[r] = 0 }
+       stale[r] = 0; act[r] = cur; heard[r] = cur; seen[r] = 0; acked[r] = 0 }
   INGEST(1, 0) INGEST(1, 1) INGEST(1, 2) INGEST(1, 3)
   INGEST(2, 0) INGEST(2, 1) INGEST(2, 2) INGEST(2, 3)
   INGEST(3, 0) INGEST(3, 1) INGEST(3, 2) INGEST(3, 3)
@@ -434,6 +445,9 @@ end:
        NEXT }
   /* told of mark_obsolete: stop once the device has drained the attempt's writes */
   :: atomic { act[r] != 0 && a_obsolete[act[r]] && PEND(act[r], r) == 0 -> act[r] = 0 }
+  /* told of mark_obsolete before the prepare arrived: the prepare will be ignored, and the
+   * receiver reports itself stopped */
+  :: atomic { a_obsolete[cur] && cur > heard[r] && a_inc[cur * NR + r] == inc[r] -> heard[r] = cur }
   od
 }
 

@@ -270,14 +270,18 @@ struct translator {
       std::optional<attempt_id> now;
       if (cw.receivers[r] && cw.receivers[r]->attempt) now = cw.receivers[r]->attempt->attempt;
       if (now && now != admitted[r]) {
-        // The model's receivers learn of mark_obsolete (deadline, failover) at once: they never
-        // admit an attempt the coordinator has already given up. The C++ receiver does when the
-        // prepare was still in flight (and stops on the obsolete that follows). A drift the random
-        // runs found; the model under-approximates here (proofs/README.md, "Spin tied to the code").
+        // The receiver may admit an attempt the coordinator has already given up (deadline,
+        // failover, failed commit) while its prepare was in flight, and stop on the obsolete that
+        // follows; the model's receivers do too (refit.pml, `heard`). The model admits only the
+        // attempt the coordinator is on (collecting, stopping or recovering it): the C++
+        // coordinator's attempt, or, while a new coordinator has none loaded yet (claiming after a
+        // failover; the model goes to RECOVERING at once), the attempt prepared in the log.
         const auto& ca = cw.coord.attempt;
-        if (cw.coord.phase != protocol::coordinator_phase::collecting || !ca || ca->attempt != *now)
+        const auto& prepared = cw.log.state.prepared;
+        const bool coordinators = ca ? ca->attempt == *now : prepared && prepared->attempt == *now;
+        if (!coordinators)
           skip("`" + text + "`: r" + std::to_string(r) + " admits " + protocol::fmt::str(*now) +
-               " after the coordinator gave it up; the model's receivers see mark_obsolete at once");
+               ", which the coordinator is no longer on; the model's receivers admit only the coordinator's attempt");
         add(event_kind::admit, std::uint32_t(r), 0, text);
       }
     }
