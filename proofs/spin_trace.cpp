@@ -3,7 +3,7 @@
 // --mutations, the C++ checker's counterexample of every mutation the model also has.
 //
 //   bitrefit-spin-trace --spin=SPIN --cc=CC --model=refit.pml --workdir=DIR [--mutations] [--table]
-//                       [--promela-extra=-DMUT_x] [--random=N [--seed=S]] [FILE...]
+//                       [--promela-extra=-DMUT_x] [--random=N [--seed=S] [--keep-outside]] [FILE...]
 // For each run inside the shared abstraction: writes DIR/<name>/trace.pml, generates and compiles
 // pan twice (violation run; reach run with -DTRACE_REACH) and compares verdicts:
 //   C++ ok        -> spin: no assertion violation along the trace, and the whole trace followed;
@@ -13,7 +13,8 @@
 // the move -> Promela step table. --random=N adds N random schedules of the harness
 // (random_schedules.hpp) drawn inside the shared abstraction (2 receivers, 1-2 owners, 1 chunk, 1-2
 // transitions, drops, duplicates, receiver crashes, failovers, early deadlines); schedules the
-// translation still finds outside it are passed over. --promela-extra adds spin flags to the model only: a drift made on
+// translation still finds outside it are passed over (--keep-outside writes each to
+// DIR/outside_<i>.txt, its reason in the first line). --promela-extra adds spin flags to the model only: a drift made on
 // purpose (a Promela mutation the C++ run does not have), which the check must report. Exit status: 0 every judged run agrees, 1 a disagreement or an
 // error, 2 bad arguments.
 #include <cctype>
@@ -198,7 +199,7 @@ std::vector<std::pair<std::string, std::string>> mutation_counterexamples() {
 
 int main(int argc, char** argv) {
   tools t;
-  bool mutations = false, table = false;
+  bool mutations = false, table = false, keep_outside = false;
   std::uint64_t random_runs = 0, random_seed = 1;
   std::vector<fs::path> files;
   for (int i = 1; i < argc; ++i) {
@@ -213,6 +214,7 @@ int main(int argc, char** argv) {
     else if (a.rfind("--random=", 0) == 0) random_runs = std::stoull(val("--random="));
     else if (a.rfind("--seed=", 0) == 0) random_seed = std::stoull(val("--seed="));
     else if (a == "--table") table = true;
+    else if (a == "--keep-outside") keep_outside = true;
     else if (a.rfind("--", 0) == 0) { std::cerr << "bitrefit-spin-trace: unknown option " << a << "\n"; return 2; }
     else files.emplace_back(a);
   }
@@ -281,6 +283,9 @@ int main(int argc, char** argv) {
       if (tr.skip) {  // outside the shared abstraction: try the next one
         ++outside;
         ++outside_reasons[reason_kind(*tr.skip)];
+        if (keep_outside)  // for whoever extends the model: the run and why it could not be judged
+          std::ofstream(t.workdir / ("outside_" + std::to_string(i) + ".txt")) << "# outside: " << *tr.skip << "\n"
+                                                                             << scenario;
         continue;
       }
       ++judged;
