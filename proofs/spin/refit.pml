@@ -20,8 +20,14 @@
  *  - A crash is the receiver's restart as a newer incarnation (restored at its next admission); the
  *    coordinator's roster (rinc) learns the newer incarnation only when its join arrives, a step of
  *    its own, so a prepare in between names the dead incarnation.
+ *  - Membership: an attempt names the receivers the roster holds as members (rok: known, not
+ *    evicted, at K). A member that has not stopped when stop_and_wait's deadline passes is evicted
+ *    (EVICTS budget); a receiver left out of a commit is behind. Either restores K densely under a
+ *    new incarnation (FALL_BEHIND) and joins again. A new coordinator's roster holds the members of
+ *    the last persisted attempt; any other receiver is unknown until its join answers the roll
+ *    call, so an attempt may name fewer receivers, or none.
  *  - Faults are budgeted: CRASHES receiver crashes, FAILOVERS coordinator failovers, DROPS lost copies,
- *    DUPS duplicated copies. A fault that forces a retry is only enabled while the transition has
+ *    DUPS duplicated copies, EVICTS evictions. A fault that forces a retry is only enabled while the transition has
  *    attempts left (natt < MAXA): the "eventually reliable delivery and stable members" assumption
  *    under which liveness is claimed (operator abort is excluded).
  *
@@ -46,6 +52,7 @@
  *   MUT_DELTA_UNCOMMITTED  an owner moves its baseline to v+1 at freeze and encodes XOR against it
  *   MUT_NO_STOP            retry prepares without stop_and_wait
  *   MUT_BLIND_WRITE        the commit log writes K without compare-and-set or fencing
+ *   MUT_EVICTED_REJOINS    an evicted receiver joins again without restoring (keeps its bits)
  */
 
 #ifndef NR
@@ -75,6 +82,9 @@
 #ifndef DUPS
 #define DUPS 1
 #endif
+#ifndef EVICTS
+#define EVICTS 1
+#endif
 
 #ifdef MUT_NO_STOP
 #define DEVICE_QUEUE /* the race stop_and_wait prevents needs writes in flight on the device */
@@ -88,6 +98,7 @@
 #define LOST 14
 #define XOR 0
 #define OVW 1
+#define NOMEM 255 /* a_inc of a receiver the attempt does not name */
 
 /* coordinator phases */
 #define IDLE 0
@@ -111,6 +122,7 @@ byte cur = 0;
 bit a_mode[NATT + 1];
 byte a_target[NATT + 1];
 bit a_obsolete[NATT + 1];
+byte a_mem[NATT + 1];  /* the receivers the attempt names (bitmask) */
 byte a_base[(NATT + 1) * NO];
 /* the compare-and-set request in flight and its reply */
 bit req = 0;
@@ -121,6 +133,7 @@ byte rep = R_NONE;
 byte epoch = 0;
 byte phase = IDLE;
 byte rinc[NR];   /* roster: the incarnation of each receiver it knows (from the last join) */
+bit rok[NR] = 1; /* ... and that incarnation can be named: known, not evicted, at K (both joined) */
 byte acks = 0;   /* members whose ack of cur was accepted */
 byte natt = 0;   /* attempts of the current transition */
 byte ntrans = 0; /* completed transitions */
@@ -137,6 +150,8 @@ byte heard[NR];                /* the newest attempt whose prepare or mark_obsol
 byte seen[NR];                 /* dedup: verified payload ids of act */
 bit acked[NR];
 bit stale[NR];                 /* restarted: must dense-restore to K.v before joining */
+bit behind[NR];                /* this incarnation was evicted, or left out of a commit: it restores K
+                                * densely under a new incarnation before it joins again */
 byte pend[(NATT + 1) * NR];    /* decoded writes queued on the device, per attempt: bitmask of p */
 byte a_inc[(NATT + 1) * NR];   /* incarnation bound at prepare */
 byte ghost_acked[NATT + 1];    /* which members really acked (ghost, for the commit check) */
@@ -145,10 +160,34 @@ byte ghost_acked[NATT + 1];    /* which members really acked (ghost, for the com
 byte bag[(NATT + 1) * NR * NP];
 
 /* ---- fault budgets ----------------------------------------------------------------------- */
-byte crashes = 0, failovers = 0, drops = 0, dups = 0;
+byte crashes = 0, failovers = 0, drops = 0, dups = 0, evicts = 0;
 
 #define BAG(a, r, p) bag[((a) * NR + (r)) * NP + (p)]
 #define PEND(a, r) pend[(a) * NR + (r)]
+
+/* Receiver r starts again as a newer incarnation with nothing (a crash, or a dense restore): it
+ * restores K.v at its next admission (stale). What it had heard is cleared: no attempt up to cur
+ * names the new incarnation, and every later one is newer than anything it heard. */
+#define RESTART(r) \
+  inc[r]++; act[r] = 0; heard[r] = 0; seen[r] = 0; acked[r] = 0; stale[r] = 1; behind[r] = 0; \
+  i = 0; \
+  do :: i <= NATT -> PEND(i, r) = 0; i++ :: else -> break od; \
+  i = 0; \
+  do :: i < NP -> reg[(r) * NP + i] = LOST; i++ :: else -> break od; \
+  i = 0
+
+/* Receiver r's incarnation was evicted, or left out of a commit: it restores K densely under a new
+ * incarnation before it joins again. In C++ it does so once told (an announcement), and may still
+ * work on its old attempt until then; so does the trace mode (behind, a receiver step). Those
+ * steps touch only r's own state, which the restore clears, and nothing anyone else reads: the
+ * exhaustive runs restore at once (the same states for everyone else, far fewer interleavings). */
+#ifdef MUT_EVICTED_REJOINS
+#define FALL_BEHIND(r) skip
+#elif defined(TRACE)
+#define FALL_BEHIND(r) behind[r] = 1
+#else
+#define FALL_BEHIND(r) RESTART(r)
+#endif
 
 /* ---- trace mode (see the header comment) ------------------------------------------------- */
 #define E_PREP 1     /* the coordinator's prepare is persisted              (no args)            */
@@ -162,6 +201,7 @@ byte crashes = 0, failovers = 0, drops = 0, dups = 0;
 #define E_DROP 9     /* a copy of payload region y of the current attempt to receiver x is lost    */
 #define E_DUP 10     /* ... is duplicated                                                          */
 #define E_REJOIN 11  /* a newer incarnation of a member joins: the attempt is obsolete            */
+#define E_EVICT 12   /* stop_and_wait's deadline: members not stopped are evicted, the stop ends    */
 #ifdef TRACE
 #include "trace.pml"
 byte ev_k[TLEN];
@@ -195,6 +235,16 @@ byte tp = 0;
 #define CAN_FAIL (natt < MAXA) /* a fault that forces a retry needs an attempt left */
 #define FAULT_PHASE_OK (phase != IDLE)
 #endif
+#ifdef TRACE
+#define LAST_STABLE 1
+#else
+/* The same assumption for a crash whose join is still in flight: a prepare would name the dead
+ * incarnation, and that join then makes the attempt obsolete. A crashed member's join always
+ * arrives before its attempt's stop ends (STOPPED), but a receiver the attempt did not name
+ * stops nothing: so the transition's last attempt is prepared only once the roster holds every
+ * live incarnation it names (members stable). */
+#define LAST_STABLE (natt + 1 < MAXA || (!rok[0] || rinc[0] == inc[0]) && (!rok[1] || rinc[1] == inc[1]))
+#endif
 #ifndef CHECK
 #define CHECK(e) assert(e) /* the model's safety assertions (off only in the reachability run) */
 #endif
@@ -217,7 +267,7 @@ inline apply_write(a, r, p) {
 inline commit_check(a, target) {
   CHECK(Kv + 1 == target);
   CHECK(!a_obsolete[a]);
-  CHECK(ghost_acked[a] == ALLR);
+  CHECK(ghost_acked[a] == a_mem[a]);
   i = 0;
   do
   :: i < NR ->
@@ -236,6 +286,33 @@ inline commit_check(a, target) {
   i = 0; j = 0
 }
 
+/* The roster no longer holds receiver r as a member (evicted, not at K, or a new coordinator's
+ * empty roster); its incarnation is then read nowhere, so it is cleared (fewer states). */
+#define FORGET(r) rok[r] = 0; rinc[r] = 0
+
+#define LEFT_OUT(a, r) \
+  if \
+  :: !(a_mem[a] & (1 << (r))) -> FALL_BEHIND(r); FORGET(r) \
+  :: else -> if :: rinc[r] != a_inc[(a) * NR + (r)] -> FORGET(r) :: else -> skip fi \
+  fi
+
+/* A new coordinator's roster: the members of the last persisted attempt, with the incarnations it
+ * names (coordinator.hpp, recovery); every other receiver is unknown until its join answers the
+ * roll call. */
+#define RECALL(r) \
+  if \
+  :: a_mem[cur] & (1 << (r)) -> rok[r] = 1; rinc[r] = a_inc[cur * NR + (r)] \
+  :: else -> FORGET(r) \
+  fi
+
+/* The log writes K for attempt a: a receiver the attempt does not name is now behind (it holds
+ * the previous K), and the roster holds as at K only the incarnations the attempt named. */
+inline log_commit(a, target) {
+  commit_check(a, target);
+  Kv = target; Katt = a;
+  LEFT_OUT(a, 0); LEFT_OUT(a, 1)
+}
+
 /* Owner o: freezes the change set at prepare (against K.v) and sends its NS payloads to every
  * member; it advances its baseline idempotently when it reads the new commit record. */
 inline owner_freeze_send(o) {
@@ -247,7 +324,8 @@ inline owner_freeze_send(o) {
   a_base[cur * NO + o] = B[o];
   i = 0;
   do
-  :: i < NR * NS -> BAG(cur, i / NS, o * NS + i % NS)++; i++
+  :: i < NR * NS ->
+     if :: a_mem[cur] & (1 << (i / NS)) -> BAG(cur, i / NS, o * NS + i % NS)++ :: else -> skip fi; i++
   :: else -> break
   od;
   i = 0
@@ -265,15 +343,51 @@ end:
  * live: it is not in cur, no write of cur is queued on its device, and it has heard of cur (a
  * prepare still in flight could otherwise admit it later). It is dead: the newer incarnation's join
  * has reached the coordinator (it counts as the dead one's stop). */
-#define STOPPED(r) (inc[r] != a_inc[cur * NR + (r)] -> rinc[r] == inc[r] : \
-                    (heard[r] >= cur && act[r] != cur && PEND(cur, r) == 0))
+#define STOPPED(r) (!(a_mem[cur] & (1 << (r))) || \
+                    (inc[r] != a_inc[cur * NR + (r)] -> rok[r] && rinc[r] == inc[r] : \
+                     (heard[r] >= cur && act[r] != cur && PEND(cur, r) == 0)))
+/* stop_and_wait's deadline passed: a member that has not stopped is evicted (its incarnation
+ * fenced: the roster no longer names it, and the live receiver, if that incarnation, is behind). */
+#define EVICT(r) \
+  if \
+  :: !STOPPED(r) -> \
+     if :: rinc[r] == a_inc[cur * NR + (r)] -> FORGET(r) :: else -> skip fi; \
+     if :: inc[r] == a_inc[cur * NR + (r)] -> FALL_BEHIND(r) :: else -> skip fi \
+  :: else -> skip \
+  fi
+/* The deadline of stop_and_wait can pass only while someone has not stopped (in trace mode the
+ * run decides: the model's STOPPED may hold a step earlier than the C++ coordinator learns it). */
+#ifdef TRACE
+#define SOME_UNSTOPPED 1
+#else
+#define SOME_UNSTOPPED !(STOPPED(0) && STOPPED(1))
+#endif
+/* The roster's members now (bitmask); in trace mode the run names them (a subset: the C++
+ * roster may not have heard a join yet that the model's has). */
+#define ROSTER (rok[0] | (rok[1] << 1))
+#ifdef TRACE
+#define MEMBERS (TAIL -> ROSTER : ev_y[tp])
+#else
+#define MEMBERS ROSTER
+#endif
+
+/* Receiver r's live incarnation has a join for the roster to take: one the roster does not hold
+ * (a restart, or a new coordinator's empty roster), and not behind. */
+#define DEAD_MEMBER(r) ((a_mem[cur] & (1 << (r))) && a_inc[cur * NR + (r)] != inc[r])
+#ifdef MUT_EVICTED_REJOINS
+#define JOINS(r) (rinc[r] != inc[r] || !rok[r])
+#else
+#define JOINS(r) (!behind[r] && (rinc[r] != inc[r] || !rok[r]))
+#endif
 
 /* ---------------------------------------------------------------------------------------- */
 active proctype coordinator() {
 end:
   do
   /* prepare: persist the attempt (mode, target, bound incarnations), fenced by epoch */
-  :: d_step { phase == IDLE && ntrans < NTRANS && epoch == log_epoch && EV(E_PREP, 0, 0) ->
+  :: d_step { phase == IDLE && ntrans < NTRANS && epoch == log_epoch && EVK(E_PREP, 0) && (MEMBERS & ~ROSTER) == 0 &&
+              LAST_STABLE ->
+       a_mem[cur + 1] = MEMBERS;
        NEXT; natt++; cur++;
 #ifdef MUT_XOR_RETRY
        a_mode[cur] = XOR;
@@ -282,7 +396,10 @@ end:
 #endif
        a_target[cur] = Kv + 1;
        i = 0;
-       do :: i < NR -> a_inc[cur * NR + i] = rinc[i]; i++ :: else -> break od;
+       do
+       :: i < NR -> a_inc[cur * NR + i] = (a_mem[cur] & (1 << i) -> rinc[i] : NOMEM); i++
+       :: else -> break
+       od;
        owner_freeze_send(0);
 #if NO > 1
        owner_freeze_send(1);
@@ -293,7 +410,7 @@ end:
 #ifdef MUT_COMMIT_EARLY
   :: atomic { phase == TRANSFER && acks != 0 ->
 #else
-  :: atomic { phase == TRANSFER && acks == ALLR ->
+  :: atomic { phase == TRANSFER && acks == a_mem[cur] ->
 #endif
        req_att = cur; req_epoch = epoch; req_target = a_target[cur]; req = 1; rep = R_NONE;
        phase = COMMITTING }
@@ -306,13 +423,20 @@ end:
    * stop_and_wait the join counts as the dead incarnation's stop (STOPPED) (coordinator.hpp; the
    * rule was found missing here by the trace check, the roster's lag later: proofs/README.md
    * "Spin tied to the code") */
-  :: atomic { phase != TRANSFER && rinc[0] != inc[0] -> rinc[0] = inc[0] }
-  :: atomic { phase != TRANSFER && rinc[1] != inc[1] -> rinc[1] = inc[1] }
-  :: atomic { phase == TRANSFER && (rinc[0] != inc[0] || rinc[1] != inc[1]) && EV(E_REJOIN, 0, 0) ->
+  /* A join the roster takes as it is: a member's newer incarnation while its attempt is stopped or
+   * committed (it counts as the dead one's stop), or any other join (a receiver the attempt does
+   * not name, an answer to a new coordinator's roll call), which the model takes only while idle:
+   * until the next prepare nothing reads a roster entry that names no member, so a join that
+   * arrives earlier in C++ reaches the same states (a commit in between leaves it behind either
+   * way, a failover forgets it). */
+  :: atomic { JOINS(0) && (phase == IDLE || phase != TRANSFER && DEAD_MEMBER(0)) -> rinc[0] = inc[0]; rok[0] = 1 }
+  :: atomic { JOINS(1) && (phase == IDLE || phase != TRANSFER && DEAD_MEMBER(1)) -> rinc[1] = inc[1]; rok[1] = 1 }
+  :: atomic { phase == TRANSFER && (JOINS(0) && (a_mem[cur] & 1) || JOINS(1) && (a_mem[cur] & 2)) &&
+              EV(E_REJOIN, 0, 0) ->
        NEXT;
        if
-       :: rinc[0] != inc[0] -> rinc[0] = inc[0]
-       :: rinc[1] != inc[1] -> rinc[1] = inc[1]
+       :: JOINS(0) && (a_mem[cur] & 1) -> rinc[0] = inc[0]; rok[0] = 1
+       :: JOINS(1) && (a_mem[cur] & 2) -> rinc[1] = inc[1]; rok[1] = 1
        fi;
        a_obsolete[cur] = 1; phase = STOPPING }
   :: atomic { phase == COMMITTING && rep == R_SUCCESS ->
@@ -340,6 +464,18 @@ end:
        :: else -> skip
        fi;
        phase = IDLE }
+  /* stop_and_wait's deadline (after a retry's or a recovery's mark_obsolete): members not stopped
+   * are evicted, and the stop ends as above */
+  :: atomic { (phase == STOPPING || phase == RECOVERING) && evicts < EVICTS && SOME_UNSTOPPED && EV(E_EVICT, 0, 0) ->
+       NEXT; evicts++;
+       EVICT(0); EVICT(1);
+       if
+       :: phase == RECOVERING ->
+          log_closed = cur;
+          if :: Katt == cur -> ntrans++; natt = 0 :: else -> skip fi
+       :: else -> skip
+       fi;
+       phase = IDLE }
   od
 }
 
@@ -349,14 +485,12 @@ end:
   :: atomic { req && EV(E_CAS, 0, 1) ->
        NEXT; req = 0;
 #ifdef MUT_BLIND_WRITE
-       commit_check(req_att, req_target);
-       Kv = req_target; Katt = req_att;
+       log_commit(req_att, req_target);
        if :: req_epoch == epoch -> rep = R_SUCCESS :: else -> skip fi
 #else
        if
        :: req_epoch == log_epoch && req_att > log_closed && Kv + 1 == req_target ->
-          commit_check(req_att, req_target);
-          Kv = req_target; Katt = req_att;
+          log_commit(req_att, req_target);
           if :: req_epoch == epoch -> rep = R_SUCCESS :: else -> skip fi
        :: else ->
           if :: req_epoch == epoch -> rep = R_FAILED :: else -> skip fi
@@ -367,8 +501,7 @@ end:
   :: atomic { req && CAN_FAIL && req_epoch == log_epoch && req_att > log_closed && Kv + 1 == req_target &&
               EV(E_CAS, 0, 2) ->
        NEXT; req = 0;
-       commit_check(req_att, req_target);
-       Kv = req_target; Katt = req_att;
+       log_commit(req_att, req_target);
        if :: req_epoch == epoch -> rep = R_LOST :: else -> skip fi }
   /* not written (transient failure): confirmed failed, or unknown */
   :: atomic { req && CAN_FAIL && EV(E_CAS, 0, 3) -> NEXT; req = 0; if :: req_epoch == epoch -> rep = R_FAILED :: else -> skip fi }
@@ -465,6 +598,11 @@ end:
   /* told of mark_obsolete before the prepare arrived: the prepare will be ignored, and the
    * receiver reports itself stopped */
   :: atomic { a_obsolete[cur] && cur > heard[r] && a_inc[cur * NR + r] == inc[r] -> heard[r] = cur }
+  /* evicted, or left out of a commit (told so by an announcement): restore K densely under a new
+   * incarnation (the restore waits for the device), then join again */
+#ifdef TRACE
+  :: atomic { behind[r] -> RESTART(r) }
+#endif
   od
 }
 
@@ -475,12 +613,7 @@ end:
   :: atomic { dups < DUPS && (p) < NP && BAG(cur, r, p) > 0 && EV(E_DUP, r, p) -> NEXT; BAG(cur, r, p)++; dups++ }
 #define CRASH(r) \
   :: atomic { crashes < CRASHES && CAN_FAIL && FAULT_PHASE_OK && EV(E_CRASH, r, 0) -> \
-       NEXT; crashes++; inc[r]++; act[r] = 0; seen[r] = 0; acked[r] = 0; stale[r] = 1; \
-       i = 0; \
-       do :: i <= NATT -> PEND(i, r) = 0; i++ :: else -> break od; \
-       i = 0; \
-       do :: i < NP -> reg[r * NP + i] = LOST; i++ :: else -> break od; \
-       i = 0 }
+       NEXT; crashes++; RESTART(r) }
 
 active proctype env() {
 end:
@@ -493,12 +626,12 @@ end:
   /* coordinator failover: the new coordinator bumps the epoch (fencing the old one's requests in
    * the log), loses the volatile state, and recovers the attempt it finds persisted */
   :: atomic { failovers < FAILOVERS && CAN_FAIL && phase != IDLE && EV(E_FAILOVER, 0, 0) ->
-       NEXT; failovers++; epoch++; log_epoch = epoch; acks = 0; rep = R_NONE;
+       NEXT; failovers++; epoch++; log_epoch = epoch; acks = 0; rep = R_NONE; RECALL(0); RECALL(1);
        a_obsolete[cur] = 1; phase = RECOVERING }
 #ifdef TRACE
   /* a failover while no attempt is in progress only fences the old epoch */
   :: atomic { failovers < FAILOVERS && phase == IDLE && EV(E_FAILOVER, 0, 0) ->
-       NEXT; failovers++; epoch++; log_epoch = epoch }
+       NEXT; failovers++; epoch++; log_epoch = epoch; RECALL(0); RECALL(1) }
 #endif
   od
 }

@@ -13,7 +13,8 @@
 // by the model without violation; a run that ends in a C++ violation must make the model violate.
 //
 // The shared abstraction — what refit.pml can express — is smaller than the C++ world: exactly 2
-// receivers, 1–2 owners, at most 4 regions per receiver and 4 attempts in all, every payload of an
+// receivers (an attempt may name both, one or none), 1–2 owners, at most 4 regions per receiver and
+// 4 attempts in all, every payload of an
 // attempt in that attempt's mode, sync or async gate (the model has no gate), no corruption,
 // conflicting copy, owner crash, sender restart, operator abort or abort decision, no commit-log
 // fault on a claim, prepare or read, a drop or duplicate of a payload only of the current attempt,
@@ -37,7 +38,7 @@ namespace bitrefit::proofs::spin {
 /// Promela events (refit.pml's E_* constants, same numbers).
 enum class event_kind : std::uint8_t {
   prep = 1, admit = 2, ingest = 3, ack = 4, deadline = 5, cas = 6, crash = 7, failover = 8, drop = 9, dup = 10,
-  rejoin = 11
+  rejoin = 11, evict = 12
 };
 
 /// THE mapping: C++ move (and what it did) -> Promela step. One row per event kind; every other
@@ -47,8 +48,9 @@ struct mapping_row {
   const char* promela;
 };
 inline constexpr mapping_row mapping[] = {
-    {"a prepare is persisted (`log ok persist_prepare`; model::cluster::attempts grows)",
-     "coordinator: prepare d_step (E_PREP); the model's owners freeze and send at once"},
+    {"a prepare is persisted (`log ok persist_prepare`; model::cluster::attempts grows), naming members M",
+     "coordinator: prepare d_step (E_PREP, y = M as a bitmask, a subset of the model's roster); the model's owners "
+     "freeze and send at once"},
     {"receiver r's attempt becomes a new one (delivery of its prepare, or a deferred admission)",
      "receiver(r): admission (E_ADMIT r)"},
     {"the move's effects contain `rR: apply τ/o/s` (a verified, new payload decoded and issued)",
@@ -56,6 +58,8 @@ inline constexpr mapping_row mapping[] = {
     {"`deliver rR->c ack τ` / `drop rR->c ack τ`, its sender still alive and in τ (else: no event)",
      "receiver(r): ack step, delivered / lost branch (E_ACK r 0|1)"},
     {"`deadline c` while the coordinator is collecting", "coordinator: deadline during transfer (E_DEADLINE)"},
+    {"`deadline c` while the coordinator is stopping (after a retry's, a failed commit's or a recovery's mark_obsolete)",
+     "coordinator: stop_and_wait's deadline: members not stopped are evicted, the stop ends (E_EVICT)"},
     {"`log ok|unknown-applied|failed|unknown-lost compare_and_set`", "commit_log: option success / written-reply-lost / failed / not-written-lost (E_CAS 1..4)"},
     {"`crash rR`", "env: CRASH(r) (E_CRASH); the model's restart is its stale flag (restore at admission)"},
     {"`failover`", "env: failover (E_FAILOVER)"},
@@ -147,7 +151,7 @@ struct translator {
     t.defines = {"-DNO=" + std::to_string(p.owners), "-DNS=" + std::to_string(cfg.chunks_per_owner),
                  "-DNTRANS=" + std::to_string(cfg.transitions), "-DCRASHES=" + std::to_string(cfg.crashes),
                  "-DFAILOVERS=" + std::to_string(cfg.failovers), "-DDROPS=" + std::to_string(cfg.drops),
-                 "-DDUPS=" + std::to_string(cfg.duplicates)};
+                 "-DDUPS=" + std::to_string(cfg.duplicates), "-DEVICTS=8" /* the run decides */};
     if (mut && !mut->empty()) t.defines.push_back(*mut);
   }
 
@@ -186,6 +190,8 @@ struct translator {
       case move_kind::deadline:
         if (m.index == 0 && cw.coord.phase == protocol::coordinator_phase::collecting)
           add(event_kind::deadline, 0, 0, text);
+        else if (m.index == 0 && cw.coord.phase == protocol::coordinator_phase::stopping)
+          add(event_kind::evict, 0, 0, text);
         break;
       case move_kind::log_ok:
       case move_kind::log_failed:
@@ -254,14 +260,14 @@ struct translator {
           if (n > 4) skip("more than 4 attempts in all (the model's option lists stop at 4)");
           // A prepare may name a dead incarnation (the newer one's join has not reached the
           // coordinator yet): the model's coordinator binds its roster's incarnations (rinc), which
-          // learn of a restart only at the join (refit.pml), so it can too.
-          if (note.members.size() != cw.receivers.size())
-            skip("`" + text + "` names " + std::to_string(note.members.size()) +
-                 " members: the model's membership is fixed (no eviction; every attempt names both receivers)");
+          // learn of a restart only at the join (refit.pml), so it can too. It names the members
+          // the run names (E_PREP's y), which must be ones the model's roster holds.
+          std::uint32_t members = 0;
+          for (const auto& mb : note.members) members |= 1u << mb.receiver;
           if (note.target < 8 && ++attempts_in_transition[note.target] > 4 / std::max<std::uint32_t>(cfg.transitions, 1))
             skip("more attempts in one transition than the model's MAXA allows with " +
                  std::to_string(cfg.transitions) + " transitions");
-          add(event_kind::prep, 0, 0, text);
+          add(event_kind::prep, 0, members, text);
         }
     }
     for (std::size_t r = 0; r < cw.receivers.size(); ++r) {
