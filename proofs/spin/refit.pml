@@ -53,6 +53,7 @@
  *   MUT_NO_STOP            retry prepares without stop_and_wait
  *   MUT_BLIND_WRITE        the commit log writes K without compare-and-set or fencing
  *   MUT_EVICTED_REJOINS    an evicted receiver joins again without restoring (keeps its bits)
+ *   MUT_ABORT_KEEPS_MEMBERS an abort leaves its members in the roster (no dense restore)
  */
 
 #ifndef NR
@@ -82,6 +83,9 @@
 #ifndef DUPS
 #define DUPS 1
 #endif
+#ifndef ABORTS
+#define ABORTS 0 /* operator aborts (or an owner's frozen_lost): a transition ends without commit */
+#endif
 #ifndef EVICTS
 #define EVICTS 1
 #endif
@@ -93,7 +97,11 @@
 #define NP (NO * NS)
 #define ALLP ((1 << NP) - 1)
 #define ALLR ((1 << NR) - 1)
-#define NATT (NTRANS * MAXA) /* attempt ids 1..NATT; 0 = none */
+#ifdef TRACE
+#define NATT 4 /* attempt ids 1..NATT; 0 = none (the translation keeps a run within 4 attempts) */
+#else
+#define NATT ((NTRANS + ABORTS) * MAXA) /* an abort starts the transition afresh */
+#endif
 #define GARBAGE 15
 #define LOST 14
 #define XOR 0
@@ -106,6 +114,7 @@
 #define COMMITTING 2
 #define STOPPING 3
 #define RECOVERING 4
+#define ABORTING 5 /* stop_and_wait, then the abort is persisted and the transition is over */
 /* commit-log replies */
 #define R_NONE 0
 #define R_SUCCESS 1
@@ -123,6 +132,7 @@ bit a_mode[NATT + 1];
 byte a_target[NATT + 1];
 bit a_obsolete[NATT + 1];
 byte a_mem[NATT + 1];  /* the receivers the attempt names (bitmask) */
+bit cur_aborted = 0;   /* the abort of attempt cur is persisted: its transition is over */
 byte a_base[(NATT + 1) * NO];
 /* the compare-and-set request in flight and its reply */
 bit req = 0;
@@ -160,7 +170,7 @@ byte ghost_acked[NATT + 1];    /* which members really acked (ghost, for the com
 byte bag[(NATT + 1) * NR * NP];
 
 /* ---- fault budgets ----------------------------------------------------------------------- */
-byte crashes = 0, failovers = 0, drops = 0, dups = 0, evicts = 0;
+byte crashes = 0, failovers = 0, drops = 0, dups = 0, evicts = 0, aborts = 0;
 
 #define BAG(a, r, p) bag[((a) * NR + (r)) * NP + (p)]
 #define PEND(a, r) pend[(a) * NR + (r)]
@@ -202,6 +212,7 @@ byte crashes = 0, failovers = 0, drops = 0, dups = 0, evicts = 0;
 #define E_DUP 10     /* ... is duplicated                                                          */
 #define E_REJOIN 11  /* a newer incarnation of a member joins: the attempt is obsolete            */
 #define E_EVICT 12   /* stop_and_wait's deadline: members not stopped are evicted, the stop ends    */
+#define E_ABORT 13   /* the coordinator aborts the transition (operator, or an owner's frozen_lost) */
 #ifdef TRACE
 #include "trace.pml"
 byte ev_k[TLEN];
@@ -297,11 +308,11 @@ inline commit_check(a, target) {
   fi
 
 /* A new coordinator's roster: the members of the last persisted attempt, with the incarnations it
- * names (coordinator.hpp, recovery); every other receiver is unknown until its join answers the
- * roll call. */
+ * names (coordinator.hpp, recovery), unless that attempt was aborted (its members stay evicted);
+ * every other receiver is unknown until its join answers the roll call. */
 #define RECALL(r) \
   if \
-  :: a_mem[cur] & (1 << (r)) -> rok[r] = 1; rinc[r] = a_inc[cur * NR + (r)] \
+  :: (a_mem[cur] & (1 << (r))) && !cur_aborted -> rok[r] = 1; rinc[r] = a_inc[cur * NR + (r)] \
   :: else -> FORGET(r) \
   fi
 
@@ -355,6 +366,23 @@ end:
      if :: inc[r] == a_inc[cur * NR + (r)] -> FALL_BEHIND(r) :: else -> skip fi \
   :: else -> skip \
   fi
+/* The abort of cur is persisted: every member's incarnation is fenced (its bits are a mix of v
+ * and v+1; it restores K densely and joins again as a new incarnation), and the transition is
+ * over: the next attempt is the first of a fresh one (XOR on K.v, which only non-members and
+ * restored receivers hold). */
+#ifdef MUT_ABORT_KEEPS_MEMBERS
+#define ABANDON(r) skip
+#else
+#define ABANDON(r) \
+  if \
+  :: a_mem[cur] & (1 << (r)) -> \
+     if :: rinc[r] == a_inc[cur * NR + (r)] -> FORGET(r) :: else -> skip fi; \
+     if :: inc[r] == a_inc[cur * NR + (r)] -> FALL_BEHIND(r) :: else -> skip fi \
+  :: else -> skip \
+  fi
+#endif
+#define ABORT_DONE cur_aborted = 1; ABANDON(0); ABANDON(1); natt = 0; phase = IDLE
+
 /* The deadline of stop_and_wait can pass only while someone has not stopped (in trace mode the
  * run decides: the model's STOPPED may hold a step earlier than the C++ coordinator learns it). */
 #ifdef TRACE
@@ -388,7 +416,7 @@ end:
   :: d_step { phase == IDLE && ntrans < NTRANS && epoch == log_epoch && EVK(E_PREP, 0) && (MEMBERS & ~ROSTER) == 0 &&
               LAST_STABLE ->
        a_mem[cur + 1] = MEMBERS;
-       NEXT; natt++; cur++;
+       NEXT; natt++; cur++; cur_aborted = 0;
 #ifdef MUT_XOR_RETRY
        a_mode[cur] = XOR;
 #else
@@ -416,6 +444,9 @@ end:
        phase = COMMITTING }
   /* deadline passed during transfer: mark_obsolete, then stop_and_wait */
   :: atomic { phase == TRANSFER && CAN_FAIL && EV(E_DEADLINE, 0, 0) -> NEXT; a_obsolete[cur] = 1; phase = STOPPING }
+  /* abort (an operator's, or an owner that lost the frozen change set): mark_obsolete,
+   * stop_and_wait, then the abort is persisted before anyone is told (ABORT_DONE) */
+  :: atomic { phase == TRANSFER && aborts < ABORTS && EV(E_ABORT, 0, 0) -> NEXT; aborts++; a_obsolete[cur] = 1; phase = ABORTING }
   /* The join of a restarted receiver's newer incarnation reaches the coordinator: only now does
    * the roster (rinc) know it, so a prepare persisted in between names the dead incarnation, which
    * can never admit it. During transfer the attempt names the dead incarnation (a_inc = rinc at
@@ -456,6 +487,7 @@ end:
 #else
   :: atomic { phase == STOPPING && STOPPED(0) && STOPPED(1) -> phase = IDLE }
 #endif
+  :: atomic { phase == ABORTING && STOPPED(0) && STOPPED(1) -> ABORT_DONE }
   /* after failover: mark_obsolete, stop_and_wait, then read_commit on the old attempt */
   :: atomic { phase == RECOVERING && STOPPED(0) && STOPPED(1) ->
        log_closed = cur;
@@ -466,16 +498,18 @@ end:
        phase = IDLE }
   /* stop_and_wait's deadline (after a retry's or a recovery's mark_obsolete): members not stopped
    * are evicted, and the stop ends as above */
-  :: atomic { (phase == STOPPING || phase == RECOVERING) && evicts < EVICTS && SOME_UNSTOPPED && EV(E_EVICT, 0, 0) ->
+  :: atomic { (phase == STOPPING || phase == RECOVERING || phase == ABORTING) && evicts < EVICTS && SOME_UNSTOPPED &&
+              EV(E_EVICT, 0, 0) ->
        NEXT; evicts++;
        EVICT(0); EVICT(1);
        if
        :: phase == RECOVERING ->
           log_closed = cur;
-          if :: Katt == cur -> ntrans++; natt = 0 :: else -> skip fi
-       :: else -> skip
-       fi;
-       phase = IDLE }
+          if :: Katt == cur -> ntrans++; natt = 0 :: else -> skip fi;
+          phase = IDLE
+       :: phase == ABORTING -> ABORT_DONE
+       :: else -> phase = IDLE
+       fi }
   od
 }
 

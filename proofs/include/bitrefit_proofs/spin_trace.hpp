@@ -16,9 +16,9 @@
 // receivers (an attempt may name both, one or none), 1–2 owners, at most 4 regions per receiver and
 // 4 attempts in all, every payload of an
 // attempt in that attempt's mode, sync or async gate (the model has no gate), no corruption,
-// conflicting copy, owner crash, sender restart, operator abort or abort decision, no commit-log
+// conflicting copy, owner crash or sender restart, no commit-log
 // fault on a claim, prepare or read, a drop or duplicate of a payload only of the current attempt,
-// no duplicated ack, and mutations only where the model has the same one. A run outside it is
+// and mutations only where the model has the same one. A run outside it is
 // SKIPPED with the reason (never judged).
 #pragma once
 
@@ -26,7 +26,9 @@
 #include <map>
 #include <optional>
 #include <regex>
+#include <set>
 #include <sstream>
+#include <tuple>
 #include <string>
 #include <variant>
 #include <vector>
@@ -38,7 +40,7 @@ namespace bitrefit::proofs::spin {
 /// Promela events (refit.pml's E_* constants, same numbers).
 enum class event_kind : std::uint8_t {
   prep = 1, admit = 2, ingest = 3, ack = 4, deadline = 5, cas = 6, crash = 7, failover = 8, drop = 9, dup = 10,
-  rejoin = 11, evict = 12
+  rejoin = 11, evict = 12, abort = 13
 };
 
 /// THE mapping: C++ move (and what it did) -> Promela step. One row per event kind; every other
@@ -55,24 +57,32 @@ inline constexpr mapping_row mapping[] = {
      "receiver(r): admission (E_ADMIT r)"},
     {"the move's effects contain `rR: apply τ/o/s` (a verified, new payload decoded and issued)",
      "receiver(r): INGEST(a(τ), o*NS+s) (E_INGEST); the model applies it at once (no device queue)"},
-    {"`deliver rR->c ack τ` / `drop rR->c ack τ`, its sender still alive and in τ (else: no event)",
+    {"`deliver rR->c ack τ` / `drop rR->c ack τ`, its sender still alive and in τ (else: no event); with a "
+     "duplicated ack, the first copy delivered, or the last one dropped (the other copies: no event)",
      "receiver(r): ack step, delivered / lost branch (E_ACK r 0|1)"},
     {"`deadline c` while the coordinator is collecting", "coordinator: deadline during transfer (E_DEADLINE)"},
     {"`deadline c` while the coordinator is stopping (after a retry's, a failed commit's or a recovery's mark_obsolete)",
      "coordinator: stop_and_wait's deadline: members not stopped are evicted, the stop ends (E_EVICT)"},
     {"`log ok|unknown-applied|failed|unknown-lost compare_and_set`", "commit_log: option success / written-reply-lost / failed / not-written-lost (E_CAS 1..4)"},
     {"`crash rR`", "env: CRASH(r) (E_CRASH); the model's restart is its stale flag (restore at admission)"},
-    {"`failover`", "env: failover (E_FAILOVER)"},
+    {"`log ok claim_epoch eN`, N > 1, that takes effect (a new coordinator's claim fences the old one; between "
+     "`failover` and this claim the old coordinator's requests may still land)",
+     "env: failover (E_FAILOVER)"},
     {"`deliver rR->c join rR#n` that takes the coordinator from collecting to stopping (a newer incarnation of a member)",
      "coordinator: the join of a newer incarnation during transfer: the roster learns it (rinc), the attempt is obsolete (E_REJOIN)"},
+    {"`abort` (operator), or `deliver oO->c frozen_lost` (an owner lost the frozen change set), that takes the "
+     "coordinator from collecting to stopping",
+     "coordinator: abort (E_ABORT): mark_obsolete, stop_and_wait, then the abort is persisted (a free step that "
+     "fences every member) and the transition starts afresh"},
     {"`drop oO->rR payload τ/O/S`, τ the current attempt", "env: DROP(r, O*NS+S) (E_DROP)"},
     {"`duplicate oO->rR payload τ/O/S`, τ the current attempt", "env: DUP(r, O*NS+S) (E_DUP)"},
     {"`drop`/`duplicate` of any other message (prepare, open, flush, obsolete, stopped, announce, join, manifest, ...)",
      "no event: the model has no copy of it (its delivery is an event of its own or a free step)"},
-    {"every other move: claim_epoch/read replies, begin, deliveries of prepare to owners, manifest, open, flush, "
-     "obsolete, stopped, announce, join, roll_call, device, restart rR, deadline rR",
+    {"every other move: the first coordinator's claim, read replies, `failover` itself (its claim is the event), "
+     "begin, the persisted abort, deliveries of prepare to owners, manifest, open, flush, obsolete, stopped, announce, "
+     "join, roll_call, abort, device, restart rR, deadline rR",
      "no event (a free step of the model: owners' baseline read, commit request, stop completion, recovery, "
-     "a join outside transfer that updates the roster)"},
+     "abort completion, a restore after eviction, a join outside transfer that updates the roster)"},
 };
 
 struct event {
@@ -130,7 +140,6 @@ struct translator {
   protocol::model::world_config cfg;
   std::map<attempt_id, std::uint32_t> promela_attempt;  // C++ attempt -> the model's `cur` number
   std::map<attempt_id, std::uint32_t> attempts_per_target;
-  std::uint32_t attempts_in_transition[8] = {};
   protocol::envelope t_inflight_before{};  // the message a deliver move carries
 
   void skip(const std::string& why) {
@@ -151,7 +160,7 @@ struct translator {
     t.defines = {"-DNO=" + std::to_string(p.owners), "-DNS=" + std::to_string(cfg.chunks_per_owner),
                  "-DNTRANS=" + std::to_string(cfg.transitions), "-DCRASHES=" + std::to_string(cfg.crashes),
                  "-DFAILOVERS=" + std::to_string(cfg.failovers), "-DDROPS=" + std::to_string(cfg.drops),
-                 "-DDUPS=" + std::to_string(cfg.duplicates), "-DEVICTS=8" /* the run decides */};
+                 "-DDUPS=" + std::to_string(cfg.duplicates)};
     if (mut && !mut->empty()) t.defines.push_back(*mut);
   }
 
@@ -172,6 +181,25 @@ struct translator {
     return rc && rc->incarnation == ak.from.incarnation && rc->attempt && rc->attempt->attempt == ak.attempt;
   }
 
+  /// A duplicated ack: the model's one ack step is "delivered" when the first copy arrives and
+  /// "lost" only when the last copy is dropped (the coordinator takes an ack once; a second copy
+  /// changes nothing). Per ack: the extra copies in flight, and whether its event was emitted.
+  using ack_key = std::tuple<std::uint32_t, decltype(protocol::member{}.incarnation), attempt_id>;
+  std::map<ack_key, std::uint32_t> ack_extra_copies;
+  std::set<ack_key> ack_emitted;
+  static ack_key key_of(const protocol::ack_msg& ak) { return {ak.from.receiver, ak.from.incarnation, ak.attempt}; }
+  void ack_arrives(const protocol::ack_msg& ak, bool lost, const std::string& text) {
+    const auto k = key_of(ak);
+    if (ack_emitted.count(k)) return;
+    if (lost && ack_extra_copies[k] > 0) {  // another copy is still in flight
+      --ack_extra_copies[k];
+      return;
+    }
+    if (!ack_of_current(ak)) return;
+    add(event_kind::ack, ak.from.receiver, lost ? 1 : 0, text);
+    ack_emitted.insert(k);
+  }
+
   /// Apply one move and translate it (the table above, row by row).
   void step(const protocol::model::move& m) {
     using protocol::model::move_kind;
@@ -184,9 +212,7 @@ struct translator {
       case move_kind::conflict: skip("`" + text + "`: the model has no conflicting copy"); break;
       case move_kind::owner_crash: skip("`" + text + "`: the model has no owner crash"); break;
       case move_kind::sender_restart: skip("`" + text + "`: the model has no sender restart"); break;
-      case move_kind::abort: skip("`" + text + "`: the model has no operator abort"); break;
       case move_kind::crash: add(event_kind::crash, m.index, 0, text); break;
-      case move_kind::failover: add(event_kind::failover, 0, 0, text); break;
       case move_kind::deadline:
         if (m.index == 0 && cw.coord.phase == protocol::coordinator_phase::collecting)
           add(event_kind::deadline, 0, 0, text);
@@ -198,14 +224,23 @@ struct translator {
       case move_kind::log_unknown_applied:
       case move_kind::log_unknown_lost: {
         const auto& req = cw.log_queue.at(m.index).request;
-        if (std::holds_alternative<protocol::compare_and_set_request>(req)) {
+        if (const auto* claim = std::get_if<protocol::claim_epoch_request>(&req)) {
+          // The model's failover is the new coordinator's claim taking effect in the log: until
+          // then the old coordinator's prepare or compare-and-set may still land (found when a
+          // prepare persisted after the `failover` move could not be followed).
+          if (m.kind == move_kind::log_ok && claim->epoch > 1 && claim->epoch > cw.log.state.epoch)
+            add(event_kind::failover, 0, 0, text);
+          else if (m.kind != move_kind::log_ok)
+            skip("`" + text + "`: the model has commit-log faults on compare-and-set only");
+        } else if (std::holds_alternative<protocol::compare_and_set_request>(req)) {
           const std::uint32_t y = m.kind == move_kind::log_ok ? 1 : m.kind == move_kind::log_unknown_applied ? 2
                                 : m.kind == move_kind::log_failed ? 3 : 4;
           add(event_kind::cas, 0, y, text);
         } else if (m.kind != move_kind::log_ok) {
           skip("`" + text + "`: the model has commit-log faults on compare-and-set only");
         } else if (const auto* pp = std::get_if<protocol::persist_prepare_request>(&req); pp && pp->record.aborted) {
-          skip("`" + text + "`: the model has no abort decision");
+          // The abort is persisted: the model's abort completion, a free step (the transition
+          // starts afresh: its attempts count from one again, the model's natt).
         }
         break;
       }
@@ -221,8 +256,8 @@ struct translator {
           add(m.kind == move_kind::drop ? event_kind::drop : event_kind::dup, e.to.index,
               p->id.owner * cfg.chunks_per_owner + p->id.seq, text);
         } else if (const auto* ak = std::get_if<protocol::ack_msg>(&e.msg)) {
-          if (m.kind != move_kind::drop) skip("`" + text + "`: the model's ack is sent and delivered (or lost) in one step");
-          else if (ack_of_current(*ak)) add(event_kind::ack, ak->from.receiver, 1, text);
+          if (m.kind == move_kind::drop) ack_arrives(*ak, true, text);
+          else if (!ack_emitted.count(key_of(*ak))) ++ack_extra_copies[key_of(*ak)];
         }
         // Any other message has no copy in the model: losing or duplicating it is no event (what
         // its delivery would have done is an event of its own, or a free step).
@@ -231,8 +266,7 @@ struct translator {
       }
       case move_kind::deliver: {
         const auto& e = cw.inflight.at(m.index);
-        if (const auto* ak = std::get_if<protocol::ack_msg>(&e.msg); ak && ack_of_current(*ak))
-          add(event_kind::ack, ak->from.receiver, 0, text);
+        if (const auto* ak = std::get_if<protocol::ack_msg>(&e.msg)) ack_arrives(*ak, false, text);
         break;
       }
       default: break;
@@ -250,6 +284,8 @@ struct translator {
         !(m.kind == move_kind::deadline && m.index == 0)) {
       const auto* e = m.kind == move_kind::deliver ? &t_inflight_before : nullptr;
       if (e && std::holds_alternative<protocol::join_msg>(e->msg)) add(event_kind::rejoin, 0, 0, text);
+      else if (m.kind == move_kind::abort || (e && std::holds_alternative<protocol::frozen_lost_msg>(e->msg)))
+        add(event_kind::abort, 0, 0, text);
       else skip("`" + text + "` makes the attempt obsolete: the model has no such rule");
     }
     if (cw.attempts.size() > attempts_before) {  // a prepare persisted
@@ -264,9 +300,6 @@ struct translator {
           // the run names (E_PREP's y), which must be ones the model's roster holds.
           std::uint32_t members = 0;
           for (const auto& mb : note.members) members |= 1u << mb.receiver;
-          if (note.target < 8 && ++attempts_in_transition[note.target] > 4 / std::max<std::uint32_t>(cfg.transitions, 1))
-            skip("more attempts in one transition than the model's MAXA allows with " +
-                 std::to_string(cfg.transitions) + " transitions");
           add(event_kind::prep, 0, members, text);
         }
     }
@@ -371,6 +404,15 @@ inline translation translate_scenario(const std::string& text) {
   auto go = [&](auto tr) {
     for (const auto& c : commands) tr.command(c);
     if (!tr.w) tr.skip("no world line");
+    // Evictions and aborts are budgeted by the run itself (the world line has no bound for them):
+    // exactly as many as it took, so a free tail after a C++ violation stays within them too.
+    std::size_t evicts = 0, aborts = 0;
+    for (const auto& e : tr.t.events) {
+      evicts += e.kind == event_kind::evict;
+      aborts += e.kind == event_kind::abort;
+    }
+    tr.t.defines.push_back("-DEVICTS=" + std::to_string(evicts));
+    tr.t.defines.push_back("-DABORTS=" + std::to_string(aborts));
     return tr.t;
   };
   return mutated ? go(detail::translator<protocol::model::mutated_cluster>{})
