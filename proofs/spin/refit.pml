@@ -400,7 +400,8 @@ end:
 #endif
 
 /* Receiver r's live incarnation has a join for the roster to take: one the roster does not hold
- * (a restart, or a new coordinator's empty roster), and not behind. */
+ * as a member (a restart, a restore after eviction, or a new coordinator that does not know it),
+ * and not behind (it restores first). DEAD_MEMBER: the attempt names a dead incarnation of r. */
 #define DEAD_MEMBER(r) ((a_mem[cur] & (1 << (r))) && a_inc[cur * NR + (r)] != inc[r])
 #ifdef MUT_EVICTED_REJOINS
 #define JOINS(r) (rinc[r] != inc[r] || !rok[r])
