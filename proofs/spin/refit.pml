@@ -357,15 +357,13 @@ end:
 #define STOPPED(r) (!(a_mem[cur] & (1 << (r))) || \
                     (inc[r] != a_inc[cur * NR + (r)] -> rok[r] && rinc[r] == inc[r] : \
                      (heard[r] >= cur && act[r] != cur && PEND(cur, r) == 0)))
-/* stop_and_wait's deadline passed: a member that has not stopped is evicted (its incarnation
- * fenced: the roster no longer names it, and the live receiver, if that incarnation, is behind). */
-#define EVICT(r) \
-  if \
-  :: !STOPPED(r) -> \
-     if :: rinc[r] == a_inc[cur * NR + (r)] -> FORGET(r) :: else -> skip fi; \
-     if :: inc[r] == a_inc[cur * NR + (r)] -> FALL_BEHIND(r) :: else -> skip fi \
-  :: else -> skip \
-  fi
+/* The incarnation of r that cur names is fenced: the roster no longer names it, and the live
+ * receiver, if that incarnation, is behind. */
+#define FENCE(r) \
+  if :: rinc[r] == a_inc[cur * NR + (r)] -> FORGET(r) :: else -> skip fi; \
+  if :: inc[r] == a_inc[cur * NR + (r)] -> FALL_BEHIND(r) :: else -> skip fi
+/* stop_and_wait's deadline passed: a member that has not stopped is evicted. */
+#define EVICT(r) if :: !STOPPED(r) -> FENCE(r) :: else -> skip fi
 /* The abort of cur is persisted: every member's incarnation is fenced (its bits are a mix of v
  * and v+1; it restores K densely and joins again as a new incarnation), and the transition is
  * over: the next attempt is the first of a fresh one (XOR on K.v, which only non-members and
@@ -373,13 +371,7 @@ end:
 #ifdef MUT_ABORT_KEEPS_MEMBERS
 #define ABANDON(r) skip
 #else
-#define ABANDON(r) \
-  if \
-  :: a_mem[cur] & (1 << (r)) -> \
-     if :: rinc[r] == a_inc[cur * NR + (r)] -> FORGET(r) :: else -> skip fi; \
-     if :: inc[r] == a_inc[cur * NR + (r)] -> FALL_BEHIND(r) :: else -> skip fi \
-  :: else -> skip \
-  fi
+#define ABANDON(r) if :: a_mem[cur] & (1 << (r)) -> FENCE(r) :: else -> skip fi
 #endif
 #define ABORT_DONE cur_aborted = 1; ABANDON(0); ABANDON(1); natt = 0; phase = IDLE
 
