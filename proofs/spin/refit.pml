@@ -373,6 +373,12 @@ end:
 #else
 #define ABANDON(r) if :: a_mem[cur] & (1 << (r)) -> FENCE(r) :: else -> skip fi
 #endif
+/* The recovered attempt is stopped: read_commit closes it in the log and tells whether it
+ * committed (then the transition is over; else the next attempt retries it). */
+#define RECOVERED \
+  log_closed = cur; \
+  if :: Katt == cur -> ntrans++; natt = 0 :: else -> skip fi; \
+  phase = IDLE
 #define ABORT_DONE cur_aborted = 1; ABANDON(0); ABANDON(1); natt = 0; phase = IDLE
 
 /* The deadline of stop_and_wait can pass only while someone has not stopped (in trace mode the
@@ -482,13 +488,7 @@ end:
 #endif
   :: atomic { phase == ABORTING && STOPPED(0) && STOPPED(1) -> ABORT_DONE }
   /* after failover: mark_obsolete, stop_and_wait, then read_commit on the old attempt */
-  :: atomic { phase == RECOVERING && STOPPED(0) && STOPPED(1) ->
-       log_closed = cur;
-       if
-       :: Katt == cur -> ntrans++; natt = 0
-       :: else -> skip
-       fi;
-       phase = IDLE }
+  :: atomic { phase == RECOVERING && STOPPED(0) && STOPPED(1) -> RECOVERED }
   /* stop_and_wait's deadline (after a retry's or a recovery's mark_obsolete): members not stopped
    * are evicted, and the stop ends as above */
   :: atomic { (phase == STOPPING || phase == RECOVERING || phase == ABORTING) && evicts < EVICTS && SOME_UNSTOPPED &&
@@ -496,10 +496,7 @@ end:
        NEXT; evicts++;
        EVICT(0); EVICT(1);
        if
-       :: phase == RECOVERING ->
-          log_closed = cur;
-          if :: Katt == cur -> ntrans++; natt = 0 :: else -> skip fi;
-          phase = IDLE
+       :: phase == RECOVERING -> RECOVERED
        :: phase == ABORTING -> ABORT_DONE
        :: else -> phase = IDLE
        fi }

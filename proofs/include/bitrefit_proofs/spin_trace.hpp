@@ -139,7 +139,6 @@ struct translator {
   std::optional<W> w;
   protocol::model::world_config cfg;
   std::map<attempt_id, std::uint32_t> promela_attempt;  // C++ attempt -> the model's `cur` number
-  std::map<attempt_id, std::uint32_t> attempts_per_target;
   protocol::envelope t_inflight_before{};  // the message a deliver move carries
 
   void skip(const std::string& why) {
@@ -238,10 +237,7 @@ struct translator {
           add(event_kind::cas, 0, y, text);
         } else if (m.kind != move_kind::log_ok) {
           skip("`" + text + "`: the model has commit-log faults on compare-and-set only");
-        } else if (const auto* pp = std::get_if<protocol::persist_prepare_request>(&req); pp && pp->record.aborted) {
-          // The abort is persisted: the model's abort completion, a free step (the transition
-          // starts afresh: its attempts count from one again, the model's natt).
-        }
+        }  // a persisted prepare is handled with the effects below; a persisted abort is a free step
         break;
       }
       case move_kind::drop:
