@@ -31,8 +31,9 @@
  *    attempts left (natt < MAXA): the "eventually reliable delivery and stable members" assumption
  *    under which liveness is claimed (operator abort is excluded).
  *
- * Limits: the option lists below (INGEST, APPLY, DROP, DUP, CRASH, the coordinator's stop condition)
- * are written out for NR = 2 receivers, NP <= 4 regions per receiver and NATT <= 4 attempts.
+ * Limits: the option lists below (INGEST, APPLY, DROP, DUP) are written out for NP <= 4 regions per
+ * receiver and NATT <= 4 attempts; the per-receiver rules (SEQ_R, OPT_R, ALL_R, ...) for NR = 1..5,
+ * the per-owner ones (SEQ_O, ALL_O) for NO = 1..4.
  *
  * Trace mode (-DTRACE, proofs/spin_trace.cpp): the model follows one run of the C++ machines. A
  * generated `trace.pml` defines TLEN and `trace_init()`, which fills ev_k/ev_x/ev_y with the run's
@@ -97,6 +98,63 @@
 #define NP (NO * NS)
 #define ALLP ((1 << NP) - 1)
 #define ALLR ((1 << NR) - 1)
+
+/* One receiver's rule written once and spelled out for every receiver (Promela has no loops over
+ * guards): SEQ_R(M) is M(0); M(1); ... as statements, OPT_R(M) the options M(0) M(1) ... of a do or
+ * if, ALL_R(P) and ANY_R(P) the conjunction and disjunction of P(0), P(1), ..., BITS_R(P) the
+ * bitmask of the receivers r with P(r) (P(r) is 0 or 1). */
+#if NR == 1
+#define SEQ_R(M) M(0)
+#define OPT_R(M) M(0)
+#define ALL_R(P) (P(0))
+#define ANY_R(P) (P(0))
+#define BITS_R(P) (P(0))
+#elif NR == 2
+#define SEQ_R(M) M(0); M(1)
+#define OPT_R(M) M(0) M(1)
+#define ALL_R(P) (P(0) && P(1))
+#define ANY_R(P) (P(0) || P(1))
+#define BITS_R(P) (P(0) | P(1) << 1)
+#elif NR == 3
+#define SEQ_R(M) M(0); M(1); M(2)
+#define OPT_R(M) M(0) M(1) M(2)
+#define ALL_R(P) (P(0) && P(1) && P(2))
+#define ANY_R(P) (P(0) || P(1) || P(2))
+#define BITS_R(P) (P(0) | P(1) << 1 | P(2) << 2)
+#elif NR == 4
+#define SEQ_R(M) M(0); M(1); M(2); M(3)
+#define OPT_R(M) M(0) M(1) M(2) M(3)
+#define ALL_R(P) (P(0) && P(1) && P(2) && P(3))
+#define ANY_R(P) (P(0) || P(1) || P(2) || P(3))
+#define BITS_R(P) (P(0) | P(1) << 1 | P(2) << 2 | P(3) << 3)
+#elif NR == 5
+#define SEQ_R(M) M(0); M(1); M(2); M(3); M(4)
+#define OPT_R(M) M(0) M(1) M(2) M(3) M(4)
+#define ALL_R(P) (P(0) && P(1) && P(2) && P(3) && P(4))
+#define ANY_R(P) (P(0) || P(1) || P(2) || P(3) || P(4))
+#define BITS_R(P) (P(0) | P(1) << 1 | P(2) << 2 | P(3) << 3 | P(4) << 4)
+#else
+#error "refit.pml spells its per-receiver rules out for NR = 1..5"
+#endif
+/* the same for owners: SEQ_O(M), ALL_O(P) */
+#if NO == 1
+#define SEQ_O(M) M(0)
+#define ALL_O(P) (P(0))
+#elif NO == 2
+#define SEQ_O(M) M(0); M(1)
+#define ALL_O(P) (P(0) && P(1))
+#elif NO == 3
+#define SEQ_O(M) M(0); M(1); M(2)
+#define ALL_O(P) (P(0) && P(1) && P(2))
+#elif NO == 4
+#define SEQ_O(M) M(0); M(1); M(2); M(3)
+#define ALL_O(P) (P(0) && P(1) && P(2) && P(3))
+#else
+#error "refit.pml spells its per-owner rules out for NO = 1..4"
+#endif
+#if NP > 4
+#error "refit.pml's option lists (INGEST, APPLY, DROP, DUP) hold at most 4 regions per receiver (NO * NS)"
+#endif
 #ifdef TRACE
 #define NATT 4 /* attempt ids 1..NATT; 0 = none (the translation keeps a run within 4 attempts) */
 #else
@@ -254,7 +312,8 @@ byte tp = 0;
  * arrives before its attempt's stop ends (STOPPED), but a receiver the attempt did not name
  * stops nothing: so the transition's last attempt is prepared only once the roster holds every
  * live incarnation it names (members stable). */
-#define LAST_STABLE (natt + 1 < MAXA || (!rok[0] || rinc[0] == inc[0]) && (!rok[1] || rinc[1] == inc[1]))
+#define STABLE(r) (!rok[r] || rinc[r] == inc[r])
+#define LAST_STABLE (natt + 1 < MAXA || ALL_R(STABLE))
 #endif
 #ifndef CHECK
 #define CHECK(e) assert(e) /* the model's safety assertions (off only in the reachability run) */
@@ -321,7 +380,8 @@ inline commit_check(a, target) {
 inline log_commit(a, target) {
   commit_check(a, target);
   Kv = target; Katt = a;
-  LEFT_OUT(a, 0); LEFT_OUT(a, 1)
+#define LEFT_OUT_OF_A(r) LEFT_OUT(a, r)
+  SEQ_R(LEFT_OUT_OF_A)
 }
 
 /* Owner o: freezes the change set at prepare (against K.v) and sends its NS payloads to every
@@ -379,18 +439,20 @@ end:
   log_closed = cur; \
   if :: Katt == cur -> ntrans++; natt = 0 :: else -> skip fi; \
   phase = IDLE
-#define ABORT_DONE cur_aborted = 1; ABANDON(0); ABANDON(1); natt = 0; phase = IDLE
+#define ABORT_DONE cur_aborted = 1; SEQ_R(ABANDON); natt = 0; phase = IDLE
+#define ALL_STOPPED ALL_R(STOPPED)
 
 /* The deadline of stop_and_wait can pass only while someone has not stopped (in trace mode the
  * run decides: the model's STOPPED may hold a step earlier than the C++ coordinator learns it). */
 #ifdef TRACE
 #define SOME_UNSTOPPED 1
 #else
-#define SOME_UNSTOPPED !(STOPPED(0) && STOPPED(1))
+#define SOME_UNSTOPPED !ALL_STOPPED
 #endif
 /* The roster's members now (bitmask); in trace mode the run names them (a subset: the C++
  * roster may not have heard a join yet that the model's has). */
-#define ROSTER (rok[0] | (rok[1] << 1))
+#define ROK(r) rok[r]
+#define ROSTER BITS_R(ROK)
 #ifdef TRACE
 #define MEMBERS (TAIL -> ROSTER : ev_y[tp])
 #else
@@ -406,6 +468,11 @@ end:
 #else
 #define JOINS(r) (!behind[r] && (rinc[r] != inc[r] || !rok[r]))
 #endif
+/* the roster takes r's join (below: when) */
+#define JOIN(r) rinc[r] = inc[r]; rok[r] = 1
+#define JOIN_STEP(r) :: atomic { JOINS(r) && (phase == IDLE || phase != TRANSFER && DEAD_MEMBER(r)) -> JOIN(r) }
+#define REJOINS(r) (JOINS(r) && (a_mem[cur] & (1 << (r))))
+#define REJOIN_BRANCH(r) :: REJOINS(r) -> JOIN(r)
 
 /* ---------------------------------------------------------------------------------------- */
 active proctype coordinator() {
@@ -427,10 +494,7 @@ end:
        :: i < NR -> a_inc[cur * NR + i] = (a_mem[cur] & (1 << i) -> rinc[i] : NOMEM); i++
        :: else -> break
        od;
-       owner_freeze_send(0);
-#if NO > 1
-       owner_freeze_send(1);
-#endif
+       SEQ_O(owner_freeze_send);
        acks = 0; rep = R_NONE;
        phase = TRANSFER }
   /* every member acked: compare-and-set from (v, g) to (v+1, g') */
@@ -459,14 +523,11 @@ end:
    * until the next prepare nothing reads a roster entry that names no member, so a join that
    * arrives earlier in C++ reaches the same states (a commit in between leaves it behind either
    * way, a failover forgets it). */
-  :: atomic { JOINS(0) && (phase == IDLE || phase != TRANSFER && DEAD_MEMBER(0)) -> rinc[0] = inc[0]; rok[0] = 1 }
-  :: atomic { JOINS(1) && (phase == IDLE || phase != TRANSFER && DEAD_MEMBER(1)) -> rinc[1] = inc[1]; rok[1] = 1 }
-  :: atomic { phase == TRANSFER && (JOINS(0) && (a_mem[cur] & 1) || JOINS(1) && (a_mem[cur] & 2)) &&
-              EV(E_REJOIN, 0, 0) ->
+  OPT_R(JOIN_STEP)
+  :: atomic { phase == TRANSFER && ANY_R(REJOINS) && EV(E_REJOIN, 0, 0) ->
        NEXT;
        if
-       :: JOINS(0) && (a_mem[cur] & 1) -> rinc[0] = inc[0]; rok[0] = 1
-       :: JOINS(1) && (a_mem[cur] & 2) -> rinc[1] = inc[1]; rok[1] = 1
+       OPT_R(REJOIN_BRANCH)
        fi;
        a_obsolete[cur] = 1; phase = STOPPING }
   :: atomic { phase == COMMITTING && rep == R_SUCCESS ->
@@ -484,17 +545,17 @@ end:
 #ifdef MUT_NO_STOP
   :: atomic { phase == STOPPING -> phase = IDLE }
 #else
-  :: atomic { phase == STOPPING && STOPPED(0) && STOPPED(1) -> phase = IDLE }
+  :: atomic { phase == STOPPING && ALL_STOPPED -> phase = IDLE }
 #endif
-  :: atomic { phase == ABORTING && STOPPED(0) && STOPPED(1) -> ABORT_DONE }
+  :: atomic { phase == ABORTING && ALL_STOPPED -> ABORT_DONE }
   /* after failover: mark_obsolete, stop_and_wait, then read_commit on the old attempt */
-  :: atomic { phase == RECOVERING && STOPPED(0) && STOPPED(1) -> RECOVERED }
+  :: atomic { phase == RECOVERING && ALL_STOPPED -> RECOVERED }
   /* stop_and_wait's deadline (after a retry's or a recovery's mark_obsolete): members not stopped
    * are evicted, and the stop ends as above */
   :: atomic { (phase == STOPPING || phase == RECOVERING || phase == ABORTING) && evicts < EVICTS && SOME_UNSTOPPED &&
               EV(E_EVICT, 0, 0) ->
        NEXT; evicts++;
-       EVICT(0); EVICT(1);
+       SEQ_R(EVICT);
        if
        :: phase == RECOVERING -> RECOVERED
        :: phase == ABORTING -> ABORT_DONE
@@ -635,6 +696,8 @@ end:
   :: atomic { drops < DROPS && CAN_FAIL && (p) < NP && BAG(cur, r, p) > 0 && EV(E_DROP, r, p) -> NEXT; BAG(cur, r, p)--; drops++ }
 #define DUP(r, p) \
   :: atomic { dups < DUPS && (p) < NP && BAG(cur, r, p) > 0 && EV(E_DUP, r, p) -> NEXT; BAG(cur, r, p)++; dups++ }
+#define DROPS_TO(r) DROP(r, 0) DROP(r, 1) DROP(r, 2) DROP(r, 3)
+#define DUPS_TO(r) DUP(r, 0) DUP(r, 1) DUP(r, 2) DUP(r, 3)
 #define CRASH(r) \
   :: atomic { crashes < CRASHES && CAN_FAIL && FAULT_PHASE_OK && EV(E_CRASH, r, 0) -> \
        NEXT; crashes++; RESTART(r) }
@@ -642,44 +705,38 @@ end:
 active proctype env() {
 end:
   do
-  DROP(0, 0) DROP(0, 1) DROP(0, 2) DROP(0, 3)
-  DROP(1, 0) DROP(1, 1) DROP(1, 2) DROP(1, 3)
-  DUP(0, 0) DUP(0, 1) DUP(0, 2) DUP(0, 3)
-  DUP(1, 0) DUP(1, 1) DUP(1, 2) DUP(1, 3)
-  CRASH(0) CRASH(1)
+  OPT_R(DROPS_TO)
+  OPT_R(DUPS_TO)
+  OPT_R(CRASH)
   /* coordinator failover: the new coordinator bumps the epoch (fencing the old one's requests in
    * the log), loses the volatile state, and recovers the attempt it finds persisted */
   :: atomic { failovers < FAILOVERS && CAN_FAIL && phase != IDLE && EV(E_FAILOVER, 0, 0) ->
-       NEXT; failovers++; epoch++; log_epoch = epoch; acks = 0; rep = R_NONE; RECALL(0); RECALL(1);
+       NEXT; failovers++; epoch++; log_epoch = epoch; acks = 0; rep = R_NONE; SEQ_R(RECALL);
        a_obsolete[cur] = 1; phase = RECOVERING }
 #ifdef TRACE
   /* a failover while no attempt is in progress only fences the old epoch */
   :: atomic { failovers < FAILOVERS && phase == IDLE && EV(E_FAILOVER, 0, 0) ->
-       NEXT; failovers++; epoch++; log_epoch = epoch; RECALL(0); RECALL(1) }
+       NEXT; failovers++; epoch++; log_epoch = epoch; SEQ_R(RECALL) }
 #endif
   od
 }
 
 /* Safety in every state: owners' baselines never run ahead of K (B^v moves only after commit). */
+#define NOT_AHEAD(o) B[o] <= Kv
 active proctype monitor() {
 end:
-#if NO > 1
-  atomic { !(B[0] <= Kv && B[1] <= Kv && Kv <= NTRANS) -> CHECK(false) }
-#else
-  atomic { !(B[0] <= Kv && Kv <= NTRANS) -> CHECK(false) }
-#endif
+  atomic { !(ALL_O(NOT_AHEAD) && Kv <= NTRANS) -> CHECK(false) }
 }
 
+#define RUN_OWNER(o) run owner(o)
+#define RUN_RECEIVER(r) run receiver(r)
 init {
   atomic {
 #ifdef TRACE
     trace_init();
 #endif
-    run owner(0);
-#if NO > 1
-    run owner(1);
-#endif
-    run receiver(0); run receiver(1)
+    SEQ_O(RUN_OWNER);
+    SEQ_R(RUN_RECEIVER)
   }
 }
 
