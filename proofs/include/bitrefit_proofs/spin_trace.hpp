@@ -12,12 +12,11 @@
 // and the verdicts must agree: a run the C++ machines complete without violation must be followed
 // by the model without violation; a run that ends in a C++ violation must make the model violate.
 //
-// The shared abstraction — what refit.pml can express — is smaller than the C++ world: exactly 2
-// receivers (an attempt may name both, one or none), 1–2 owners, at most 4 regions per receiver and
+// The shared abstraction — what refit.pml can express — is smaller than the C++ world: 1 to 5
+// receivers (an attempt may name any subset of them), 1–4 owners, at most 4 regions per receiver and
 // 4 attempts in all, every payload of an
 // attempt in that attempt's mode, sync or async gate (the model has no gate), no corruption,
-// conflicting copy, owner crash or sender restart, no commit-log
-// fault on a claim, prepare or read, a drop or duplicate of a payload only of the current attempt,
+// conflicting copy, owner crash or sender restart, no commit-log fault on a claim, prepare or read, a drop or duplicate of a payload only of the current attempt,
 // and mutations only where the model has the same one. A run outside it is
 // SKIPPED with the reason (never judged).
 #pragma once
@@ -149,17 +148,18 @@ struct translator {
     cfg = protocol::model::parse_world(args);
     w.emplace(cfg);
     const auto& p = cfg.protocol;
-    if (p.receivers != 2) skip("receivers=" + std::to_string(p.receivers) + ": the model has exactly 2");
-    if (p.owners > 2) skip("owners=" + std::to_string(p.owners) + ": the model has 1 or 2");
+    if (p.receivers < 1 || p.receivers > 5) skip("receivers=" + std::to_string(p.receivers) + ": the model has 1 to 5");
+    if (p.owners < 1 || p.owners > 4) skip("owners=" + std::to_string(p.owners) + ": the model has 1 to 4");
     if (p.owners * cfg.chunks_per_owner > 4) skip("more than 4 regions per receiver");
     if (cfg.overwrite_chunks) skip("overwrite_chunks: the model codes a whole attempt in one mode");
     if (cfg.transitions > 4) skip("more than 4 transitions");
     auto mut = promela_mutation(cfg.mutation);
     if (!mut) skip("mutation " + std::string(to_string(cfg.mutation)) + " has no Promela counterpart");
-    t.defines = {"-DNO=" + std::to_string(p.owners), "-DNS=" + std::to_string(cfg.chunks_per_owner),
-                 "-DNTRANS=" + std::to_string(cfg.transitions), "-DCRASHES=" + std::to_string(cfg.crashes),
-                 "-DFAILOVERS=" + std::to_string(cfg.failovers), "-DDROPS=" + std::to_string(cfg.drops),
-                 "-DDUPS=" + std::to_string(cfg.duplicates)};
+    t.defines = {"-DNR=" + std::to_string(p.receivers), "-DNO=" + std::to_string(p.owners),
+                 "-DNS=" + std::to_string(cfg.chunks_per_owner), "-DNTRANS=" + std::to_string(cfg.transitions),
+                 "-DCRASHES=" + std::to_string(cfg.crashes),
+                 "-DFAILOVERS=" + std::to_string(cfg.failovers),
+                 "-DDROPS=" + std::to_string(cfg.drops), "-DDUPS=" + std::to_string(cfg.duplicates)};
     if (mut && !mut->empty()) t.defines.push_back(*mut);
   }
 
@@ -276,8 +276,17 @@ struct translator {
     const auto phase_before = cw.coord.phase;
     std::vector<std::string> trace;
     cw.apply(m, &trace);
-    if (phase_before == protocol::coordinator_phase::collecting && cw.coord.phase == protocol::coordinator_phase::stopping &&
-        !(m.kind == move_kind::deadline && m.index == 0)) {
+    // The attempt became obsolete in this move (other than by the coordinator's deadline): the
+    // coordinator left collecting to stop it. Usually it is stopping now; where every member has
+    // stopped at once (one receiver, whose newer incarnation's join counts as the dead one's stop)
+    // it is already preparing the retry, persisting the abort, or stuck (found with 1 receiver).
+    // (A failover or sender restart replaces the coordinator: its claim is the failover event.)
+    using phase_t = protocol::coordinator_phase;
+    const auto after = cw.coord.phase;
+    const bool stopped_it = after == phase_t::stopping || after == phase_t::preparing || after == phase_t::aborting ||
+                            after == phase_t::stuck;
+    if (phase_before == phase_t::collecting && stopped_it && !(m.kind == move_kind::deadline && m.index == 0) &&
+        m.kind != move_kind::failover && m.kind != move_kind::sender_restart) {
       const auto* e = m.kind == move_kind::deliver ? &t_inflight_before : nullptr;
       if (e && std::holds_alternative<protocol::join_msg>(e->msg)) add(event_kind::rejoin, 0, 0, text);
       else if (m.kind == move_kind::abort || (e && std::holds_alternative<protocol::frozen_lost_msg>(e->msg)))
