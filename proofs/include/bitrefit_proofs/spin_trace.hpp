@@ -16,7 +16,8 @@
 // receivers (an attempt may name any subset of them), 1–4 owners, at most 4 regions per receiver and
 // 4 attempts in all, every payload of an
 // attempt in that attempt's mode, sync or async gate (the model has no gate), no corruption,
-// conflicting copy, owner crash or sender restart, no commit-log fault on a claim, prepare or read, a drop or duplicate of a payload only of the current attempt,
+// conflicting copy (an owner crash or a sender restart is no event of its own: see step()), no
+// commit-log fault on a claim, prepare or read, a drop or duplicate of a payload only of the current attempt,
 // and mutations only where the model has the same one. A run outside it is
 // SKIPPED with the reason (never judged).
 #pragma once
@@ -155,10 +156,11 @@ struct translator {
     if (cfg.transitions > 4) skip("more than 4 transitions");
     auto mut = promela_mutation(cfg.mutation);
     if (!mut) skip("mutation " + std::string(to_string(cfg.mutation)) + " has no Promela counterpart");
+    // A sender restart brings a new coordinator too: the model's failover (see step()).
     t.defines = {"-DNR=" + std::to_string(p.receivers), "-DNO=" + std::to_string(p.owners),
                  "-DNS=" + std::to_string(cfg.chunks_per_owner), "-DNTRANS=" + std::to_string(cfg.transitions),
                  "-DCRASHES=" + std::to_string(cfg.crashes),
-                 "-DFAILOVERS=" + std::to_string(cfg.failovers),
+                 "-DFAILOVERS=" + std::to_string(cfg.failovers + cfg.sender_restarts),
                  "-DDROPS=" + std::to_string(cfg.drops), "-DDUPS=" + std::to_string(cfg.duplicates)};
     if (mut && !mut->empty()) t.defines.push_back(*mut);
   }
@@ -209,8 +211,22 @@ struct translator {
     switch (m.kind) {
       case move_kind::corrupt: skip("`" + text + "`: the model has no corrupt copy"); break;
       case move_kind::conflict: skip("`" + text + "`: the model has no conflicting copy"); break;
-      case move_kind::owner_crash: skip("`" + text + "`: the model has no owner crash"); break;
-      case move_kind::sender_restart: skip("`" + text + "`: the model has no sender restart"); break;
+      case move_kind::owner_crash:
+        // No event: an owner restarts from its durable baseline and frozen change set
+        // (owner.hpp, `recovered`) and loses only what the model's owner never has: the attempt it
+        // was encoding (it encodes and sends a whole attempt in the move that delivers the
+        // prepare, which the model does at prepare) and highest_seen (a late or duplicated prepare
+        // may then be encoded again; those copies are dropped or deduplicated by receivers, and any
+        // one a receiver applies is an INGEST the model must follow from its own bag: a run it
+        // cannot follow is a disagreement, never a silent pass). The coordinator's deadline that
+        // a lost manifest forces is a deadline event of its own.
+        break;
+      case move_kind::sender_restart:
+        // No event of its own: the new coordinator's claim is the failover event (below), and the
+        // owners restart as after an owner crash. Where the frozen change set is gone or replaced,
+        // the retry's owner answers frozen_lost: the abort event the model follows like an
+        // operator's. (The model has one v+1: it cannot see bits of two trainer states mixed.)
+        break;
       case move_kind::crash: add(event_kind::crash, m.index, 0, text); break;
       case move_kind::deadline:
         if (m.index == 0 && cw.coord.phase == protocol::coordinator_phase::collecting)
