@@ -32,7 +32,7 @@
  *    under which liveness is claimed (operator abort is excluded).
  *
  * Limits: the option lists below (INGEST, APPLY, DROP, DUP) are written out for NP <= 4 regions per
- * receiver and NATT <= 4 attempts; the per-receiver rules (SEQ_R, OPT_R, ALL_R, ...) for NR = 1..5,
+ * receiver and NATT <= 6 attempts; the per-receiver rules (SEQ_R, OPT_R, ALL_R, ...) for NR = 1..5,
  * the per-owner ones (SEQ_O, ALL_O) for NO = 1..4.
  *
  * Trace mode (-DTRACE, proofs/spin_trace.cpp): the model follows one run of the C++ machines. A
@@ -156,9 +156,12 @@
 #error "refit.pml's option lists (INGEST, APPLY, DROP, DUP) hold at most 4 regions per receiver (NO * NS)"
 #endif
 #ifdef TRACE
-#define NATT 4 /* attempt ids 1..NATT; 0 = none (the translation keeps a run within 4 attempts) */
+#define NATT 6 /* attempt ids 1..NATT; 0 = none (the translation keeps a run within 6 attempts) */
 #else
 #define NATT ((NTRANS + ABORTS) * MAXA) /* an abort starts the transition afresh */
+#endif
+#if NATT > 6
+#error "refit.pml's option lists (INGEST, APPLY) hold at most 6 attempts"
 #endif
 #define GARBAGE 15
 #define LOST 14
@@ -665,10 +668,14 @@ end:
   INGEST(2, 0) INGEST(2, 1) INGEST(2, 2) INGEST(2, 3)
   INGEST(3, 0) INGEST(3, 1) INGEST(3, 2) INGEST(3, 3)
   INGEST(4, 0) INGEST(4, 1) INGEST(4, 2) INGEST(4, 3)
+  INGEST(5, 0) INGEST(5, 1) INGEST(5, 2) INGEST(5, 3)
+  INGEST(6, 0) INGEST(6, 1) INGEST(6, 2) INGEST(6, 3)
   APPLY(1, 0) APPLY(1, 1) APPLY(1, 2) APPLY(1, 3)
   APPLY(2, 0) APPLY(2, 1) APPLY(2, 2) APPLY(2, 3)
   APPLY(3, 0) APPLY(3, 1) APPLY(3, 2) APPLY(3, 3)
   APPLY(4, 0) APPLY(4, 1) APPLY(4, 2) APPLY(4, 3)
+  APPLY(5, 0) APPLY(5, 1) APPLY(5, 2) APPLY(5, 3)
+  APPLY(6, 0) APPLY(6, 1) APPLY(6, 2) APPLY(6, 3)
   /* flush: every payload applied and the device drained, then ack (τ) */
   :: atomic { act[r] != 0 && !acked[r] && seen[r] == ALLP && PEND(act[r], r) == 0 && EVK(E_ACK, r) ->
        ghost_acked[act[r]] = ghost_acked[act[r]] | (1 << r); acked[r] = 1;

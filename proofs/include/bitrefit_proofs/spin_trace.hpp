@@ -14,7 +14,7 @@
 //
 // The shared abstraction — what refit.pml can express — is smaller than the C++ world: 1 to 5
 // receivers (an attempt may name any subset of them), 1–4 owners, at most 4 regions per receiver and
-// 4 attempts in all, every payload of an
+// 6 attempts in all, every payload of an
 // attempt in that attempt's mode, sync or async gate (the model has no gate), no corruption,
 // conflicting copy (an owner crash or a sender restart is no event of its own: see step()), no
 // commit-log fault on a claim, prepare or read, a drop or duplicate of a payload only of the current attempt,
@@ -314,7 +314,7 @@ struct translator {
         if (!promela_attempt.count(note.attempt)) {
           const auto n = std::uint32_t(promela_attempt.size() + 1);
           promela_attempt[note.attempt] = n;
-          if (n > 4) skip("more than 4 attempts in all (the model's option lists stop at 4)");
+          if (n > 6) skip("more than 6 attempts in all (the model's option lists stop at 6)");
           // A prepare may name a dead incarnation (the newer one's join has not reached the
           // coordinator yet): the model's coordinator binds its roster's incarnations (rinc), which
           // learn of a restart only at the join (refit.pml), so it can too. It names the members
