@@ -239,21 +239,23 @@ struct translator {
       case move_kind::log_unknown_applied:
       case move_kind::log_unknown_lost: {
         const auto& req = cw.log_queue.at(m.index).request;
+        const bool applied = m.kind == move_kind::log_ok || m.kind == move_kind::log_unknown_applied;
         if (const auto* claim = std::get_if<protocol::claim_epoch_request>(&req)) {
           // The model's failover is the new coordinator's claim taking effect in the log: until
           // then the old coordinator's prepare or compare-and-set may still land (found when a
-          // prepare persisted after the `failover` move could not be followed).
-          if (m.kind == move_kind::log_ok && claim->epoch > 1 && claim->epoch > cw.log.state.epoch)
-            add(event_kind::failover, 0, 0, text);
-          else if (m.kind != move_kind::log_ok)
-            skip("`" + text + "`: the model has commit-log faults on compare-and-set only");
+          // prepare persisted after the `failover` move could not be followed). A claim that
+          // fails, or whose reply is lost, is the same event if the log applied it (the
+          // coordinator reads the epoch back), and nothing if it did not (it claims again).
+          if (applied && claim->epoch > 1 && claim->epoch > cw.log.state.epoch) add(event_kind::failover, 0, 0, text);
         } else if (std::holds_alternative<protocol::compare_and_set_request>(req)) {
           const std::uint32_t y = m.kind == move_kind::log_ok ? 1 : m.kind == move_kind::log_unknown_applied ? 2
                                 : m.kind == move_kind::log_failed ? 3 : 4;
           add(event_kind::cas, 0, y, text);
-        } else if (m.kind != move_kind::log_ok) {
-          skip("`" + text + "`: the model has commit-log faults on compare-and-set only");
-        }  // a persisted prepare is handled with the effects below; a persisted abort is a free step
+        }
+        // A prepare the log applied (whatever reached the coordinator) is handled with the effects
+        // below; one it did not apply changed nothing durable (the coordinator asks again or gives
+        // the attempt up, its next event says which). A persisted abort is a free step, and a
+        // read (read_commit, a failed one retried) changes nothing in the log.
         break;
       }
       case move_kind::drop:
