@@ -644,8 +644,11 @@ end:
    * accepts any mix of v and v+1 in the frozen positions. */
   /* The prepare may still be in flight when the coordinator gives the attempt up (deadline,
    * failover, failed commit): the receiver then admits it all the same, and stops on the
-   * mark_obsolete that follows, unless that arrived first (heard). */
-  :: atomic { phase != IDLE && cur > heard[r] && a_inc[cur * NR + r] == inc[r] &&
+   * mark_obsolete that follows, unless that arrived first (heard). That holds after the stop
+   * too: a member evicted at stop_and_wait's deadline may admit the given-up attempt once the
+   * coordinator is idle, before it learns it is behind (found by the trace check with 3
+   * receivers; exhaustive runs restore an evicted member at once, so only trace mode gets here). */
+  :: atomic { (phase != IDLE || a_obsolete[cur]) && cur > heard[r] && a_inc[cur * NR + r] == inc[r] &&
               EV(E_ADMIT, r, 0) ->
        NEXT; i = 0;
        do
