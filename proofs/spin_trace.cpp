@@ -16,8 +16,8 @@
 // default 1-2; 1 chunk, 1-2 transitions, drops, duplicates, receiver and owner crashes, failovers,
 // sender restarts, commit-log faults, early deadlines, operator aborts); schedules the translation
 // still finds outside it are passed over (--keep-outside writes each to DIR/outside_<i>.txt, its
-// reason in the first line), and one that fails in the C++ world is listed as FAILING (the
-// harness's job to shrink; --keep-outside writes it to DIR/failing_<i>.txt). --promela-extra adds spin flags to the model only: a drift made
+// reason in the first line), and one that fails in the C++ world is listed as FAILING (with
+// --keep-outside shrunk and written to DIR/failing_<i>.txt, outputs included). --promela-extra adds spin flags to the model only: a drift made
 // on purpose (a Promela mutation the C++ run does not have), which the check must report. Exit
 // status: 0 every judged run agrees, 1 a disagreement or an error, 2 bad arguments.
 #include <cctype>
@@ -309,7 +309,10 @@ int main(int argc, char** argv) {
         // not judged here, but never passed over in silence: bitrefit-fuzz-protocol shrinks it
         std::printf("FAILING   %-52s C++ %s failure: %s\n", ("random_seed" + std::to_string(random_seed) + "_" + std::to_string(i)).c_str(),
                     fz::to_string(f->kind), f->message.c_str());
-        if (keep_outside) std::ofstream(t.workdir / ("failing_" + std::to_string(i) + ".txt")) << scenario;
+        if (keep_outside) {  // shrunk and rendered with outputs, as the harness does
+          fz::shrink<protocol::model::cluster>(*f, o);
+          std::ofstream(t.workdir / ("failing_" + std::to_string(i) + ".txt")) << fz::render_scenario<protocol::model::cluster>(*f, o);
+        }
         continue;
       }
       auto tr = st::translate_scenario(scenario);
