@@ -33,20 +33,6 @@ namespace fz = proofs::fuzz;
 
 namespace {
 
-bool parse_range(const std::string& v, fz::range& r) {
-  char* end = nullptr;
-  r.lo = std::uint32_t(std::strtoul(v.c_str(), &end, 10));
-  if (end == v.c_str()) return false;
-  if (*end == '-') {
-    const char* s = end + 1;
-    r.hi = std::uint32_t(std::strtoul(s, &end, 10));
-    if (end == s) return false;
-  } else {
-    r.hi = r.lo;
-  }
-  return *end == 0 && r.lo <= r.hi && r.lo >= 1;
-}
-
 template <class W>
 int run(const fz::options& o, const std::string& scenario_file, const std::string& json_file) {
   const auto r = fz::run<W>(o);
@@ -146,7 +132,7 @@ int main(int argc, char** argv) {
     const std::string k = a.substr(0, eq), v = a.substr(eq + 1);
     auto n = [&] { return std::strtoull(v.c_str(), nullptr, 10); };
     auto rng_arg = [&](fz::range& r) {
-      if (parse_range(v, r)) return true;
+      if (fz::parse_range(v, r)) return true;
       std::cerr << "bitrefit-fuzz-protocol: " << k << " wants N or LO-HI (>= 1), got '" << v << "'\n";
       return false;
     };

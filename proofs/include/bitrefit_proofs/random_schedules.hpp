@@ -36,6 +36,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -75,6 +76,21 @@ inline std::uint64_t schedule_seed(std::uint64_t seed, std::uint64_t index) {
 struct range {
   std::uint32_t lo = 0, hi = 0;
 };
+
+/// "N" or "LO-HI" with 1 <= LO <= HI (the command-line form of a range); false for anything else.
+inline bool parse_range(const std::string& v, range& r) {
+  char* end = nullptr;
+  r.lo = std::uint32_t(std::strtoul(v.c_str(), &end, 10));
+  if (end == v.c_str()) return false;
+  if (*end == '-') {
+    const char* s = end + 1;
+    r.hi = std::uint32_t(std::strtoul(s, &end, 10));
+    if (end == s) return false;
+  } else {
+    r.hi = r.lo;
+  }
+  return *end == 0 && r.lo <= r.hi && r.lo >= 1;
+}
 
 struct options {
   std::uint64_t seed = 1;

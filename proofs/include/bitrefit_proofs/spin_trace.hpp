@@ -15,9 +15,11 @@
 // The shared abstraction — what refit.pml can express — is smaller than the C++ world: 1 to 5
 // receivers (an attempt may name any subset of them), 1–4 owners, at most 4 regions per receiver and
 // 6 attempts in all, every payload of an
-// attempt in that attempt's mode, sync or async gate (the model has no gate), no corruption,
-// conflicting copy (an owner crash or a sender restart is no event of its own: see step()), no
-// commit-log fault on a claim, prepare or read, a drop or duplicate of a payload only of the current attempt,
+// attempt in that attempt's mode, sync or async gate (the model has no gate), no corruption or
+// conflicting copy (an owner crash or a sender restart is no event of its own, a commit-log fault
+// on a claim, prepare or read at most a failover or prepare event: see step()), a drop or
+// duplicate of a payload only of the current attempt, a receiver admitting only the attempt its
+// coordinator is on (or has just given up),
 // and mutations only where the model has the same one. A run outside it is
 // SKIPPED with the reason (never judged).
 #pragma once
