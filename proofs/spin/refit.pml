@@ -97,7 +97,6 @@
 
 #define NP (NO * NS)
 #define ALLP ((1 << NP) - 1)
-#define ALLR ((1 << NR) - 1)
 
 /* One receiver's rule written once and spelled out for every receiver (Promela has no loops over
  * guards): SEQ_R(M) is M(0); M(1); ... as statements, OPT_R(M) the options M(0) M(1) ... of a do or
