@@ -55,6 +55,8 @@
  *   MUT_BLIND_WRITE        the commit log writes K without compare-and-set or fencing
  *   MUT_EVICTED_REJOINS    an evicted receiver joins again without restoring (keeps its bits)
  *   MUT_ABORT_KEEPS_MEMBERS an abort leaves its members in the roster (no dense restore)
+ * and one for the trace check's drift test only (the exhaustive runs have NOVW = 0):
+ *   MUT_OVW_AS_XOR         an overwrite payload riding in an XOR attempt is applied as XOR
  */
 
 #ifndef NR
@@ -89,6 +91,9 @@
 #endif
 #ifndef EVICTS
 #define EVICTS 1
+#endif
+#ifndef NOVW
+#define NOVW 0 /* the last NOVW payloads of every owner are coded as overwrite even in an XOR attempt */
 #endif
 
 #ifdef MUT_NO_STOP
@@ -323,10 +328,17 @@ byte tp = 0;
 
 hidden byte i, j;
 
-/* No XOR is applied on any base other than its own, nor twice. */
+/* No XOR is applied on any base other than its own, nor twice. An XOR attempt may carry overwrite
+ * payloads (NOVW: the last NOVW of every owner, as cluster.hpp's overwrite_chunks and the engine's
+ * tensors a receiver places non-bit-preservingly): those write the target whatever the base. */
+#ifdef MUT_OVW_AS_XOR
+#define CODED_XOR(a, p) (a_mode[a] == XOR)
+#else
+#define CODED_XOR(a, p) (a_mode[a] == XOR && (p) % NS + NOVW < NS)
+#endif
 inline apply_write(a, r, p) {
   if
-  :: a_mode[a] == XOR ->
+  :: CODED_XOR(a, p) ->
      CHECK(reg[(r) * NP + (p)] == a_base[(a) * NO + (p) / NS]);
      reg[(r) * NP + (p)] = (reg[(r) * NP + (p)] == a_base[(a) * NO + (p) / NS] -> a_target[a] : GARBAGE)
   :: else -> reg[(r) * NP + (p)] = a_target[a]

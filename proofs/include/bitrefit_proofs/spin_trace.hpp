@@ -15,10 +15,11 @@
 // The shared abstraction — what refit.pml can express — is smaller than the C++ world: 1 to 5
 // receivers (an attempt may name any subset of them), 1–4 owners, at most 4 regions per receiver and
 // 6 attempts in all, every payload of an
-// attempt in that attempt's mode, sync or async gate (the model has no gate), no corruption or
-// conflicting copy (an owner crash or a sender restart is no event of its own, a commit-log fault
-// on a claim, prepare or read at most a failover or prepare event: see step()), a drop or
-// duplicate of a payload only of the current attempt, a receiver admitting only the attempt its
+// attempt in that attempt's mode but the last overwrite_chunks of each owner (overwrite in an XOR
+// attempt: the model's NOVW), sync or async gate (the model has no gate), no conflicting copy (an
+// owner crash or a sender restart is no event of its own, a commit-log fault on a claim, prepare or
+// read at most a failover or prepare event, a corrupt copy a drop: see step()), a drop,
+// duplicate or corruption of a payload only of the current attempt, a receiver admitting only the attempt its
 // coordinator is on (or has just given up),
 // and mutations only where the model has the same one. A run outside it is
 // SKIPPED with the reason (never judged).
@@ -76,7 +77,9 @@ inline constexpr mapping_row mapping[] = {
      "coordinator from collecting to stopping",
      "coordinator: abort (E_ABORT): mark_obsolete, stop_and_wait, then the abort is persisted (a free step that "
      "fences every member) and the transition starts afresh"},
-    {"`drop oO->rR payload τ/O/S`, τ the current attempt", "env: DROP(r, O*NS+S) (E_DROP)"},
+    {"`drop oO->rR payload τ/O/S` or `corrupt oO->rR payload τ/O/S` (the copy fails verification and counts as "
+     "undelivered: the receiver is not stepped), τ the current attempt",
+     "env: DROP(r, O*NS+S) (E_DROP; DROPS counts drops and corruptions)"},
     {"`duplicate oO->rR payload τ/O/S`, τ the current attempt", "env: DUP(r, O*NS+S) (E_DUP)"},
     {"`drop`/`duplicate` of any other message (prepare, open, flush, obsolete, stopped, announce, join, manifest, ...)",
      "no event: the model has no copy of it (its delivery is an event of its own or a free step)"},
@@ -154,7 +157,7 @@ struct translator {
     if (p.receivers < 1 || p.receivers > 5) skip("receivers=" + std::to_string(p.receivers) + ": the model has 1 to 5");
     if (p.owners < 1 || p.owners > 4) skip("owners=" + std::to_string(p.owners) + ": the model has 1 to 4");
     if (p.owners * cfg.chunks_per_owner > 4) skip("more than 4 regions per receiver");
-    if (cfg.overwrite_chunks) skip("overwrite_chunks: the model codes a whole attempt in one mode");
+    if (cfg.overwrite_chunks > cfg.chunks_per_owner) skip("overwrite_chunks > chunks");
     if (cfg.transitions > 4) skip("more than 4 transitions");
     auto mut = promela_mutation(cfg.mutation);
     if (!mut) skip("mutation " + std::string(to_string(cfg.mutation)) + " has no Promela counterpart");
@@ -163,7 +166,8 @@ struct translator {
                  "-DNS=" + std::to_string(cfg.chunks_per_owner), "-DNTRANS=" + std::to_string(cfg.transitions),
                  "-DCRASHES=" + std::to_string(cfg.crashes),
                  "-DFAILOVERS=" + std::to_string(cfg.failovers + cfg.sender_restarts),
-                 "-DDROPS=" + std::to_string(cfg.drops), "-DDUPS=" + std::to_string(cfg.duplicates)};
+                 "-DDROPS=" + std::to_string(cfg.drops + cfg.corruptions), "-DDUPS=" + std::to_string(cfg.duplicates),
+                 "-DNOVW=" + std::to_string(cfg.overwrite_chunks)};
     if (mut && !mut->empty()) t.defines.push_back(*mut);
   }
 
@@ -211,7 +215,6 @@ struct translator {
     ++t.moves;
     // The move's own event (before its effects).
     switch (m.kind) {
-      case move_kind::corrupt: skip("`" + text + "`: the model has no corrupt copy"); break;
       case move_kind::conflict: skip("`" + text + "`: the model has no conflicting copy"); break;
       case move_kind::owner_crash:
         // No event: an owner restarts from its durable baseline and frozen change set
@@ -261,15 +264,16 @@ struct translator {
         break;
       }
       case move_kind::drop:
+      case move_kind::corrupt:  // fails verification: undelivered, the receiver is not stepped (cluster.hpp)
       case move_kind::duplicate: {
         const auto& e = cw.inflight.at(m.index);
         if (const auto* p = std::get_if<protocol::payload_msg>(&e.msg)) {
           auto a = attempt_no(p->id.attempt);
           if (!a || *a != current_attempt()) {
-            skip("`" + text + "`: the model drops/duplicates copies of the current attempt only");
+            skip("`" + text + "`: the model drops/duplicates/corrupts copies of the current attempt only");
             break;
           }
-          add(m.kind == move_kind::drop ? event_kind::drop : event_kind::dup, e.to.index,
+          add(m.kind == move_kind::duplicate ? event_kind::dup : event_kind::drop, e.to.index,
               p->id.owner * cfg.chunks_per_owner + p->id.seq, text);
         } else if (const auto* ak = std::get_if<protocol::ack_msg>(&e.msg)) {
           if (m.kind == move_kind::drop) ack_arrives(*ak, true, text);
@@ -277,7 +281,6 @@ struct translator {
         }
         // Any other message has no copy in the model: losing or duplicating it is no event (what
         // its delivery would have done is an event of its own, or a free step).
-        break;
         break;
       }
       case move_kind::deliver: {
