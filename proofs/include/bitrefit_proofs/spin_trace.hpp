@@ -16,9 +16,10 @@
 // receivers (an attempt may name any subset of them), 1–4 owners, at most 4 regions per receiver and
 // 6 attempts in all, every payload of an
 // attempt in that attempt's mode but the last overwrite_chunks of each owner (overwrite in an XOR
-// attempt: the model's NOVW), sync or async gate (the model has no gate), no conflicting copy (an
-// owner crash or a sender restart is no event of its own, a commit-log fault on a claim, prepare or
-// read at most a failover or prepare event, a corrupt copy a drop: see step()), a drop,
+// attempt: the model's NOVW), sync or async gate (the model has no gate), every fault kind (an
+// owner crash, a sender restart or a conflicting copy is no event of its own, a commit-log fault
+// on a claim, prepare or read at most a failover or prepare event, a corrupt copy a drop, a
+// member's failure report a deadline: see step()), a drop,
 // duplicate or corruption of a payload only of the current attempt, a receiver admitting only the attempt its
 // coordinator is on (or has just given up),
 // and mutations only where the model has the same one. A run outside it is
@@ -63,7 +64,9 @@ inline constexpr mapping_row mapping[] = {
     {"`deliver rR->c ack τ` / `drop rR->c ack τ`, its sender still alive and in τ (else: no event); with a "
      "duplicated ack, the first copy delivered, or the last one dropped (the other copies: no event)",
      "receiver(r): ack step, delivered / lost branch (E_ACK r 0|1)"},
-    {"`deadline c` while the coordinator is collecting", "coordinator: deadline during transfer (E_DEADLINE)"},
+    {"`deadline c` while the coordinator is collecting, or `deliver rR->c failed τ` (a conflicting copy, a base it does "
+     "not hold) that takes it from collecting to stopping",
+     "coordinator: deadline during transfer (E_DEADLINE; the same mark_obsolete for a retry)"},
     {"`deadline c` while the coordinator is stopping (after a retry's, a failed commit's or a recovery's mark_obsolete)",
      "coordinator: stop_and_wait's deadline: members not stopped are evicted, the stop ends (E_EVICT)"},
     {"`log ok|unknown-applied|failed|unknown-lost compare_and_set`", "commit_log: option success / written-reply-lost / failed / not-written-lost (E_CAS 1..4)"},
@@ -85,7 +88,7 @@ inline constexpr mapping_row mapping[] = {
      "no event: the model has no copy of it (its delivery is an event of its own or a free step)"},
     {"every other move: the first coordinator's claim, read replies, `failover` itself (its claim is the event), "
      "begin, the persisted abort, deliveries of prepare to owners, manifest, open, flush, obsolete, stopped, announce, "
-     "join, roll_call, abort, device, restart rR, deadline rR",
+     "join, roll_call, abort, device, restart rR, deadline rR, `conflict` (applied as the payload where it verifies first)",
      "no event (a free step of the model: owners' baseline read, commit request, stop completion, recovery, "
      "abort completion, a restore after eviction, a join outside transfer that updates the roster)"},
 };
@@ -215,7 +218,14 @@ struct translator {
     ++t.moves;
     // The move's own event (before its effects).
     switch (m.kind) {
-      case move_kind::conflict: skip("`" + text + "`: the model has no conflicting copy"); break;
+      case move_kind::conflict:
+        // No event of its own: the copy is delivered with other bytes. The world's regions take
+        // their bits from the payload's id, mode and target, never from its bytes (cluster.hpp,
+        // complete_write), so a conflicting copy the receiver verifies first is applied as the
+        // payload: that apply is an INGEST (below), and the model's bag keeps one copy more (never
+        // ingested: dedup). One that arrives after a copy with other bytes makes the receiver
+        // report its attempt failed; the report's arrival is the coordinator's obsolete (below).
+        break;
       case move_kind::owner_crash:
         // No event: an owner restarts from its durable baseline and frozen change set
         // (owner.hpp, `recovered`) and loses only what the model's owner never has: the attempt it
@@ -312,6 +322,9 @@ struct translator {
         m.kind != move_kind::failover && m.kind != move_kind::sender_restart) {
       const auto* e = m.kind == move_kind::deliver ? &t_inflight_before : nullptr;
       if (e && std::holds_alternative<protocol::join_msg>(e->msg)) add(event_kind::rejoin, 0, 0, text);
+      // A member reports its attempt failed (a conflicting copy, or not at the base): the
+      // coordinator makes it obsolete for a retry, exactly as at its deadline during transfer.
+      else if (e && std::holds_alternative<protocol::failed_msg>(e->msg)) add(event_kind::deadline, 0, 0, text);
       else if (m.kind == move_kind::abort || (e && std::holds_alternative<protocol::frozen_lost_msg>(e->msg)))
         add(event_kind::abort, 0, 0, text);
       else skip("`" + text + "` makes the attempt obsolete: the model has no such rule");
