@@ -55,8 +55,11 @@
  *   MUT_BLIND_WRITE        the commit log writes K without compare-and-set or fencing
  *   MUT_EVICTED_REJOINS    an evicted receiver joins again without restoring (keeps its bits)
  *   MUT_ABORT_KEEPS_MEMBERS an abort leaves its members in the roster (no dense restore)
- * and one for the trace check's drift test only (the exhaustive runs have NOVW = 0):
+ *   MUT_JOIN_MID_ATTEMPT   a receiver in an attempt answers a roll call with its old incarnation
+ * and, for the trace check's drift tests only (no exhaustive run reaches what they change: the
+ * exhaustive runs have NOVW = 0 and restore a receiver not waited for at once):
  *   MUT_OVW_AS_XOR         an overwrite payload riding in an XOR attempt is applied as XOR
+ *   MUT_ADMIT_CURRENT_ONLY a receiver admits only the newest attempt, never a late older prepare
  */
 
 #ifndef NR
@@ -266,7 +269,7 @@ byte crashes = 0, failovers = 0, drops = 0, dups = 0, evicts = 0, aborts = 0;
 
 /* ---- trace mode (see the header comment) ------------------------------------------------- */
 #define E_PREP 1     /* the coordinator's prepare is persisted              (no args)            */
-#define E_ADMIT 2    /* receiver x admits the current attempt                                     */
+#define E_ADMIT 2    /* receiver x admits attempt y                                               */
 #define E_INGEST 3   /* receiver x ingests payload copy: y = attempt * 8 + region                 */
 #define E_ACK 4      /* receiver x acks: y = 0 delivered, 1 lost                                   */
 #define E_DEADLINE 5 /* the coordinator's deadline during transfer                                 */
@@ -484,7 +487,22 @@ end:
 #endif
 /* the roster takes r's join (below: when) */
 #define JOIN(r) rinc[r] = inc[r]; rok[r] = 1
-#define JOIN_STEP(r) :: atomic { JOINS(r) && (phase == IDLE || phase != TRANSFER && DEAD_MEMBER(r)) -> JOIN(r) }
+/* A join of the incarnation the roster already names answers a new coordinator's roll call (its
+ * roster forgot r: RECALL). A receiver still in an attempt since its last K (admitted to one not
+ * committed, or holding landed writes of one) restores K densely under a new incarnation first and
+ * joins with that one: "join at=K" would be a lie that gets its dirty bits admitted to an XOR
+ * attempt (finding H2; receiver.hpp, roll call). MUT_JOIN_MID_ATTEMPT answers with the old
+ * incarnation, as the C++ mutation join_mid_attempt does. */
+#define AT_K(r, p) ((p) >= NP || reg[(r) * NP + (p)] == Kv)
+#define IN_ATTEMPT(r) ((act[r] != 0 && act[r] != Katt) || \
+                       (!stale[r] && !(AT_K(r, 0) && AT_K(r, 1) && AT_K(r, 2) && AT_K(r, 3))))
+#if defined(MUT_JOIN_MID_ATTEMPT) || defined(MUT_EVICTED_REJOINS) /* the latter: it keeps its bits at any join */
+#define ANSWER_ROLL_CALL(r) skip
+#else
+#define ANSWER_ROLL_CALL(r) if :: rinc[r] == inc[r] && IN_ATTEMPT(r) -> RESTART(r) :: else -> skip fi
+#endif
+#define JOIN_STEP(r) \
+  :: atomic { JOINS(r) && (phase == IDLE || phase != TRANSFER && DEAD_MEMBER(r)) -> ANSWER_ROLL_CALL(r); JOIN(r) }
 #define REJOINS(r) (JOINS(r) && (a_mem[cur] & (1 << (r))))
 #define REJOIN_BRANCH(r) :: REJOINS(r) -> JOIN(r)
 
@@ -647,6 +665,33 @@ end:
 #define APPLY(a, p)
 #endif
 
+/* Receiver r admits attempt a (one of this transition's, bound to its incarnation): a restarted
+ * receiver dense-restores K.v first; the version alignment is checked; copies of older attempts
+ * would be dropped on arrival: drop them now (same effect, fewer interleavings). */
+#define ADMIT(a) \
+  i = 0; \
+  do \
+  :: i < NP -> \
+     if :: stale[r] -> reg[r * NP + i] = Kv :: else -> skip fi; \
+     if \
+     :: a_mode[a] == XOR -> CHECK(reg[r * NP + i] == Kv) \
+     :: else -> CHECK(reg[r * NP + i] == Kv || reg[r * NP + i] == Kv + 1) \
+     fi; \
+     i++ \
+  :: else -> break \
+  od; \
+  i = 0; \
+  do :: i < (a) * NP -> bag[(i / NP * NR + r) * NP + i % NP] = 0; i++ :: else -> break od; \
+  i = 0; \
+  stale[r] = 0; act[r] = a; heard[r] = a; seen[r] = 0; acked[r] = 0
+#define ADMIT_OLDER(a) \
+  :: atomic { (a) <= NATT && (a) < cur && (a) > heard[r] && a_inc[(a) * NR + r] == inc[r] && a_target[a] == Kv + 1 && \
+              EV(E_ADMIT, r, a) -> NEXT; ADMIT(a) }
+#ifdef MUT_ADMIT_CURRENT_ONLY
+#define OLDER_ATTEMPTS(M)
+#else
+#define OLDER_ATTEMPTS(M) M(1) M(2) M(3) M(4) M(5)
+#endif
 proctype receiver(byte r) {
 end:
   do
@@ -660,24 +705,15 @@ end:
    * coordinator is idle, before it learns it is behind (found by the trace check with 3
    * receivers; exhaustive runs restore an evicted member at once, so only trace mode gets here). */
   :: atomic { (phase != IDLE || a_obsolete[cur]) && cur > heard[r] && a_inc[cur * NR + r] == inc[r] &&
-              EV(E_ADMIT, r, 0) ->
-       NEXT; i = 0;
-       do
-       :: i < NP ->
-          if :: stale[r] -> reg[r * NP + i] = Kv :: else -> skip fi;
-          if
-          :: a_mode[cur] == XOR -> CHECK(reg[r * NP + i] == Kv)
-          :: else -> CHECK(reg[r * NP + i] == Kv || reg[r * NP + i] == Kv + 1)
-          fi;
-          i++
-       :: else -> break
-       od;
-       /* copies of older attempts would be dropped on arrival: drop them now (same effect,
-        * fewer interleavings) */
-       i = 0;
-       do :: i < cur * NP -> bag[(i / NP * NR + r) * NP + i % NP] = 0; i++ :: else -> break od;
-       i = 0;
-       stale[r] = 0; act[r] = cur; heard[r] = cur; seen[r] = 0; acked[r] = 0 }
+              EV(E_ADMIT, r, cur) -> NEXT; ADMIT(cur) }
+  /* ...and so may the prepare of an older attempt of this transition, after a newer one was
+   * prepared: a late copy to a receiver that heard neither it nor anything newer, which only a
+   * receiver not waited for can be (evicted or fenced, not yet told; a dead coordinator's, whose
+   * successor did not know it). receiver.hpp admits it too unless it heard a newer coordinator's
+   * roll call or abort (the model does not track those: it admits more, never less). Exhaustive
+   * runs never get here: a receiver not waited for restores at once (FALL_BEHIND), and every
+   * other member of an attempt heard it before the next was prepared (STOPPED). */
+  OLDER_ATTEMPTS(ADMIT_OLDER)
   INGEST(1, 0) INGEST(1, 1) INGEST(1, 2) INGEST(1, 3)
   INGEST(2, 0) INGEST(2, 1) INGEST(2, 2) INGEST(2, 3)
   INGEST(3, 0) INGEST(3, 1) INGEST(3, 2) INGEST(3, 3)

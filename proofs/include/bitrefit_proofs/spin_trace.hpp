@@ -20,8 +20,7 @@
 // owner crash, a sender restart or a conflicting copy is no event of its own, a commit-log fault
 // on a claim, prepare or read at most a failover or prepare event, a corrupt copy a drop, a
 // member's failure report a deadline: see step()), a drop,
-// duplicate or corruption of a payload only of the current attempt, a receiver admitting only the attempt its
-// coordinator is on (or has just given up),
+// duplicate or corruption of a payload only of the current attempt,
 // and mutations only where the model has the same one. A run outside it is
 // SKIPPED with the reason (never judged).
 #pragma once
@@ -58,7 +57,7 @@ inline constexpr mapping_row mapping[] = {
      "coordinator: prepare d_step (E_PREP, y = M as a bitmask, a subset of the model's roster); the model's owners "
      "freeze and send at once"},
     {"receiver r's attempt becomes a new one (delivery of its prepare, or a deferred admission)",
-     "receiver(r): admission (E_ADMIT r)"},
+     "receiver(r): admission to the model's attempt a (E_ADMIT r a)"},
     {"the move's effects contain `rR: apply τ/o/s` (a verified, new payload decoded and issued)",
      "receiver(r): INGEST(a(τ), o*NS+s) (E_INGEST); the model applies it at once (no device queue)"},
     {"`deliver rR->c ack τ` / `drop rR->c ack τ`, its sender still alive and in τ (else: no event); with a "
@@ -135,6 +134,7 @@ inline std::optional<std::string> promela_mutation(protocol::protocol_mutation m
     case M::delta_against_uncommitted_base: return std::string("-DMUT_DELTA_UNCOMMITTED");
     case M::retry_without_stop_and_wait: return std::string("-DMUT_NO_STOP");
     case M::blind_write_commit: return std::string("-DMUT_BLIND_WRITE");
+    case M::join_mid_attempt: return std::string("-DMUT_JOIN_MID_ATTEMPT");
     default: return std::nullopt;
   }
 }
@@ -350,17 +350,15 @@ struct translator {
       if (now && now != admitted[r]) {
         // The receiver may admit an attempt the coordinator has already given up (deadline,
         // failover, failed commit) while its prepare was in flight, and stop on the obsolete that
-        // follows; the model's receivers do too (refit.pml, `heard`). The model admits only the
-        // attempt the coordinator is on (collecting, stopping or recovering it): the C++
-        // coordinator's attempt, or, while a new coordinator has none loaded yet (claiming after a
-        // failover; the model goes to RECOVERING at once), the attempt prepared in the log.
-        const auto& ca = cw.coord.attempt;
-        const auto& prepared = cw.log.state.prepared;
-        const bool coordinators = ca ? ca->attempt == *now : prepared && prepared->attempt == *now;
-        if (!coordinators)
-          skip("`" + text + "`: r" + std::to_string(r) + " admits " + protocol::fmt::str(*now) +
-               ", which the coordinator is no longer on; the model's receivers admit only the coordinator's attempt");
-        add(event_kind::admit, std::uint32_t(r), 0, text);
+        // follows; the model's receivers do too (refit.pml, `heard`), and admit a late prepare of
+        // an older attempt of the transition after a newer one was prepared. E_ADMIT names the
+        // attempt (the model's number): the model judges whether its receiver may admit it.
+        auto no = attempt_no(*now);
+        if (!no) {
+          skip("`" + text + "`: r" + std::to_string(r) + " admits " + protocol::fmt::str(*now) + ", never persisted");
+          continue;
+        }
+        add(event_kind::admit, std::uint32_t(r), *no, text);
       }
     }
     static const std::regex apply_line(R"(^r(\d+): apply (\d+)\.(\d+)/(\d+)/(\d+) )");
