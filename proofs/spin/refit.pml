@@ -16,7 +16,9 @@
  *  - Deadlines are nondeterministic coordinator steps; no clock is in the state.
  *  - A prepare and the mark_obsolete that may follow it race to each receiver: a receiver may admit
  *    an attempt the coordinator has already given up (and stop on the obsolete), or hear of the
- *    obsolete first and ignore the prepare (heard[r]); stop_and_wait waits for both cases.
+ *    obsolete first and ignore the prepare (heard[r]); stop_and_wait waits for both cases. A receiver
+ *    not waited for may even admit a late prepare of an older attempt of the transition after a
+ *    newer one was prepared (ADMIT_OLDER).
  *  - A crash is the receiver's restart as a newer incarnation (restored at its next admission); the
  *    coordinator's roster (rinc) learns the newer incarnation only when its join arrives, a step of
  *    its own, so a prepare in between names the dead incarnation.
@@ -25,7 +27,8 @@
  *    (EVICTS budget); a receiver left out of a commit is behind. Either restores K densely under a
  *    new incarnation (FALL_BEHIND) and joins again. A new coordinator's roster holds the members of
  *    the last persisted attempt; any other receiver is unknown until its join answers the roll
- *    call, so an attempt may name fewer receivers, or none.
+ *    call, so an attempt may name fewer receivers, or none. A receiver still in an attempt answers
+ *    the roll call by restoring K densely under a new incarnation first (ANSWER_ROLL_CALL, H2).
  *  - Faults are budgeted: CRASHES receiver crashes, FAILOVERS coordinator failovers, DROPS lost copies,
  *    DUPS duplicated copies, EVICTS evictions. A fault that forces a retry is only enabled while the transition has
  *    attempts left (natt < MAXA): the "eventually reliable delivery and stable members" assumption
@@ -281,6 +284,7 @@ byte crashes = 0, failovers = 0, drops = 0, dups = 0, evicts = 0, aborts = 0;
 #define E_REJOIN 11  /* a newer incarnation of a member joins: the attempt is obsolete            */
 #define E_EVICT 12   /* stop_and_wait's deadline: members not stopped are evicted, the stop ends    */
 #define E_ABORT 13   /* the coordinator aborts the transition (operator, or an owner's frozen_lost) */
+#define E_ROLL_CALL 14 /* a new coordinator's roll call reaches receiver x                        */
 #ifdef TRACE
 #include "trace.pml"
 byte ev_k[TLEN];
@@ -487,22 +491,32 @@ end:
 #endif
 /* the roster takes r's join (below: when) */
 #define JOIN(r) rinc[r] = inc[r]; rok[r] = 1
-/* A join of the incarnation the roster already names answers a new coordinator's roll call (its
- * roster forgot r: RECALL). A receiver still in an attempt since its last K (admitted to one not
- * committed, or holding landed writes of one) restores K densely under a new incarnation first and
- * joins with that one: "join at=K" would be a lie that gets its dirty bits admitted to an XOR
- * attempt (finding H2; receiver.hpp, roll call). MUT_JOIN_MID_ATTEMPT answers with the old
- * incarnation, as the C++ mutation join_mid_attempt does. */
+/* A new coordinator roll-calls the receivers its roster does not hold (RECALL forgot them). A
+ * receiver still in an attempt since its last K (admitted to one not committed, or holding landed
+ * writes of one) answers by restoring K densely under a new incarnation and joining with that one:
+ * "join at=K" would be a lie that gets its dirty bits admitted to an XOR attempt (finding H2;
+ * receiver.hpp, roll call); any other answers with a join of the incarnation it is.
+ * MUT_JOIN_MID_ATTEMPT answers with the old incarnation, as the C++ mutation join_mid_attempt does
+ * (and MUT_EVICTED_REJOINS, which keeps its bits at any join). The exhaustive runs take the roll
+ * call with the join that answers it (JOIN_STEP of a receiver the roster forgot; a receiver there is
+ * never in an attempt, checked with an assertion: proofs/README.md); in trace mode its arrival is an
+ * event of its own (E_ROLL_CALL), because C++ delivers it whenever the network does, also to a
+ * receiver that joined since (after a restart) and was admitted to an attempt. */
 #define AT_K(r, p) ((p) >= NP || reg[(r) * NP + (p)] == Kv)
 #define IN_ATTEMPT(r) ((act[r] != 0 && act[r] != Katt) || \
                        (!stale[r] && !(AT_K(r, 0) && AT_K(r, 1) && AT_K(r, 2) && AT_K(r, 3))))
-#if defined(MUT_JOIN_MID_ATTEMPT) || defined(MUT_EVICTED_REJOINS) /* the latter: it keeps its bits at any join */
+#if defined(MUT_JOIN_MID_ATTEMPT) || defined(MUT_EVICTED_REJOINS)
 #define ANSWER_ROLL_CALL(r) skip
 #else
-#define ANSWER_ROLL_CALL(r) if :: rinc[r] == inc[r] && IN_ATTEMPT(r) -> RESTART(r) :: else -> skip fi
+#define ANSWER_ROLL_CALL(r) if :: IN_ATTEMPT(r) -> RESTART(r) :: else -> skip fi
+#endif
+#ifdef TRACE
+#define JOIN_ANSWERS(r) skip
+#else
+#define JOIN_ANSWERS(r) if :: !rok[r] -> ANSWER_ROLL_CALL(r) :: else -> skip fi
 #endif
 #define JOIN_STEP(r) \
-  :: atomic { JOINS(r) && (phase == IDLE || phase != TRANSFER && DEAD_MEMBER(r)) -> ANSWER_ROLL_CALL(r); JOIN(r) }
+  :: atomic { JOINS(r) && (phase == IDLE || phase != TRANSFER && DEAD_MEMBER(r)) -> JOIN_ANSWERS(r); JOIN(r) }
 #define REJOINS(r) (JOINS(r) && (a_mem[cur] & (1 << (r))))
 #define REJOIN_BRANCH(r) :: REJOINS(r) -> JOIN(r)
 
@@ -744,6 +758,8 @@ end:
    * incarnation (the restore waits for the device), then join again */
 #ifdef TRACE
   :: atomic { behind[r] -> RESTART(r) }
+  /* a new coordinator's roll call arrives (JOIN_STEP above) */
+  :: atomic { EV(E_ROLL_CALL, r, 0) -> NEXT; ANSWER_ROLL_CALL(r) }
 #endif
   od
 }

@@ -43,7 +43,7 @@ namespace bitrefit::proofs::spin {
 /// Promela events (refit.pml's E_* constants, same numbers).
 enum class event_kind : std::uint8_t {
   prep = 1, admit = 2, ingest = 3, ack = 4, deadline = 5, cas = 6, crash = 7, failover = 8, drop = 9, dup = 10,
-  rejoin = 11, evict = 12, abort = 13
+  rejoin = 11, evict = 12, abort = 13, roll_call = 14
 };
 
 /// THE mapping: C++ move (and what it did) -> Promela step. One row per event kind; every other
@@ -83,11 +83,13 @@ inline constexpr mapping_row mapping[] = {
      "undelivered: the receiver is not stepped), τ the current attempt",
      "env: DROP(r, O*NS+S) (E_DROP; DROPS counts drops and corruptions)"},
     {"`duplicate oO->rR payload τ/O/S`, τ the current attempt", "env: DUP(r, O*NS+S) (E_DUP)"},
+    {"`deliver c->rR roll_call eN` to a live receiver",
+     "receiver(r): the roll call's answer (E_ROLL_CALL r): it restarts first if it is in an attempt (ANSWER_ROLL_CALL)"},
     {"`drop`/`duplicate` of any other message (prepare, open, flush, obsolete, stopped, announce, join, manifest, ...)",
      "no event: the model has no copy of it (its delivery is an event of its own or a free step)"},
     {"every other move: the first coordinator's claim, read replies, `failover` itself (its claim is the event), "
      "begin, the persisted abort, deliveries of prepare to owners, manifest, open, flush, obsolete, stopped, announce, "
-     "join, roll_call, abort, device, restart rR, deadline rR, `conflict` (applied as the payload where it verifies first)",
+     "join, abort, device, restart rR, deadline rR, `conflict` (applied as the payload where it verifies first)",
      "no event (a free step of the model: owners' baseline read, commit request, stop completion, recovery, "
      "abort completion, a restore after eviction, a join outside transfer that updates the roster)"},
 };
@@ -308,6 +310,11 @@ struct translator {
       case move_kind::deliver: {
         const auto& e = cw.inflight.at(m.index);
         if (const auto* ak = std::get_if<protocol::ack_msg>(&e.msg)) ack_arrives(*ak, false, text);
+        // A roll call reaches a live receiver: it restores first if it is in an attempt, and the
+        // model must decide the same (its ANSWER_ROLL_CALL), or a later join cannot follow.
+        if (std::holds_alternative<protocol::roll_call_msg>(e.msg) && e.to.role == protocol::role::receiver &&
+            cw.receivers.at(e.to.index))
+          add(event_kind::roll_call, e.to.index, 0, text);
         break;
       }
       default: break;
