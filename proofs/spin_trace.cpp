@@ -284,7 +284,7 @@ int main(int argc, char** argv) {
     o.prefix_moves = 60;
     o.attest_off_probability = 0;
     o.async_gate = false;
-    o.fault_kinds = ~0u;  // every fault kind
+    // o.fault_kinds keeps its default: every fault kind (the model judges them all since 2026-12-05).
     int judged = 0, failing = 0, outside = 0;
     std::map<std::string, int> outside_reasons;
     std::uint64_t i = 0;

@@ -162,7 +162,6 @@ struct translator {
     if (p.receivers < 1 || p.receivers > 5) skip("receivers=" + std::to_string(p.receivers) + ": the model has 1 to 5");
     if (p.owners < 1 || p.owners > 4) skip("owners=" + std::to_string(p.owners) + ": the model has 1 to 4");
     if (p.owners * cfg.chunks_per_owner > 4) skip("more than 4 regions per receiver");
-    if (cfg.overwrite_chunks > cfg.chunks_per_owner) skip("overwrite_chunks > chunks");
     if (cfg.transitions > 4) skip("more than 4 transitions");
     auto mut = promela_mutation(cfg.mutation);
     if (!mut) skip("mutation " + std::string(to_string(cfg.mutation)) + " has no Promela counterpart");
