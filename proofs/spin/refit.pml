@@ -512,8 +512,7 @@ end:
  * the model does not track: it may restart or not. */
 #define ANSWER_ROLL_CALL(r) \
   if \
-  :: IN_ATTEMPT(r) -> RESTART(r) \
-  :: !IN_ATTEMPT(r) && act[r] != 0 -> RESTART(r) \
+  :: IN_ATTEMPT(r) || act[r] != 0 -> RESTART(r) \
   :: !IN_ATTEMPT(r) -> skip \
   fi
 #endif
