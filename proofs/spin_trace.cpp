@@ -78,8 +78,9 @@ long spin_errors(const tools& t, const fs::path& dir, const st::translation& tr,
   // and spin cannot merge more than 256 of them ("merge requires more than 256 bups": a run of 90
   // events with 5 receivers); the trace runs are small, merging buys them nothing.
   // The spin command, kept beside the run (replay a trail with `spin -t -p` and these flags).
-  std::ofstream(dir / (reach ? "reach.cmd" : "violation.cmd")) << t.spin << " " << defs << " -o3 -a refit.pml\n";
-  if (sh(dir, t.spin + " " + defs + " -o3 -a refit.pml", log) != 0) {
+  const std::string spin_cmd = t.spin + " " + defs + " -o3 -a refit.pml";
+  std::ofstream(dir / (reach ? "reach.cmd" : "violation.cmd")) << spin_cmd << "\n";
+  if (sh(dir, spin_cmd, log) != 0) {
     why = "spin -a failed: " + read_file(log);
     return -1;
   }
