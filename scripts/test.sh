@@ -3,15 +3,14 @@
 # every test (all ctest labels). With BITREFIT_SANITIZE=1 (.ci/run sets it) it then runs
 # scripts/sanitize.sh: clang ASan+UBSan and TSan builds of the labels they cover and the fuzz label;
 # a sanitizer report or a fuzz crash fails the run. The sanitizer trees build in the background at
-# nice 19 while the main ctest runs (its tests leave one core of two idle most of the time, and the
-# niced build yields the cores whenever a test wants them); their tests run after. Exits with
-# ctest's status (non-zero too when the sanitizer runs fail) and ends with ctest's summary line.
+# nice 19 while the main build and ctest run (many tests leave a core idle, and so does the end of
+# the main build; the niced build yields the cores whenever they are wanted); their tests run
+# after. Exits with ctest's status (non-zero too when the sanitizer runs fail) and ends with
+# ctest's summary line.
 # CTEST_PARALLEL_LEVEL=N in the environment runs N tests at a time (default: one at a time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/configure.sh
-cmake --build build --parallel "$(nproc)"
-set +e
 sanitize_build=
 if [ "${BITREFIT_SANITIZE:-0}" = 1 ]; then
   # own session (setsid): an interrupted run stops the whole build, compilers included. With the
@@ -25,6 +24,10 @@ if [ "${BITREFIT_SANITIZE:-0}" = 1 ]; then
   sanitize_build=$!
   trap 'kill -- "-$sanitize_build" 2>/dev/null' EXIT
 fi
+# The main build starts after the niced one, which so also fills the cores the main build leaves
+# idle (its last long compiles run one at a time).
+cmake --build build --parallel "$(nproc)"
+set +e
 ctest --test-dir build --output-on-failure 2>&1 | tee build/ctest.log
 status=${PIPESTATUS[0]}
 if [ -n "$sanitize_build" ]; then
