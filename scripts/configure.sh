@@ -15,7 +15,7 @@ fi
 #    machine, two compiles side by side: examples/demo/main.cpp 119 s at -O3, 94 s at -O2;
 #    proofs/test_checker.cpp 99 s and 81 s, and test_proofs then runs 96 s and 105 s.
 #  - no profile feedback for check_protocol (BITREFIT_PROOFS_PGO, proofs/CMakeLists.txt): no README
-#    command runs check_protocol, and its training build and run cost about 110 s of the critical
-#    path. The checker's speed is measured in build trees configured as proofs/README.md says.
+#    command runs check_protocol, and its profile costs a second, instrumented compile of it (95 s)
+#    and a 13 s training run before check_protocol itself can compile. The checker's speed is measured in build trees configured as proofs/README.md says.
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" \
   -DBITREFIT_PROOFS_PGO=OFF
