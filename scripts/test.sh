@@ -24,8 +24,8 @@ if [ "${BITREFIT_SANITIZE:-0}" = 1 ]; then
   sanitize_build=$!
   trap 'kill -- "-$sanitize_build" 2>/dev/null' EXIT
 fi
-# The main build starts after the niced one, which so also fills the cores the main build leaves
-# idle (its last long compiles run one at a time).
+# Started before the main build, the niced build also fills the cores the main build leaves idle
+# (its last long compile runs alone).
 cmake --build build --parallel "$(nproc)"
 set +e
 ctest --test-dir build --output-on-failure 2>&1 | tee build/ctest.log
