@@ -638,6 +638,50 @@ TEST(Conditioned, TrainingLikeDeltasChooseItAndRoundTripInEveryFloatFormat) {
   }
 }
 
+// The encoder detects and ranks an item's changes slice by slice (chunk_encoder's slice_bytes of
+// input, 128 KiB), carrying each class's element count from slice to slice, while the decoder ranks
+// over the whole range. A slice without a change must still be counted: it was skipped, so every
+// later change was ranked short and applied to the wrong element, a wrong result and no refusal
+// (as when a block of rows, or an embedding's unused tokens, keep their bits for a step). Two
+// unchanged runs of 300,000 elements hold whole slices for every element size; encode() and
+// encode_known() (the owners' path) must give the same frame and both must round-trip, with
+// several classes (training-like changes) and with one (changes that ignore the base).
+TEST(Conditioned, SlicesWithoutChangesStillCountTowardLaterRanks) {
+  constexpr std::size_t n = std::size_t{1} << 20;
+  for (dtype t : float_dtypes) {
+    const std::size_t E = element_size(t);
+    for (const bool several : {true, false}) {
+      delta_case d = several ? training_like(t, n, 11) : independent_changes(t, n, 11, 20);
+      for (const std::size_t from : {std::size_t{0}, std::size_t{500000}})
+        std::copy_n(d.old_b.begin() + static_cast<std::ptrdiff_t>(from * E), 300000 * E, d.new_b.begin() + static_cast<std::ptrdiff_t>(from * E));
+      const std::string what = std::string(dtype_name(t)) + (several ? ", several classes" : ", one class");
+      encode_stats st;
+      const auto f = encode_one(d, mode_policy::xor_allowed, &st);
+      ASSERT_EQ(st.conditioned_items, 1u) << what;
+      const frame_view v = frame_view::parse(f);
+      const unsigned classes = std::to_integer<unsigned>(v.location_section(0)[0]);
+      if (several) EXPECT_GT(classes, 1u) << what;
+      else EXPECT_EQ(classes, 1u) << what;
+      const auto out = apply_to(f, t, d.old_b);
+      ASSERT_TRUE(out.has_value()) << what;
+      EXPECT_TRUE(*out == d.new_b) << what << ": the changes after an unchanged slice landed elsewhere";
+      // the same changes as a known change set
+      std::vector<std::uint64_t> positions;
+      std::vector<std::byte> values;
+      for (std::size_t i = 0; i < n; ++i)
+        if (load(d.old_b, i, E) != load(d.new_b, i, E)) {
+          positions.push_back(i);
+          values.insert(values.end(), d.new_b.begin() + static_cast<std::ptrdiff_t>(i * E), d.new_b.begin() + static_cast<std::ptrdiff_t>((i + 1) * E));
+        }
+      chunk_encoder<> enc(encode_options{.policy = mode_policy::xor_allowed});
+      const known_changes_piece kp{"w", t, n, 0, n, d.old_b, positions, values};
+      byte_buffer known;
+      enc.encode_known({frame_kind::delta, payload_id{{1, 0}, 0, 0}, 0, 1}, std::span(&kp, 1), known);
+      EXPECT_TRUE(std::vector<std::byte>(known.data(), known.data() + known.size()) == f) << what << ": encode_known and encode differ";
+    }
+  }
+}
+
 // Changes that do not depend on the base value (each BF16 element of a N(0, 0.02)-like base moves
 // one ULP up or down with probability `rate`, as bitrefit-bench-codec --change RATE does): the class
 // choice must not fit classes to sampling noise (it picked K = 3-4 at 3 % before class_noise_q8),

@@ -464,6 +464,54 @@ TEST(thrust_backend, frames_are_byte_identical_to_the_host_backend_and_apply_to_
     }
 }
 
+// A base-conditioned item whose changes leave whole slices of the host encoder's walk untouched
+// (it ranks 128 KiB of input at a time; the system ranks the item at once): byte-identical frames
+// and the new bits. Before the host encoder counted unchanged slices toward later ranks, its frame
+// differed here (and applied to the wrong elements: tests/codec, SlicesWithoutChangesStillCount...).
+TEST(thrust_backend, frames_of_items_with_unchanged_slices_are_byte_identical_to_the_host_backend) {
+  std::mt19937_64 rng(5);
+  const frame_header header{frame_kind::delta, payload_id{{3, 1}, 2, 5}, 10, 11};
+  for (dtype t : {dtype::BF16, dtype::F32}) {
+    const auto f = *float_format_of(t);
+    const std::size_t E = f.element_size, m = 600000;
+    bytes old_b(m * E);
+    const std::uint64_t top = f.exponents() / 2;
+    for (std::size_t i = 0; i < m; ++i) {  // six binades below 1.0, random mantissa and sign
+      const std::uint64_t x = ((top - 1 - rng() % 6) << f.mantissa_bits) | (rng() & ((std::uint64_t{1} << f.mantissa_bits) - 1)) |
+                              ((rng() & 1) ? f.sign_bit : 0);
+      std::memcpy(old_b.data() + i * E, &x, E);
+    }
+    bytes new_b = old_b;
+    for (std::size_t i = 0; i < m; ++i) {
+      if (i < 200000 || (i >= 300000 && i < 500000)) continue;  // unchanged runs: whole slices at 2 and 4 bytes
+      std::uint64_t x = 0;
+      std::memcpy(&x, old_b.data() + i * E, E);
+      const unsigned depth = static_cast<unsigned>(top - 1 - f.exponent(x));  // change rate 2^(depth-6), one ULP
+      if (rng() % (1u << (6 - depth)) != 0) continue;
+      if (const auto nb = ulp_step(f, x, (rng() & 1) ? 1 : -1)) std::memcpy(new_b.data() + i * E, &*nb, E);
+    }
+    SCOPED_TRACE(dtype_name(t));
+    const system_bytes so(old_b), sn(new_b);
+    const chunk_piece hp{"w", t, m, 0, m, old_b, new_b};
+    const chunk_piece dp{"w", t, m, 0, m, so.cspan(), sn.cspan()};
+    chunk_encoder<host_backend> host_enc(encode_options{.policy = mode_policy::conditioned_only});
+    chunk_encoder<sut> dev_enc(encode_options{.policy = mode_policy::conditioned_only});
+    byte_buffer hf, df;
+    encode_stats hs, ds;
+    host_enc.encode(header, std::span(&hp, 1), hf, &hs);
+    dev_enc.encode(header, std::span(&dp, 1), df, &ds);
+    ASSERT_EQ(hs.conditioned_items, 1u);
+    EXPECT_GT(std::to_integer<unsigned>(frame_view::parse({hf.data(), hf.size()}).location_section(0)[0]), 1u) << "several classes";
+    ASSERT_EQ(df.size(), hf.size());
+    ASSERT_EQ(std::memcmp(df.data(), hf.data(), hf.size()), 0) << "frames differ";
+    bytes target = old_b;
+    target_map tm({mutable_tensor_view("w", t, shape_t{m}, std::span<std::byte>(target))});
+    frame_applier<> applier;
+    applier.apply({hf.data(), hf.size()}, tm);
+    EXPECT_TRUE(target == new_b);
+  }
+}
+
 // Class ranks of base-conditioned coding: the system's implementation (block masks, scan, one
 // functor per change) equals the host's, for every float format, class count and slicing; the
 // host's with the changes' base values given as its hint (classes read from them) too.

@@ -511,7 +511,13 @@ class chunk_encoder {
                                     want_xor ? slice_xor_.span().first(n * E) : std::span<std::byte>{},
                                     want_new ? slice_new_.span().first(n * E) : std::span<std::byte>{});
       if (entropy) entropy->add(E, n, {slice_xor_.data(), c * E});
-      if (c == 0) continue;
+      if (c == 0) {
+        // A slice without changes still holds elements of every class, and the decoder ranks over
+        // the whole range: the class totals must count them, or every later change of the item is
+        // ranked short and lands on the wrong element (a silent wrong result, not a refusal).
+        if (cond) backend_.rank_by_class(old_s, *fmt, choice.spec, {}, {}, {}, {}, totals);
+        continue;
+      }
       const std::size_t at = cond ? classes_.size() : positions_.size();
       if (!cond) {  // base-conditioned items are coded from class ranks: no positions kept
         positions_.resize_uninit(at + c);
