@@ -107,6 +107,24 @@ std::vector<std::byte> encode_one(const delta_case& d, mode_policy p, encode_sta
   return {out.data(), out.data() + out.size()};
 }
 
+// The same changes handed over as a known change set (encode_known, the owners' path): the list
+// of changed positions and their new bits.
+std::vector<std::byte> encode_known_one(const delta_case& d, mode_policy p) {
+  const std::size_t E = element_size(d.type), n = d.n();
+  std::vector<std::uint64_t> positions;
+  std::vector<std::byte> values;
+  for (std::size_t i = 0; i < n; ++i)
+    if (load(d.old_b, i, E) != load(d.new_b, i, E)) {
+      positions.push_back(i);
+      values.insert(values.end(), d.new_b.begin() + static_cast<std::ptrdiff_t>(i * E), d.new_b.begin() + static_cast<std::ptrdiff_t>((i + 1) * E));
+    }
+  chunk_encoder<> enc(encode_options{.policy = p});
+  const known_changes_piece kp{"w", d.type, n, 0, n, d.old_b, positions, values};
+  byte_buffer out;
+  enc.encode_known({frame_kind::delta, payload_id{{1, 0}, 0, 0}, 0, 1}, std::span(&kp, 1), out);
+  return {out.data(), out.data() + out.size()};
+}
+
 // Applies `frame` to a copy of `base`; returns the result, or nullopt if apply threw (then the copy
 // must still equal base: checked here).
 std::optional<std::vector<std::byte>> apply_to(const std::vector<std::byte>& frame, dtype t, const std::vector<std::byte>& base) {
@@ -665,21 +683,35 @@ TEST(Conditioned, SlicesWithoutChangesStillCountTowardLaterRanks) {
       const auto out = apply_to(f, t, d.old_b);
       ASSERT_TRUE(out.has_value()) << what;
       EXPECT_TRUE(*out == d.new_b) << what << ": the changes after an unchanged slice landed elsewhere";
-      // the same changes as a known change set
-      std::vector<std::uint64_t> positions;
-      std::vector<std::byte> values;
-      for (std::size_t i = 0; i < n; ++i)
-        if (load(d.old_b, i, E) != load(d.new_b, i, E)) {
-          positions.push_back(i);
-          values.insert(values.end(), d.new_b.begin() + static_cast<std::ptrdiff_t>(i * E), d.new_b.begin() + static_cast<std::ptrdiff_t>((i + 1) * E));
-        }
-      chunk_encoder<> enc(encode_options{.policy = mode_policy::xor_allowed});
-      const known_changes_piece kp{"w", t, n, 0, n, d.old_b, positions, values};
-      byte_buffer known;
-      enc.encode_known({frame_kind::delta, payload_id{{1, 0}, 0, 0}, 0, 1}, std::span(&kp, 1), known);
-      EXPECT_TRUE(std::vector<std::byte>(known.data(), known.data() + known.size()) == f) << what << ": encode_known and encode differ";
+      EXPECT_TRUE(encode_known_one(d, mode_policy::xor_allowed) == f) << what << ": encode_known and encode differ";
     }
   }
+}
+
+// The same in any slicing of the encoder's walk: items of two to three slices of every element
+// width, training-like or base-independent changes, one to three unchanged runs of any length and
+// place (smaller items: the properties above); encode() and encode_known() give one frame and it round-trips. (A throwaway harness of this
+// shape had 41 bad items in 150 before the fix above, none in 2,150 after.)
+RC_GTEST_PROP(Conditioned, ItemsWithUnchangedRunsRoundTripInAnySlicing, ()) {
+  const dtype t = *rc::gen::elementOf(float_dtypes);
+  const std::size_t E = element_size(t);
+  const std::size_t n = *rc::gen::inRange<std::size_t>((std::size_t{256} << 10) / E, (std::size_t{384} << 10) / E);  // 2-3 slices
+  const auto seed = *rc::gen::arbitrary<std::uint32_t>();
+  delta_case d = *rc::gen::arbitrary<bool>() ? training_like(t, n, seed) : independent_changes(t, n, seed, *rc::gen::inRange(2u, 200u));
+  // places and lengths from a generated seed: rc::gen::inRange scales with the test's size, which
+  // kept the runs short and near the start for most of the hundred tests
+  std::mt19937_64 g(*rc::gen::arbitrary<std::uint64_t>());
+  const int runs = *rc::gen::inRange(1, 4);
+  for (int r = 0; r < runs; ++r) {
+    const std::size_t from = g() % n, len = g() % (n - from + 1);
+    std::copy_n(d.old_b.begin() + static_cast<std::ptrdiff_t>(from * E), len * E, d.new_b.begin() + static_cast<std::ptrdiff_t>(from * E));
+  }
+  RC_PRE(d.old_b != d.new_b);
+  const auto f = encode_one(d, mode_policy::conditioned_only);
+  const auto out = apply_to(f, t, d.old_b);
+  RC_ASSERT(out.has_value());
+  RC_ASSERT(*out == d.new_b);
+  RC_ASSERT(encode_known_one(d, mode_policy::conditioned_only) == f);
 }
 
 // Changes that do not depend on the base value (each BF16 element of a N(0, 0.02)-like base moves
