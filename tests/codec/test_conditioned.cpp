@@ -690,8 +690,9 @@ TEST(Conditioned, SlicesWithoutChangesStillCountTowardLaterRanks) {
 
 // The same in any slicing of the encoder's walk: items of two to three slices of every element
 // width, training-like or base-independent changes, one to three unchanged runs of any length and
-// place (smaller items: the properties above); encode() and encode_known() give one frame and it round-trips. (A throwaway harness of this
-// shape had 41 bad items in 150 before the fix above, none in 2,150 after.)
+// place (smaller items: the properties above); encode() and encode_known() give one frame and it
+// round-trips. (A throwaway harness of this shape had 41 bad items in 150 before the fix above,
+// none in 2,150 after.)
 RC_GTEST_PROP(Conditioned, ItemsWithUnchangedRunsRoundTripInAnySlicing, ()) {
   const dtype t = *rc::gen::elementOf(float_dtypes);
   const std::size_t E = element_size(t);

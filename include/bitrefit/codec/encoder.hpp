@@ -511,13 +511,11 @@ class chunk_encoder {
                                     want_xor ? slice_xor_.span().first(n * E) : std::span<std::byte>{},
                                     want_new ? slice_new_.span().first(n * E) : std::span<std::byte>{});
       if (entropy) entropy->add(E, n, {slice_xor_.data(), c * E});
-      if (c == 0) {
-        // A slice without changes still holds elements of every class, and the decoder ranks over
-        // the whole range: the class totals must count them, or every later change of the item is
-        // ranked short and lands on the wrong element (a silent wrong result, not a refusal).
-        if (cond) backend_.rank_by_class(old_s, *fmt, choice.spec, {}, {}, {}, {}, totals);
-        continue;
-      }
+      // A base-conditioned item's slice goes to rank_by_class even without changes: its elements
+      // are in the class totals that later slices' ranks start from, as the decoder, which ranks
+      // over the whole range, counts them (skipped, every later change was ranked short and landed
+      // on the wrong element).
+      if (c == 0 && !cond) continue;
       const std::size_t at = cond ? classes_.size() : positions_.size();
       if (!cond) {  // base-conditioned items are coded from class ranks: no positions kept
         positions_.resize_uninit(at + c);
