@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "bitrefit/codec/codec.hpp"
+#include "../fixtures/float_deltas.hpp"
 
 using namespace bitrefit;
 using namespace bitrefit::codec;
@@ -30,36 +31,9 @@ std::uint64_t load(const std::vector<std::byte>& v, std::size_t i, std::size_t E
 }
 void store(std::vector<std::byte>& v, std::size_t i, std::size_t E, std::uint64_t x) { std::memcpy(v.data() + i * E, &x, E); }
 
-// A training-like tensor: base values spread over a few binades, each element changes with a
-// probability that doubles per lower exponent (AdamW with BF16 export), by +-1 ULP mostly.
-struct delta_case {
-  dtype type;
-  std::vector<std::byte> old_b, new_b;
-  std::size_t n() const { return old_b.size() / element_size(type); }
-};
-delta_case training_like(dtype t, std::size_t n, std::uint64_t seed) {
-  const auto f = *float_format_of(t);
-  const std::size_t E = f.element_size;
-  delta_case d{t, std::vector<std::byte>(n * E), {}};
-  std::mt19937_64 g(seed);
-  const std::uint64_t top = f.exponents() / 2;  // exponent of 1.0
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint64_t e = top - 1 - g() % std::min<std::uint64_t>(6, top - 1);
-    const std::uint64_t man = g() & ((std::uint64_t{1} << f.mantissa_bits) - 1);
-    store(d.old_b, i, E, (e << f.mantissa_bits) | man | ((g() & 1) ? f.sign_bit : 0));
-  }
-  d.new_b = d.old_b;
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint64_t o = load(d.old_b, i, E);
-    const std::uint64_t e = f.exponent(o);
-    const unsigned depth = static_cast<unsigned>(top - 1 - e);  // 0..5
-    if ((g() >> 40) % (1u << (6 - depth)) != 0) continue;       // p = 2^(depth-6)
-    const std::int64_t d1 = (g() % 10 == 0) ? 2 : 1;
-    const auto nb = ulp_step(f, o, (g() & 1) ? d1 : -d1);
-    if (nb) store(d.new_b, i, E, *nb);
-  }
-  return d;
-}
+// A training-like tensor (tests/fixtures/float_deltas.hpp): several classes.
+using delta_case = test_fixtures::float_delta;
+using test_fixtures::training_like;
 
 // Changes that ignore the base value: each element moves one ULP up or down with probability
 // 1/`one_in` (ulp_step: never across zero or out of the finite range), whatever its exponent; a

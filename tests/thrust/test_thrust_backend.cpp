@@ -29,6 +29,7 @@
 #include "bitrefit/codec/location.hpp"
 #include "bitrefit/codec/thrust/xxh3.hpp"
 #include "bitrefit/core/dtype.hpp"
+#include "../fixtures/float_deltas.hpp"
 
 namespace {
 
@@ -469,27 +470,16 @@ TEST(thrust_backend, frames_are_byte_identical_to_the_host_backend_and_apply_to_
 // and the new bits. Before the host encoder counted unchanged slices toward later ranks, its frame
 // differed here (and applied to the wrong elements: tests/codec, SlicesWithoutChangesStillCount...).
 TEST(thrust_backend, frames_of_items_with_unchanged_slices_are_byte_identical_to_the_host_backend) {
-  std::mt19937_64 rng(5);
   const frame_header header{frame_kind::delta, payload_id{{3, 1}, 2, 5}, 10, 11};
   for (dtype t : {dtype::BF16, dtype::F32}) {
     const auto f = *float_format_of(t);
     const std::size_t E = f.element_size, m = 600000;
-    bytes old_b(m * E);
-    const std::uint64_t top = f.exponents() / 2;
-    for (std::size_t i = 0; i < m; ++i) {  // six binades below 1.0, random mantissa and sign
-      const std::uint64_t x = ((top - 1 - rng() % 6) << f.mantissa_bits) | (rng() & ((std::uint64_t{1} << f.mantissa_bits) - 1)) |
-                              ((rng() & 1) ? f.sign_bit : 0);
-      std::memcpy(old_b.data() + i * E, &x, E);
-    }
-    bytes new_b = old_b;
-    for (std::size_t i = 0; i < m; ++i) {
-      if (i < 200000 || (i >= 300000 && i < 500000)) continue;  // unchanged runs: whole slices at 2 and 4 bytes
-      std::uint64_t x = 0;
-      std::memcpy(&x, old_b.data() + i * E, E);
-      const unsigned depth = static_cast<unsigned>(top - 1 - f.exponent(x));  // change rate 2^(depth-6), one ULP
-      if (rng() % (1u << (6 - depth)) != 0) continue;
-      if (const auto nb = ulp_step(f, x, (rng() & 1) ? 1 : -1)) std::memcpy(new_b.data() + i * E, &*nb, E);
-    }
+    auto d = test_fixtures::training_like(t, m, 5 + E);
+    const bytes old_b = std::move(d.old_b);
+    bytes new_b = std::move(d.new_b);
+    // unchanged runs: whole slices of the host encoder's walk at 2 and 4 bytes
+    for (std::size_t i : {std::size_t{0}, std::size_t{300000}})
+      std::memcpy(new_b.data() + i * E, old_b.data() + i * E, 200000 * E);
     SCOPED_TRACE(dtype_name(t));
     const system_bytes so(old_b), sn(new_b);
     const chunk_piece hp{"w", t, m, 0, m, old_b, new_b};
