@@ -182,6 +182,7 @@ std::vector<std::pair<std::string, std::string>> mutation_counterexamples() {
       {M::delta_against_uncommitted_base, [](proofs::cluster_bounds&) {}},
       {M::retry_without_stop_and_wait, [](proofs::cluster_bounds& b) { b.early_deadlines = 1; }},
       {M::blind_write_commit, [](proofs::cluster_bounds& b) { b.owners = 1; b.failovers = 1; }},
+      {M::accept_old_incarnation_acks, [](proofs::cluster_bounds& b) { b.owners = 1; b.transitions = 2; b.crashes = 1; }},
   };
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& c : cases) {

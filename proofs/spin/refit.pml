@@ -59,6 +59,10 @@
  *   MUT_EVICTED_REJOINS    an evicted receiver joins again without restoring (keeps its bits)
  *   MUT_ABORT_KEEPS_MEMBERS an abort leaves its members in the roster (no dense restore)
  *   MUT_JOIN_MID_ATTEMPT   a receiver in an attempt answers a roll call with its old incarnation
+ *   MUT_OLD_INCARNATION_ACKS the coordinator matches acks and joins by receiver only: a member's
+ *                          newer incarnation joining during transfer leaves the attempt live with
+ *                          the dead one's ack, and the commit counts the newer one as at K (the
+ *                          twin of the C++ mutation accept_old_incarnation_acks)
  * and, for the trace check's drift tests only (no exhaustive run reaches what they change: the
  * exhaustive runs have NOVW = 0 and restore a receiver not waited for at once):
  *   MUT_OVW_AS_XOR         an overwrite payload riding in an XOR attempt is applied as XOR
@@ -281,7 +285,8 @@ byte crashes = 0, failovers = 0, drops = 0, dups = 0, evicts = 0, aborts = 0;
 #define E_FAILOVER 8 /* a new coordinator takes over                                               */
 #define E_DROP 9     /* a copy of payload region y of the current attempt to receiver x is lost    */
 #define E_DUP 10     /* ... is duplicated                                                          */
-#define E_REJOIN 11  /* a newer incarnation of a member joins: the attempt is obsolete            */
+#define E_REJOIN 11  /* a newer incarnation of a member joins: the attempt is obsolete (under
+                      * MUT_OLD_INCARNATION_ACKS it stays live)                                   */
 #define E_EVICT 12   /* stop_and_wait's deadline: members not stopped are evicted, the stop ends    */
 #define E_ABORT 13   /* the coordinator aborts the transition (operator, or an owner's frozen_lost) */
 #define E_ROLL_CALL 14 /* a new coordinator's roll call reaches receiver x                        */
@@ -381,10 +386,17 @@ inline commit_check(a, target) {
  * empty roster); its incarnation is then read nowhere, so it is cleared (fewer states). */
 #define FORGET(r) rok[r] = 0; rinc[r] = 0
 
+#ifdef MUT_OLD_INCARNATION_ACKS
+/* broken: the commit marks a member at K by receiver id, so a newer incarnation the roster took
+ * during the attempt (restored to the previous K) is believed to hold the new one */
+#define NEWER_LEFT_OUT(r) skip
+#else
+#define NEWER_LEFT_OUT(r) FORGET(r)
+#endif
 #define LEFT_OUT(a, r) \
   if \
   :: !(a_mem[a] & (1 << (r))) -> FALL_BEHIND(r); FORGET(r) \
-  :: else -> if :: rinc[r] != a_inc[(a) * NR + (r)] -> FORGET(r) :: else -> skip fi \
+  :: else -> if :: rinc[r] != a_inc[(a) * NR + (r)] -> NEWER_LEFT_OUT(r) :: else -> skip fi \
   fi
 
 /* A new coordinator's roster: the members of the last persisted attempt, with the incarnations it
@@ -490,7 +502,21 @@ end:
 #define JOINS(r) (!behind[r] && (rinc[r] != inc[r] || !rok[r]))
 #endif
 /* the roster takes r's join (below: when) */
+#ifdef MUT_OLD_INCARNATION_ACKS
+/* A restarted receiver restores K densely before it joins (receiver.hpp: boot, read_commit,
+ * dense_restore, join). The model defers that restore to its next admission (stale), which reads
+ * the K the join would have named whenever the roster can name it: a commit in between leaves it
+ * out (LEFT_OUT). This mutation keeps it named across that commit, so the restore is made here, at
+ * the join. */
+#define JOIN(r) \
+  rinc[r] = inc[r]; rok[r] = 1; \
+  if \
+  :: stale[r] -> i = 0; do :: i < NP -> reg[(r) * NP + i] = Kv; i++ :: else -> break od; i = 0; stale[r] = 0 \
+  :: else -> skip \
+  fi
+#else
 #define JOIN(r) rinc[r] = inc[r]; rok[r] = 1
+#endif
 /* A new coordinator roll-calls the receivers its roster does not hold (RECALL forgot them). A
  * receiver still in an attempt since its last K (admitted to one not committed, or holding landed
  * writes of one) answers by restoring K densely under a new incarnation and joining with that one:
@@ -581,7 +607,12 @@ end:
        if
        OPT_R(REJOIN_BRANCH)
        fi;
-       a_obsolete[cur] = 1; phase = STOPPING }
+#ifdef MUT_OLD_INCARNATION_ACKS
+       skip /* broken: the attempt stays live, and an ack the dead incarnation gave still counts */
+#else
+       a_obsolete[cur] = 1; phase = STOPPING
+#endif
+     }
   :: atomic { phase == COMMITTING && rep == R_SUCCESS ->
        rep = R_NONE; ntrans++; natt = 0; phase = IDLE }
   :: atomic { phase == COMMITTING && rep == R_FAILED ->

@@ -73,8 +73,10 @@ inline constexpr mapping_row mapping[] = {
     {"`log ok claim_epoch eN`, N > 1, that takes effect (a new coordinator's claim fences the old one; between "
      "`failover` and this claim the old coordinator's requests may still land)",
      "env: failover (E_FAILOVER)"},
-    {"`deliver rR->c join rR#n` that takes the coordinator from collecting to stopping (a newer incarnation of a member)",
-     "coordinator: the join of a newer incarnation during transfer: the roster learns it (rinc), the attempt is obsolete (E_REJOIN)"},
+    {"`deliver rR->c join rR#n` that takes the coordinator from collecting to stopping (a newer incarnation of a member); "
+     "under the mutation accept_old_incarnation_acks, such a join that leaves it collecting",
+     "coordinator: the join of a newer incarnation during transfer: the roster learns it (rinc), the attempt is obsolete "
+     "(E_REJOIN); under MUT_OLD_INCARNATION_ACKS it stays live and the newer incarnation is restored at the join's K"},
     {"`abort` (operator), or `deliver oO->c frozen_lost` (an owner lost the frozen change set), that takes the "
      "coordinator from collecting to stopping",
      "coordinator: abort (E_ABORT): mark_obsolete, stop_and_wait, then the abort is persisted (a free step that "
@@ -137,6 +139,7 @@ inline std::optional<std::string> promela_mutation(protocol::protocol_mutation m
     case M::retry_without_stop_and_wait: return std::string("-DMUT_NO_STOP");
     case M::blind_write_commit: return std::string("-DMUT_BLIND_WRITE");
     case M::join_mid_attempt: return std::string("-DMUT_JOIN_MID_ATTEMPT");
+    case M::accept_old_incarnation_acks: return std::string("-DMUT_OLD_INCARNATION_ACKS");
     default: return std::nullopt;
   }
 }
@@ -325,6 +328,12 @@ struct translator {
     for (std::size_t r = 0; r < cw.receivers.size(); ++r)
       if (cw.receivers[r] && cw.receivers[r]->attempt) admitted[r] = cw.receivers[r]->attempt->attempt;
     const auto phase_before = cw.coord.phase;
+    // A join of a newer incarnation of one of the current attempt's members (read before the move).
+    bool newer_member_join = false;
+    if (m.kind == move_kind::deliver && cw.coord.attempt)
+      if (const auto* j = std::get_if<protocol::join_msg>(&cw.inflight.at(m.index).msg))
+        for (const auto& mb : cw.coord.attempt->members)
+          newer_member_join |= mb.receiver == j->from.receiver && mb.incarnation < j->from.incarnation;
     std::vector<std::string> trace;
     cw.apply(m, &trace);
     // The attempt became obsolete in this move (other than by the coordinator's deadline): the
@@ -347,6 +356,12 @@ struct translator {
         add(event_kind::abort, 0, 0, text);
       else skip("`" + text + "` makes the attempt obsolete: the model has no such rule");
     }
+    // The same join leaving the attempt live: only the mutation accept_old_incarnation_acks does
+    // (the shipped coordinator always makes it obsolete, above; were it ever not to, the model
+    // could not follow the run and the check would say so); its twin takes E_REJOIN that way.
+    if (cfg.mutation == protocol::protocol_mutation::accept_old_incarnation_acks &&
+        phase_before == phase_t::collecting && after == phase_t::collecting && newer_member_join)
+      add(event_kind::rejoin, 0, 0, text);
     if (cw.attempts.size() > attempts_before) {  // a prepare persisted
       for (const auto& note : cw.attempts)
         if (!promela_attempt.count(note.attempt)) {
