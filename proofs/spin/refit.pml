@@ -59,6 +59,9 @@
  *   MUT_EVICTED_REJOINS    an evicted receiver joins again without restoring (keeps its bits)
  *   MUT_ABORT_KEEPS_MEMBERS an abort leaves its members in the roster (no dense restore)
  *   MUT_JOIN_MID_ATTEMPT   a receiver in an attempt answers a roll call with its old incarnation
+ *   MUT_KEEP_DEAD_INCARNATION the roster ignores the join of a newer incarnation of a receiver it
+ *                          knows: that receiver is never a member again (caught by the liveness
+ *                          formula, not by an assertion: the twin of the C++ keep_dead_incarnation)
  *   MUT_OLD_INCARNATION_ACKS the coordinator matches acks and joins by receiver only: a member's
  *                          newer incarnation joining during transfer leaves the attempt live with
  *                          the dead one's ack, and the commit counts the newer one as at K (the
@@ -219,6 +222,10 @@ byte epoch = 0;
 byte phase = IDLE;
 byte rinc[NR];   /* roster: the incarnation of each receiver it knows (from the last join) */
 bit rok[NR] = 1; /* ... and that incarnation can be named: known, not evicted, at K (both joined) */
+#ifdef MUT_KEEP_DEAD_INCARNATION
+bit rknown[NR] = 1; /* the roster has an entry for r (evicted or lagging ones too): only this
+                     * mutation reads it, and rinc with it */
+#endif
 byte acks = 0;   /* members whose ack of cur was accepted */
 byte natt = 0;   /* attempts of the current transition */
 byte ntrans = 0; /* completed transitions */
@@ -384,7 +391,17 @@ inline commit_check(a, target) {
 
 /* The roster no longer holds receiver r as a member (evicted, not at K, or a new coordinator's
  * empty roster); its incarnation is then read nowhere, so it is cleared (fewer states). */
+#ifdef MUT_KEEP_DEAD_INCARNATION
+/* ...except that this mutation reads the incarnation of an entry that cannot be named (evicted,
+ * lagging): C++ keeps such entries; only a new coordinator's roster has none for a non-member */
+#define FORGET(r) rok[r] = 0
+#define UNKNOWN(r) rok[r] = 0; rinc[r] = 0; rknown[r] = 0
+#define AND_KNOWN(r) ; rknown[r] = 1
+#else
 #define FORGET(r) rok[r] = 0; rinc[r] = 0
+#define UNKNOWN(r) FORGET(r)
+#define AND_KNOWN(r) /* nothing: the unmutated model has no rknown */
+#endif
 
 #ifdef MUT_OLD_INCARNATION_ACKS
 /* broken: the commit marks a member at K by receiver id, so a newer incarnation the roster took
@@ -404,8 +421,8 @@ inline commit_check(a, target) {
  * every other receiver is unknown until its join answers the roll call. */
 #define RECALL(r) \
   if \
-  :: (a_mem[cur] & (1 << (r))) && !cur_aborted -> rok[r] = 1; rinc[r] = a_inc[cur * NR + (r)] \
-  :: else -> FORGET(r) \
+  :: (a_mem[cur] & (1 << (r))) && !cur_aborted -> rok[r] = 1; rinc[r] = a_inc[cur * NR + (r)] AND_KNOWN(r) \
+  :: else -> UNKNOWN(r) \
   fi
 
 /* The log writes K for attempt a: a receiver the attempt does not name is now behind (it holds
@@ -498,6 +515,9 @@ end:
 #define DEAD_MEMBER(r) ((a_mem[cur] & (1 << (r))) && a_inc[cur * NR + (r)] != inc[r])
 #ifdef MUT_EVICTED_REJOINS
 #define JOINS(r) (rinc[r] != inc[r] || !rok[r])
+#elif defined(MUT_KEEP_DEAD_INCARNATION)
+/* broken: a newer incarnation of a receiver the roster knows is ignored (every copy of its join) */
+#define JOINS(r) (!behind[r] && (rinc[r] != inc[r] || !rok[r]) && !(rknown[r] && rinc[r] < inc[r]))
 #else
 #define JOINS(r) (!behind[r] && (rinc[r] != inc[r] || !rok[r]))
 #endif
@@ -515,7 +535,7 @@ end:
   :: else -> skip \
   fi
 #else
-#define JOIN(r) rinc[r] = inc[r]; rok[r] = 1
+#define JOIN(r) rinc[r] = inc[r]; rok[r] = 1 AND_KNOWN(r)
 #endif
 /* A new coordinator roll-calls the receivers its roster does not hold (RECALL forgot them). A
  * receiver still in an attempt since its last K (admitted to one not committed, or holding landed
@@ -858,5 +878,11 @@ end:
 }
 #endif
 
-/* Liveness: every transition ends (checked with pan -a -f, weak fairness). */
-ltl live { <> (ntrans == NTRANS) }
+/* Liveness (checked with pan -a -f, weak fairness): every transition ends, and then the roster
+ * holds every receiver's live incarnation as a member (a restarted, evicted or left-out receiver
+ * is readmitted: it joined as that incarnation and can be named). Once both hold, nothing changes
+ * either (no prepare is left, and faults need a phase other than idle), so "eventually" is
+ * "eventually always". The C++ checker's goal is the same (proofs/README.md, "Liveness that covers
+ * membership"). */
+#define CONVERGED(r) (rok[r] && rinc[r] == inc[r])
+ltl live { <> (ntrans == NTRANS && ALL_R(CONVERGED)) }

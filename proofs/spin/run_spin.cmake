@@ -9,6 +9,8 @@
 #   EXPECT=pass       requires "errors: 0" and a complete search (no "max search depth too small")
 #   EXPECT=violation  requires "errors: N" with N > 0 and "assertion violated"; the counterexample
 #                     trail is replayed with `spin -t` and printed, then kept in WORKDIR.
+#   EXPECT=cycle      the same for a liveness violation: "errors: N", N > 0, and "acceptance cycle"
+#                     (a run with -a, where the never claim of the model's ltl formula is violated).
 foreach(v SPIN CC MODEL WORKDIR EXPECT)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "run_spin.cmake: ${v} is not set")
@@ -66,6 +68,19 @@ elseif(EXPECT STREQUAL "violation")
   list(LENGTH steps nsteps)
   string(REGEX MATCH "[^\n]*assertion violated[^\n]*" which "${trail}")
   message("counterexample (${nsteps} steps, full trail in ${WORKDIR}): ${which}")
+elseif(EXPECT STREQUAL "cycle")
+  if(errors EQUAL 0)
+    message(FATAL_ERROR "spin did not find the liveness violation this mutation introduces")
+  endif()
+  if(NOT out MATCHES "acceptance cycle")
+    message(FATAL_ERROR "spin found an error, but not an acceptance cycle (a liveness violation)")
+  endif()
+  execute_process(COMMAND ${SPIN} ${DEFINES} -t -p -g ${model_name} WORKING_DIRECTORY "${WORKDIR}"
+                  OUTPUT_VARIABLE trail ERROR_VARIABLE trail_err)
+  string(REGEX MATCHALL "[^\n]*proc[^\n]*\n" steps "${trail}")
+  list(LENGTH steps nsteps)
+  string(REGEX MATCH "START OF CYCLE" cyc "${trail}")
+  message("counterexample (${nsteps} steps, ${cyc}; full trail in ${WORKDIR})")
 else()
-  message(FATAL_ERROR "EXPECT must be pass or violation, got '${EXPECT}'")
+  message(FATAL_ERROR "EXPECT must be pass, violation or cycle, got '${EXPECT}'")
 endif()
