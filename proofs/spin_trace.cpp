@@ -6,8 +6,12 @@
 //                       [--promela-extra=-DMUT_x] [--random=N [--seed=S] [--keep-outside]
 //                        [--receivers=LO-HI] [--owners=LO-HI]] [FILE...]
 // For each run inside the shared abstraction: writes DIR/<name>/trace.pml, generates and compiles
-// pan twice (violation run; reach run with -DTRACE_REACH) and compares verdicts:
+// pan twice (violation run; goal run with -DTRACE_GOAL, and where that finds nothing a reach run
+// with -DTRACE_REACH) and compares verdicts:
 //   C++ ok        -> spin: no assertion violation along the trace, and the whole trace followed;
+//                    and liveness on the run: the C++ world settles from the run's last state with
+//                    no fault (fair scheduler) exactly when the model can end every transition with
+//                    its roster converged after the trace (no fault either);
 //   C++ violation -> spin: an assertion violation along the trace or in a continuation of it (the
 //                    C++ monitors fire at other points than the model's assertions).
 // Prints one line per run (AGREE / DISAGREE / SKIP with the reason) and a summary. --table prints
@@ -63,9 +67,14 @@ int sh(const fs::path& dir, const std::string& cmd, const fs::path& log) {
 }
 
 // One spin run on the constrained model: the number of errors pan reports, or -1 on a tool failure.
-long spin_errors(const tools& t, const fs::path& dir, const st::translation& tr, bool reach, std::string& why) {
+enum class pan_run { violation, reach, goal };
+
+long spin_errors(const tools& t, const fs::path& dir, const st::translation& tr, pan_run run, std::string& why) {
+  const bool reach = run != pan_run::violation;
+  const char* tag = run == pan_run::violation ? "violation" : run == pan_run::reach ? "reach" : "goal";
   std::string defs = "-DTRACE";
-  if (reach) defs += " -DTRACE_REACH";
+  if (run == pan_run::goal) defs += " -DTRACE_GOAL";
+  else if (reach) defs += " -DTRACE_REACH";
   else if (tr.cpp_violation) defs += " -DTRACE_FREE_TAIL";
   for (const auto& d : tr.defines) defs += " " + d;
   if (!t.promela_extra.empty()) defs += " " + t.promela_extra;
@@ -73,13 +82,13 @@ long spin_errors(const tools& t, const fs::path& dir, const st::translation& tr,
   for (const auto& d : tr.defines)
     if (d.rfind("-DNTRANS=", 0) == 0) ntrans = std::uint32_t(std::stoul(d.substr(9)));
   defs += " -DMAXA=" + std::to_string(std::max<std::uint32_t>(1, 4 / ntrans));
-  const fs::path log = dir / (reach ? "reach.out" : "violation.out");
+  const fs::path log = dir / (std::string(tag) + ".out");
   // -o3: no statement merging. trace_init's assignments (3 per event) sit in init's atomic block,
   // and spin cannot merge more than 256 of them ("merge requires more than 256 bups": a run of 90
   // events with 5 receivers); the trace runs are small, merging buys them nothing.
   // The spin command, kept beside the run (replay a trail with `spin -t -p` and these flags).
   const std::string spin_cmd = t.spin + " " + defs + " -o3 -a refit.pml";
-  std::ofstream(dir / (reach ? "reach.cmd" : "violation.cmd")) << spin_cmd << "\n";
+  std::ofstream(dir / (std::string(tag) + ".cmd")) << spin_cmd << "\n";
   if (sh(dir, spin_cmd, log) != 0) {
     why = "spin -a failed: " + read_file(log);
     return -1;
@@ -144,22 +153,30 @@ void judge(const tools& t, const std::string& name, const st::translation& tr, t
   fs::copy_file(t.model, dir / "refit.pml");
   std::ofstream(dir / "trace.pml") << tr.trace_pml();
   std::string why_v, why_r;
-  const long ev = spin_errors(t, dir, tr, false, why_v);
-  const long er = tr.cpp_violation ? 0 : spin_errors(t, dir, tr, true, why_r);
+  const long ev = spin_errors(t, dir, tr, pan_run::violation, why_v);
+  // An ok run: the goal run proves "trace followed, and the model can end it" in one pan; only
+  // where it finds nothing does the reach run tell "followed, cannot end" from "not followed".
+  const long eg = tr.cpp_violation || ev != 0 ? 0 : spin_errors(t, dir, tr, pan_run::goal, why_r);
+  const long er = tr.cpp_violation ? 0 : eg > 0 ? eg : eg < 0 ? eg : spin_errors(t, dir, tr, pan_run::reach, why_r);
   if (ev < 0 || er < 0) {
     ++n.errors;
     std::printf("ERROR     %-52s %s\n", name.c_str(), (ev < 0 ? why_v : why_r).c_str());
     return;
   }
-  const std::string cpp = tr.cpp_violation ? "violation (" + tr.cpp_message + ")" : "ok";
+  const bool spin_ends = eg > 0;
+  const std::string cpp_end = !tr.cpp_settles ? ", liveness not compared (" + tr.liveness_note + ")"
+                              : *tr.cpp_settles ? ", settles" : ", never settles";
+  const std::string cpp = tr.cpp_violation ? "violation (" + tr.cpp_message + ")" : "ok" + cpp_end;
   bool ok;
   std::string spin;
   if (tr.cpp_violation) {
     ok = ev > 0;
     spin = ev > 0 ? "violation (" + why_v + ")" : "no violation along the trace or after it";
   } else {
-    ok = ev == 0 && er > 0;
-    spin = ev > 0 ? "violation (" + why_v + ")" : er > 0 ? "ok, trace followed" : "trace NOT followed (the model cannot make these steps)";
+    ok = ev == 0 && er > 0 && (!tr.cpp_settles || *tr.cpp_settles == spin_ends);
+    spin = ev > 0    ? "violation (" + why_v + ")"
+           : er > 0 ? std::string("ok, trace followed") + (spin_ends ? ", ends" : ", cannot end (no fault after the run)")
+                    : "trace NOT followed (the model cannot make these steps)";
   }
   (ok ? n.agree : n.disagree)++;
   std::printf("%-9s %-52s %zu moves -> %zu events; C++: %s; spin: %s\n", ok ? "AGREE" : "DISAGREE", name.c_str(),

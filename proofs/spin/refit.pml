@@ -48,6 +48,10 @@
  * assertion off and asserts instead that the trace is not complete: an "error" then proves the run
  * is realizable in the model. -DTRACE_FREE_TAIL lets the model run free once the trace is consumed
  * (for runs that end in a C++ violation, whose monitor may fire before the model's assertion).
+ * -DTRACE_GOAL (liveness per run, for runs that end without a violation) turns the assertions off,
+ * lets the model run free after the trace with no fault but a deadline, and asserts that the
+ * liveness formula's proposition (every transition ended, the roster converged) does not hold
+ * there: an "error" proves the run is realizable and that the model can still end it.
  *
  * Mutations (compile with -DMUT_x; each must make spin report an assertion violation):
  *   MUT_XOR_RETRY          retry attempts use XOR instead of overwrite
@@ -297,6 +301,10 @@ byte crashes = 0, failovers = 0, drops = 0, dups = 0, evicts = 0, aborts = 0;
 #define E_EVICT 12   /* stop_and_wait's deadline: members not stopped are evicted, the stop ends    */
 #define E_ABORT 13   /* the coordinator aborts the transition (operator, or an owner's frozen_lost) */
 #define E_ROLL_CALL 14 /* a new coordinator's roll call reaches receiver x                        */
+#ifdef TRACE_GOAL
+#define TRACE_REACH
+#define TRACE_FREE_TAIL
+#endif
 #ifdef TRACE
 #include "trace.pml"
 byte ev_k[TLEN];
@@ -309,7 +317,15 @@ byte tp = 0;
  * persistence vs at each member's admission), so a C++ violation must make the model violate along
  * the trace or in some continuation of it */
 #define TAIL (tp >= TLEN)
+#ifdef TRACE_GOAL
+/* liveness "once faults stop": no fault after the run (the budgets of evictions and aborts are
+ * the run's own, so none is left either), but a deadline, which is no fault: the C++ fair
+ * scheduler that judges the run's end fires deadlines too */
+#define CAN_FAIL (tp < TLEN)
+#define CAN_TIME_OUT (tp < TLEN || natt < MAXA)
+#else
 #define CAN_FAIL (tp < TLEN || natt < MAXA)
+#endif
 #else
 #define TAIL false
 #define CAN_FAIL 1
@@ -329,6 +345,9 @@ byte tp = 0;
 #define NEXT skip
 #define CAN_FAIL (natt < MAXA) /* a fault that forces a retry needs an attempt left */
 #define FAULT_PHASE_OK (phase != IDLE)
+#endif
+#ifndef CAN_TIME_OUT
+#define CAN_TIME_OUT CAN_FAIL /* the deadline during transfer: a fault everywhere but TRACE_GOAL's tail */
 #endif
 #ifdef TRACE
 #define LAST_STABLE 1
@@ -604,7 +623,7 @@ end:
        req_att = cur; req_epoch = epoch; req_target = a_target[cur]; req = 1; rep = R_NONE;
        phase = COMMITTING }
   /* deadline passed during transfer: mark_obsolete, then stop_and_wait */
-  :: atomic { phase == TRANSFER && CAN_FAIL && EV(E_DEADLINE, 0, 0) -> NEXT; a_obsolete[cur] = 1; phase = STOPPING }
+  :: atomic { phase == TRANSFER && CAN_TIME_OUT && EV(E_DEADLINE, 0, 0) -> NEXT; a_obsolete[cur] = 1; phase = STOPPING }
   /* abort (an operator's, or an owner that lost the frozen change set): mark_obsolete,
    * stop_and_wait, then the abort is persisted before anyone is told (ABORT_DONE) */
   :: atomic { phase == TRANSFER && aborts < ABORTS && EV(E_ABORT, 0, 0) -> NEXT; aborts++; a_obsolete[cur] = 1; phase = ABORTING }
@@ -870,7 +889,17 @@ init {
   }
 }
 
-#ifdef TRACE_REACH
+/* every transition ended, and the roster holds receiver r's live incarnation as a member */
+#define CONVERGED(r) (rok[r] && rinc[r] == inc[r])
+
+#ifdef TRACE_GOAL
+/* the whole run was followed and then every transition ended and the roster converged: this
+ * assertion failing proves the model can end the run as C++ does (the formula below, on one run) */
+active proctype trace_goal() {
+end:
+  atomic { tp == TLEN && ntrans == NTRANS && ALL_R(CONVERGED) -> assert(false) }
+}
+#elif defined(TRACE_REACH)
 /* the whole run was followed: this assertion failing proves the trace is realizable in the model */
 active proctype trace_complete() {
 end:
@@ -884,5 +913,4 @@ end:
  * either (no prepare is left, and faults need a phase other than idle), so "eventually" is
  * "eventually always". The C++ checker's goal is the same (proofs/README.md, "Liveness that covers
  * membership"). */
-#define CONVERGED(r) (rok[r] && rinc[r] == inc[r])
 ltl live { <> (ntrans == NTRANS && ALL_R(CONVERGED)) }

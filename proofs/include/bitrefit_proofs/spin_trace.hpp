@@ -5,12 +5,18 @@
 // A run (a scenario file, or a checker counterexample rendered as one) is replayed on model::cluster
 // exactly as the scenario runner does (script.hpp: the same find_move, settle and run). Every move,
 // with its effects, becomes zero or more Promela events by THE table below (`mapping`); the moves
-// without a counterpart are free steps of the model or nothing there. spin then answers two
-// questions on the constrained model (proofs/spin_trace.cpp runs it):
+// without a counterpart are free steps of the model or nothing there. spin then answers up to
+// three questions on the constrained model (proofs/spin_trace.cpp runs it):
 //   violation run: does some path along the trace violate an assertion?
-//   reach run (-DTRACE_REACH, assertions off): can the model follow the whole trace?
+//   goal run (-DTRACE_GOAL, assertions off): can the model follow the whole trace and then, with
+//     no fault, end every transition with its roster converged (the liveness formula's goal)?
+//   reach run (-DTRACE_REACH, assertions off; only where the goal run finds nothing): can the
+//     model follow the whole trace?
 // and the verdicts must agree: a run the C++ machines complete without violation must be followed
-// by the model without violation; a run that ends in a C++ violation must make the model violate.
+// by the model without violation, and the model must be able to end it exactly when the C++ world
+// settles from the run's last state with no fault (translation::cpp_settles, by the fair
+// scheduler of the scenario command `run`); a run that ends in a C++ violation must make the
+// model violate.
 //
 // The shared abstraction — what refit.pml can express — is smaller than the C++ world: 1 to 5
 // receivers (an attempt may name any subset of them), 1–4 owners, at most 4 regions per receiver and
@@ -109,6 +115,12 @@ struct translation {
   bool cpp_violation = false;
   std::string cpp_message;
   std::size_t moves = 0;
+  /// Liveness on this run (one without a violation): from the run's last state, with no fault,
+  /// does the C++ world settle (`settled()`: K at the last version, the roster converged, nothing
+  /// in flight)? Decided by the fair scheduler the scenario command `run` uses; unset where not
+  /// judged, with the reason in `liveness_note`.
+  std::optional<bool> cpp_settles;
+  std::string liveness_note;
 
   /// The generated trace.pml (refit.pml includes it under -DTRACE).
   std::string trace_pml() const {
@@ -485,6 +497,18 @@ inline translation translate_scenario(const std::string& text) {
     }
     tr.t.defines.push_back("-DEVICTS=" + std::to_string(evicts));
     tr.t.defines.push_back("-DABORTS=" + std::to_string(aborts));
+    if (tr.w && !tr.t.cpp_violation && !tr.t.skip) {
+      auto end = *tr.w;  // the run's last state; the run itself is not changed
+      for (int i = 0; i < 100000 && !end.settled(); ++i) {
+        auto m = protocol::model::fair_move(end, true, true);
+        if (!m) break;
+        end.apply(*m);
+      }
+      // A coordinator out of attempts waits for an operator (max_attempts); the model has no
+      // such bound on a transition's attempts, so there is nothing to compare.
+      if (end.coord.phase == protocol::coordinator_phase::stuck) tr.t.liveness_note = "C++ needs an operator";
+      else tr.t.cpp_settles = end.settled();
+    }
     return tr.t;
   };
   return mutated ? go(detail::translator<protocol::model::mutated_cluster>{})
