@@ -323,6 +323,9 @@ byte tp = 0;
  * scheduler that judges the run's end fires deadlines too */
 #define CAN_FAIL (tp < TLEN)
 #define CAN_TIME_OUT (tp < TLEN || natt < MAXA)
+/* ...and stop_and_wait's deadline, which evicts whoever has not stopped: C++'s fair scheduler
+ * fires it too, so the tail is not bound by the run's count of evictions */
+#define EVICT_OK (evicts < EVICTS || tp >= TLEN)
 #else
 #define CAN_FAIL (tp < TLEN || natt < MAXA)
 #endif
@@ -348,6 +351,9 @@ byte tp = 0;
 #endif
 #ifndef CAN_TIME_OUT
 #define CAN_TIME_OUT CAN_FAIL /* the deadline during transfer: a fault everywhere but TRACE_GOAL's tail */
+#endif
+#ifndef EVICT_OK
+#define EVICT_OK (evicts < EVICTS) /* stop_and_wait's deadline: within the eviction budget */
 #endif
 #ifdef TRACE
 #define LAST_STABLE 1
@@ -674,7 +680,7 @@ end:
   :: atomic { phase == RECOVERING && ALL_STOPPED -> RECOVERED }
   /* stop_and_wait's deadline (after a retry's or a recovery's mark_obsolete): members not stopped
    * are evicted, and the stop ends as above */
-  :: atomic { (phase == STOPPING || phase == RECOVERING || phase == ABORTING) && evicts < EVICTS && SOME_UNSTOPPED &&
+  :: atomic { (phase == STOPPING || phase == RECOVERING || phase == ABORTING) && EVICT_OK && SOME_UNSTOPPED &&
               EV(E_EVICT, 0, 0) ->
        NEXT; evicts++;
        SEQ_R(EVICT);
