@@ -157,7 +157,7 @@ void judge(const tools& t, const std::string& name, const st::translation& tr, t
   // An ok run: the goal run proves "trace followed, and the model can end it" in one pan; only
   // where it finds nothing does the reach run tell "followed, cannot end" from "not followed".
   const long eg = tr.cpp_violation || ev != 0 ? 0 : spin_errors(t, dir, tr, pan_run::goal, why_r);
-  const long er = tr.cpp_violation ? 0 : eg > 0 ? eg : eg < 0 ? eg : spin_errors(t, dir, tr, pan_run::reach, why_r);
+  const long er = tr.cpp_violation ? 0 : eg != 0 ? eg : spin_errors(t, dir, tr, pan_run::reach, why_r);
   if (ev < 0 || er < 0) {
     ++n.errors;
     std::printf("ERROR     %-52s %s\n", name.c_str(), (ev < 0 ? why_v : why_r).c_str());
