@@ -185,12 +185,16 @@ void judge(const tools& t, const std::string& name, const st::translation& tr, t
 }
 
 // The C++ checker's counterexample of every mutation the model also has, with the bounds of
-// proofs/mutation_cases.inc (the smallest that contain the fault each one needs).
+// proofs/mutation_cases.inc (the smallest that contain the fault each one needs). A liveness one
+// (keep_dead_incarnation, test_checker.cpp's Liveness test) is a path to a state from which the
+// world never settles: replayed, it is a run without a violation whose end C++ cannot settle, and
+// the model must not be able to end it either.
 std::vector<std::pair<std::string, std::string>> mutation_counterexamples() {
   using M = protocol::protocol_mutation;
   struct mcase {
     M m;
     void (*bounds)(proofs::cluster_bounds&);
+    bool liveness = false;
   };
   const mcase cases[] = {
       {M::retry_by_xor, [](proofs::cluster_bounds& b) { b.early_deadlines = 1; }},
@@ -200,6 +204,7 @@ std::vector<std::pair<std::string, std::string>> mutation_counterexamples() {
       {M::retry_without_stop_and_wait, [](proofs::cluster_bounds& b) { b.early_deadlines = 1; }},
       {M::blind_write_commit, [](proofs::cluster_bounds& b) { b.owners = 1; b.failovers = 1; }},
       {M::accept_old_incarnation_acks, [](proofs::cluster_bounds& b) { b.owners = 1; b.transitions = 2; b.crashes = 1; }},
+      {M::keep_dead_incarnation, [](proofs::cluster_bounds& b) { b.receivers = 1; b.owners = 1; b.crashes = 1; }, true},
   };
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& c : cases) {
@@ -209,7 +214,7 @@ std::vector<std::pair<std::string, std::string>> mutation_counterexamples() {
     b.mutation = c.m;
     c.bounds(b);
     proofs::check_options opt;
-    opt.liveness = false;
+    opt.liveness = c.liveness;
     opt.threads = 1;
     const auto r = proofs::check(proofs::mutated_cluster_world(b), opt);
     const std::string name = "mutation_" + std::string(to_string(c.m)) + "_counterexample";

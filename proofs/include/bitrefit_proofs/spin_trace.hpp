@@ -152,6 +152,7 @@ inline std::optional<std::string> promela_mutation(protocol::protocol_mutation m
     case M::blind_write_commit: return std::string("-DMUT_BLIND_WRITE");
     case M::join_mid_attempt: return std::string("-DMUT_JOIN_MID_ATTEMPT");
     case M::accept_old_incarnation_acks: return std::string("-DMUT_OLD_INCARNATION_ACKS");
+    case M::keep_dead_incarnation: return std::string("-DMUT_KEEP_DEAD_INCARNATION");
     default: return std::nullopt;
   }
 }
