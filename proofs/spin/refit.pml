@@ -318,9 +318,9 @@ byte tp = 0;
  * the trace or in some continuation of it */
 #define TAIL (tp >= TLEN)
 #ifdef TRACE_GOAL
-/* liveness "once faults stop": no fault after the run (the budgets of evictions and aborts are
- * the run's own, so none is left either), but a deadline, which is no fault: the C++ fair
- * scheduler that judges the run's end fires deadlines too */
+/* liveness "once faults stop": no fault after the run (the abort budget is the run's own, so none
+ * is left either), but a deadline, which is no fault: the C++ fair scheduler that judges the
+ * run's end fires deadlines too */
 #define CAN_FAIL (tp < TLEN)
 #define CAN_TIME_OUT (tp < TLEN || natt < MAXA)
 /* ...and stop_and_wait's deadline, which evicts whoever has not stopped: C++'s fair scheduler
@@ -917,6 +917,6 @@ end:
  * holds every receiver's live incarnation as a member (a restarted, evicted or left-out receiver
  * is readmitted: it joined as that incarnation and can be named). Once both hold, nothing changes
  * either (no prepare is left, and faults need a phase other than idle), so "eventually" is
- * "eventually always". The C++ checker's goal is the same (proofs/README.md, "Liveness that covers
+ * "eventually always". The C++ checker's goal is the same (proofs/README.md, "Liveness covers
  * membership"). */
 ltl live { <> (ntrans == NTRANS && ALL_R(CONVERGED)) }
