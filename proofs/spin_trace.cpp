@@ -165,7 +165,7 @@ void judge(const tools& t, const std::string& name, const st::translation& tr, t
   }
   const bool spin_ends = eg > 0;
   const std::string cpp_end = !tr.cpp_settles ? ", liveness not compared (" + tr.liveness_note + ")"
-                              : *tr.cpp_settles ? ", settles" : ", never settles";
+                              : *tr.cpp_settles ? ", settles" : ", never settles (" + tr.liveness_note + ")";
   const std::string cpp = tr.cpp_violation ? "violation (" + tr.cpp_message + ")" : "ok" + cpp_end;
   bool ok;
   std::string spin;

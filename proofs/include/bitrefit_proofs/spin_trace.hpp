@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "bitrefit/protocol/model/script.hpp"
+#include "bitrefit_proofs/random_schedules.hpp"
 
 namespace bitrefit::proofs::spin {
 
@@ -117,8 +118,9 @@ struct translation {
   std::size_t moves = 0;
   /// Liveness on this run (one without a violation): from the run's last state, with no fault,
   /// does the C++ world settle (`settled()`: K at the last version, the roster converged, nothing
-  /// in flight)? Decided by the fair scheduler the scenario command `run` uses; unset where not
-  /// judged, with the reason in `liveness_note`.
+  /// in flight)? Decided by the harness's settle phase (fuzz::settle: the fair scheduler of the
+  /// scenario command `run`); unset where the coordinator needs an operator. `liveness_note`:
+  /// why it does not settle.
   std::optional<bool> cpp_settles;
   std::string liveness_note;
 
@@ -500,15 +502,13 @@ inline translation translate_scenario(const std::string& text) {
     tr.t.defines.push_back("-DABORTS=" + std::to_string(aborts));
     if (tr.w && !tr.t.cpp_violation && !tr.t.skip) {
       auto end = *tr.w;  // the run's last state; the run itself is not changed
-      for (int i = 0; i < 100000 && !end.settled(); ++i) {
-        auto m = protocol::model::fair_move(end, true, true);
-        if (!m) break;
-        end.apply(*m);
-      }
+      // The harness's settle phase: the fair scheduler, no fault, until settled (or why not),
+      // within the harness's bound of fair moves.
+      const auto why = fuzz::settle(end, fuzz::options{}.settle_bound);
+      if (why) tr.t.liveness_note = *why;
       // A coordinator out of attempts waits for an operator (max_attempts); the model has no
       // such bound on a transition's attempts, so there is nothing to compare.
-      if (end.coord.phase == protocol::coordinator_phase::stuck) tr.t.liveness_note = "C++ needs an operator";
-      else tr.t.cpp_settles = end.settled();
+      if (!end.stuck) tr.t.cpp_settles = !why;
     }
     return tr.t;
   };
