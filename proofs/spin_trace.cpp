@@ -6,8 +6,8 @@
 //                       [--promela-extra=-DMUT_x] [--random=N [--seed=S] [--keep-outside]
 //                        [--receivers=LO-HI] [--owners=LO-HI]] [FILE...]
 // For each run inside the shared abstraction: writes DIR/<name>/trace.pml, generates and compiles
-// pan twice (violation run; goal run with -DTRACE_GOAL, and where that finds nothing a reach run
-// with -DTRACE_REACH) and compares verdicts:
+// pan two or three times (violation run; for a run without a C++ violation, a goal run with
+// -DTRACE_GOAL and, where that finds nothing, a reach run with -DTRACE_REACH) and compares verdicts:
 //   C++ ok        -> spin: no assertion violation along the trace, and the whole trace followed;
 //                    and liveness on the run: the C++ world settles from the run's last state with
 //                    no fault (fair scheduler) exactly when the model can end every transition with
@@ -70,11 +70,10 @@ int sh(const fs::path& dir, const std::string& cmd, const fs::path& log) {
 enum class pan_run { violation, reach, goal };
 
 long spin_errors(const tools& t, const fs::path& dir, const st::translation& tr, pan_run run, std::string& why) {
-  const bool reach = run != pan_run::violation;
   const char* tag = run == pan_run::violation ? "violation" : run == pan_run::reach ? "reach" : "goal";
   std::string defs = "-DTRACE";
   if (run == pan_run::goal) defs += " -DTRACE_GOAL";
-  else if (reach) defs += " -DTRACE_REACH";
+  else if (run == pan_run::reach) defs += " -DTRACE_REACH";
   else if (tr.cpp_violation) defs += " -DTRACE_FREE_TAIL";
   for (const auto& d : tr.defines) defs += " " + d;
   if (!t.promela_extra.empty()) defs += " " + t.promela_extra;
@@ -110,7 +109,7 @@ long spin_errors(const tools& t, const fs::path& dir, const st::translation& tr,
     why = "pan: max search depth too small";
     return -1;
   }
-  if (!reach) {  // keep the violated assertion's text for the report
+  if (run == pan_run::violation) {  // keep the violated assertion's text for the report
     std::smatch a;
     if (std::regex_search(out, a, std::regex("assertion violated [^\\n]*"))) why = a[0];
   }

@@ -14,8 +14,8 @@
 //     model follow the whole trace?
 // and the verdicts must agree: a run the C++ machines complete without violation must be followed
 // by the model without violation, and the model must be able to end it exactly when the C++ world
-// settles from the run's last state with no fault (translation::cpp_settles, by the fair
-// scheduler of the scenario command `run`); a run that ends in a C++ violation must make the
+// settles from the run's last state with no fault (translation::cpp_settles, by the random
+// harness's settle phase, fuzz::settle); a run that ends in a C++ violation must make the
 // model violate.
 //
 // The shared abstraction — what refit.pml can express — is smaller than the C++ world: 1 to 5
