@@ -38,6 +38,7 @@
 
 #include "bitrefit_proofs/checker.hpp"
 #include "bitrefit_proofs/cluster_world.hpp"
+#include "bitrefit_proofs/mutation_cases.hpp"
 #include "bitrefit_proofs/random_schedules.hpp"
 #include "bitrefit_proofs/spin_trace.hpp"
 
@@ -183,45 +184,25 @@ void judge(const tools& t, const std::string& name, const st::translation& tr, t
   if (!ok) std::printf("          trace and pan output kept in %s\n", dir.c_str());
 }
 
-// The C++ checker's counterexample of every mutation the model also has, with the bounds of
-// proofs/mutation_cases.inc (the smallest that contain the fault each one needs). A liveness one
-// (keep_dead_incarnation, test_checker.cpp's Liveness test) is a path to a state from which the
+// The C++ checker's counterexample of every mutation the model also has (promela_mutation), in the
+// world of its row of proofs::mutation_cases() (mutation_cases.hpp: the smallest that contains the
+// fault it needs). A liveness row (keep_dead_incarnation) gives a path to a state from which the
 // world never settles: replayed, it is a run without a violation whose end C++ cannot settle, and
 // the model must not be able to end it either.
 std::vector<std::pair<std::string, std::string>> mutation_counterexamples() {
-  using M = protocol::protocol_mutation;
-  struct mcase {
-    M m;
-    void (*bounds)(proofs::cluster_bounds&);
-    bool liveness = false;
-  };
-  const mcase cases[] = {
-      {M::retry_by_xor, [](proofs::cluster_bounds& b) { b.early_deadlines = 1; }},
-      {M::commit_before_all_acks, [](proofs::cluster_bounds&) {}},
-      {M::dedup_off, [](proofs::cluster_bounds& b) { b.duplicates = 1; }},
-      {M::delta_against_uncommitted_base, [](proofs::cluster_bounds&) {}},
-      {M::retry_without_stop_and_wait, [](proofs::cluster_bounds& b) { b.early_deadlines = 1; }},
-      {M::blind_write_commit, [](proofs::cluster_bounds& b) { b.owners = 1; b.failovers = 1; }},
-      {M::accept_old_incarnation_acks, [](proofs::cluster_bounds& b) { b.owners = 1; b.transitions = 2; b.crashes = 1; }},
-      {M::keep_dead_incarnation, [](proofs::cluster_bounds& b) { b.receivers = 1; b.owners = 1; b.crashes = 1; }, true},
-  };
   std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& c : cases) {
-    proofs::cluster_bounds b;
-    b.chunks = 1;
-    b.transitions = 1;
-    b.mutation = c.m;
-    c.bounds(b);
+  for (const auto& c : proofs::mutation_cases()) {
+    if (!st::promela_mutation(c.mutation)) continue;
     proofs::check_options opt;
     opt.liveness = c.liveness;
     opt.threads = 1;
-    const auto r = proofs::check(proofs::mutated_cluster_world(b), opt);
-    const std::string name = "mutation_" + std::string(to_string(c.m)) + "_counterexample";
+    const auto r = proofs::check(proofs::mutated_cluster_world(c.bounds), opt);
+    const std::string name = "mutation_" + std::string(to_string(c.mutation)) + "_counterexample";
     if (r.ok() || r.counterexample.empty()) {
       out.emplace_back(name, "");  // not found: reported as an error below
       continue;
     }
-    out.emplace_back(name, proofs::counterexample_scenario<protocol::model::mutated_cluster>(b, r.counterexample, r.violation));
+    out.emplace_back(name, proofs::counterexample_scenario<protocol::model::mutated_cluster>(c.bounds, r.counterexample, r.violation));
   }
   return out;
 }

@@ -3,7 +3,7 @@
 //
 // 1. A fixed-seed run over 3-5 receivers, 2-3 owners, 3-4 transitions settles every schedule,
 //    exercises every fault kind the world has, and gives the same totals on 1 and 2 threads.
-// 2. Known mutations (mutation_cases.inc's knob) ARE found — a safety one and a liveness one — and
+// 2. Known mutations (rows of mutation_cases.hpp) ARE found — a safety one and a liveness one — and
 //    shrunk, and the scenario file written for each replays through the protocol's scenario runner
 //    (test_protocol's format) to exactly the recorded output, ending in the same verdict.
 #include <gtest/gtest.h>
