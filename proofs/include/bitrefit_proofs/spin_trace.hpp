@@ -437,19 +437,11 @@ struct translator {
     if (cmd == "world") return world(rest);
     if (!w || t.cpp_violation) return;  // nothing after the first violation is judged
     if (cmd == "state" || cmd == "inflight" || cmd == "moves" || cmd == "check") return;
-    if (cmd == "settle" || cmd == "run") {
-      const bool full = cmd == "run";
-      std::size_t limit = full ? 1000 : 100000;
-      bool with_log = true;
-      if (full && !rest.empty()) limit = std::stoul(rest);
-      if (!full && rest.find("no-log") != std::string::npos) with_log = false;
-      for (std::size_t i = 0; i < limit; ++i) {
-        if (full && w->settled()) break;
-        auto m = protocol::model::fair_move(*w, full, with_log);
-        if (!m) break;
-        step(*m);
-        if (t.cpp_violation) break;
-      }
+    if (protocol::model::is_fair_command(cmd)) {
+      protocol::model::run_fair_command(*w, cmd, rest, [&](const protocol::model::move& m) {
+        step(m);
+        return t.cpp_violation;
+      });
       return;
     }
     auto m = w->find_move(line);

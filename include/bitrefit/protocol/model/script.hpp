@@ -125,6 +125,30 @@ inline std::string world_line(const world_config& c) {
   return s;
 }
 
+/// The scenario commands that hand the world to the fair scheduler (fair_move): `settle [no-log]`
+/// (no deadlines; at most 100 000 moves; `no-log`: the commit log answers nothing) and `run [N]`
+/// (deadlines too; until the world settled, at most N moves, default 1 000).
+inline bool is_fair_command(const std::string& cmd) { return cmd == "settle" || cmd == "run"; }
+
+/// Takes the fair scheduler's moves for `cmd rest` (is_fair_command) until none is enabled, the
+/// limit is reached, the world settled (`run`), or `take(move)` — which applies the move — returns
+/// true (stop: e.g. a violation). The one reading of these commands: the scenario runner below and
+/// the spin trace translation (proofs) both replay them.
+template <class W, class Take>
+void run_fair_command(W& w, const std::string& cmd, const std::string& rest, Take take) {
+  const bool full = cmd == "run";
+  std::size_t limit = full ? 1000 : 100000;
+  bool with_log = true;
+  if (full && !rest.empty()) limit = std::stoul(rest);
+  if (!full && rest.find("no-log") != std::string::npos) with_log = false;
+  for (std::size_t i = 0; i < limit; ++i) {
+    if (full && w.settled()) break;
+    auto m = fair_move(w, full, with_log);
+    if (!m) break;
+    if (take(*m)) break;
+  }
+}
+
 /// Runs scenario commands against one world of type W (cluster or mutated_cluster).
 template <class W>
 struct basic_script_runner {
@@ -158,22 +182,15 @@ struct basic_script_runner {
         auto v = w.check_invariants();
         return v ? "VIOLATION: " + *v : "ok";
       }
-      if (cmd == "settle" || cmd == "run") {
+      if (is_fair_command(cmd)) {
         const bool full = cmd == "run";
-        std::size_t limit = full ? 1000 : 100000;
-        bool with_log = true;
-        if (full && !rest.empty()) limit = std::stoul(rest);
-        if (!full && rest.find("no-log") != std::string::npos) with_log = false;
-        for (std::size_t i = 0; i < limit; ++i) {
-          if (full && w.settled()) break;
-          auto m = fair_move(w, full, with_log);
-          if (!m) break;
-          out.push_back("> " + w.describe(*m));
+        run_fair_command(w, cmd, rest, [&](const move& m) {
+          out.push_back("> " + w.describe(m));
           std::vector<std::string> t;
-          w.apply(*m, full ? nullptr : &t);
+          w.apply(m, full ? nullptr : &t);
           for (auto& l : t) out.push_back("  " + l);
-          if (w.check_invariants()) break;
-        }
+          return w.check_invariants().has_value();
+        });
         if (full) out.push_back(w.settled() ? "settled" : "not settled");
         if (auto v = w.check_invariants()) out.push_back("VIOLATION: " + *v);
         return join(out, "(no moves)");
