@@ -29,6 +29,12 @@
  *    the last persisted attempt; any other receiver is unknown until its join answers the roll
  *    call, so an attempt may name fewer receivers, or none. A receiver still in an attempt answers
  *    the roll call by restoring K densely under a new incarnation first (ANSWER_ROLL_CALL, H2).
+ *  - Sender restarts (SRESTARTS, default 0): the coordinator and every owner restart (a failover,
+ *    and the owners' durable frozen images kept or lost), and the trainer has moved on: its bits of
+ *    the next version differ from those the transition's prepares name (tflav, named). A retry
+ *    sends from the durable image; an owner without the named one answers frozen_lost and the
+ *    coordinator aborts (flost). Regions still hold version numbers only: the bits an owner
+ *    freezes are checked where it freezes them (as the C++ monitor does, finding B1).
  *  - Faults are budgeted: CRASHES receiver crashes, FAILOVERS coordinator failovers, DROPS lost copies,
  *    DUPS duplicated copies, EVICTS evictions. A fault that forces a retry is only enabled while the transition has
  *    attempts left (natt < MAXA): the "eventually reliable delivery and stable members" assumption
@@ -70,10 +76,14 @@
  *                          newer incarnation joining during transfer leaves the attempt live with
  *                          the dead one's ack, and the commit counts the newer one as at K (the
  *                          twin of the C++ mutation accept_old_incarnation_acks)
+ *   MUT_REFREEZE_AT_RESTART an owner without the frozen image a retry names freezes the trainer's
+ *                          current bits for it instead of answering frozen_lost (needs SRESTARTS;
+ *                          the twin of the C++ refreeze_at_restart, finding B1)
  * and, for the trace check's drift tests only (no exhaustive run reaches what they change: the
  * exhaustive runs have NOVW = 0 and restore a receiver not waited for at once):
  *   MUT_OVW_AS_XOR         an overwrite payload riding in an XOR attempt is applied as XOR
  *   MUT_ADMIT_CURRENT_ONLY a receiver admits only the newest attempt, never a late older prepare
+ *   MUT_RESTART_LOSES_IMAGES every owner's frozen image is gone after a sender restart (trace mode)
  */
 
 #ifndef NR
@@ -108,6 +118,9 @@
 #endif
 #ifndef EVICTS
 #define EVICTS 1
+#endif
+#ifndef SRESTARTS
+#define SRESTARTS 0 /* sender restarts (see the header): none unless asked for */
 #endif
 #ifndef NOVW
 #define NOVW 0 /* the last NOVW payloads of every owner are coded as overwrite even in an XOR attempt */
@@ -179,7 +192,11 @@
 #ifdef TRACE
 #define NATT 6 /* attempt ids 1..NATT; 0 = none (the translation keeps a run within 6 attempts) */
 #else
+#if SRESTARTS > 0
+#define NATT ((NTRANS + ABORTS + SRESTARTS) * MAXA) /* an abort (an owner's frozen_lost too) starts it afresh */
+#else
 #define NATT ((NTRANS + ABORTS) * MAXA) /* an abort starts the transition afresh */
+#endif
 #endif
 #if NATT > 6
 #error "refit.pml's option lists (INGEST, APPLY) hold at most 6 attempts"
@@ -236,6 +253,15 @@ byte ntrans = 0; /* completed transitions */
 
 /* ---- owners ------------------------------------------------------------------------------ */
 byte B[NO]; /* baseline version B^v */
+#if SRESTARTS > 0
+byte F[NO];        /* owner o's durable frozen image of the transition: 0 none, else 1 + the trainer
+                    * bits it holds (a restart may lose it) */
+byte tflav = 0;    /* the trainer's bits of the next version: each sender restart finds them moved on */
+byte named = 0;    /* the trainer bits the transition's prepares name (tflav at its first prepare) */
+bit flost = 0;     /* an owner answered the current attempt with frozen_lost */
+bit olost = 0;     /* scratch: the owner being prepared has lost its image (always 0 between steps) */
+byte srestarts = 0;
+#endif
 
 /* ---- receivers --------------------------------------------------------------------------- */
 byte reg[NR * NP];
@@ -301,6 +327,8 @@ byte crashes = 0, failovers = 0, drops = 0, dups = 0, evicts = 0, aborts = 0;
 #define E_EVICT 12   /* stop_and_wait's deadline: members not stopped are evicted, the stop ends    */
 #define E_ABORT 13   /* the coordinator aborts the transition (operator, or an owner's frozen_lost) */
 #define E_ROLL_CALL 14 /* a new coordinator's roll call reaches receiver x                        */
+#define E_SRESTART 15  /* the sender restarts: y = the owners whose durable image still holds the
+                        * bits the transition's prepares name (the failover is E_FAILOVER, later) */
 #ifdef TRACE_GOAL
 #define TRACE_REACH
 #define TRACE_FREE_TAIL
@@ -459,6 +487,34 @@ inline log_commit(a, target) {
   SEQ_R(LEFT_OUT_OF_A)
 }
 
+/* Owner o's payloads of the current attempt, one copy to every member. */
+#define SEND_PAYLOADS(o) \
+  i = 0; \
+  do \
+  :: i < NR * NS -> \
+     if :: a_mem[cur] & (1 << (i / NS)) -> BAG(cur, i / NS, o * NS + i % NS)++ :: else -> skip fi; i++ \
+  :: else -> break \
+  od; \
+  i = 0
+
+#if SRESTARTS > 0
+/* The transition's first attempt freezes the trainer's bits (durably: F); a retry sends from that
+ * image, and an owner without the one the prepare names answers frozen_lost (owner.hpp: receivers
+ * may hold a mix of K.v and those very bits). Where an owner freezes, it freezes the named bits
+ * (the C++ monitor "froze the trainer's current bits, not the ones its prepare names"). */
+#ifdef MUT_REFREEZE_AT_RESTART
+#define RETRY_WITHOUT_IMAGE(o) F[o] = tflav + 1; CHECK(F[o] == named + 1) /* broken: freezes the trainer's bits now */
+#else
+#define RETRY_WITHOUT_IMAGE(o) olost = 1
+#endif
+#define FREEZE_OR_LOSE(o) \
+  if \
+  :: natt == 1 -> F[o] = tflav + 1; CHECK(F[o] == named + 1) \
+  :: natt > 1 && F[o] == named + 1 -> skip \
+  :: natt > 1 && F[o] != named + 1 -> RETRY_WITHOUT_IMAGE(o) \
+  fi
+#endif
+
 /* Owner o: freezes the change set at prepare (against K.v) and sends its NS payloads to every
  * member; it advances its baseline idempotently when it reads the new commit record. */
 inline owner_freeze_send(o) {
@@ -468,13 +524,12 @@ inline owner_freeze_send(o) {
   B[o] = a_target[cur];
 #endif
   a_base[cur * NO + o] = B[o];
-  i = 0;
-  do
-  :: i < NR * NS ->
-     if :: a_mem[cur] & (1 << (i / NS)) -> BAG(cur, i / NS, o * NS + i % NS)++ :: else -> skip fi; i++
-  :: else -> break
-  od;
-  i = 0
+#if SRESTARTS > 0
+  FREEZE_OR_LOSE(o);
+  if :: olost -> flost = 1; olost = 0 :: else -> SEND_PAYLOADS(o) fi
+#else
+  SEND_PAYLOADS(o)
+#endif
 }
 
 proctype owner(byte o) {
@@ -597,6 +652,21 @@ end:
 #define REJOINS(r) (JOINS(r) && (a_mem[cur] & (1 << (r))))
 #define REJOIN_BRANCH(r) :: REJOINS(r) -> JOIN(r)
 
+/* An abort within the budget, or the one an owner's frozen_lost asks for (not budgeted: a sender
+ * restart's cost; in trace mode the run's own aborts include it, so only the free tail takes it). */
+#if SRESTARTS > 0
+#ifdef TRACE
+#define FLOST_ABORT (TAIL && flost)
+#else
+#define FLOST_ABORT flost
+#endif
+#define ABORT_OK (aborts < ABORTS || FLOST_ABORT)
+#define COUNT_ABORT if :: FLOST_ABORT -> flost = 0 :: else -> aborts++ fi
+#else
+#define ABORT_OK (aborts < ABORTS)
+#define COUNT_ABORT aborts++
+#endif
+
 /* ---------------------------------------------------------------------------------------- */
 active proctype coordinator() {
 end:
@@ -612,6 +682,10 @@ end:
        a_mode[cur] = (natt == 1 -> XOR : OVW);
 #endif
        a_target[cur] = Kv + 1;
+#if SRESTARTS > 0
+       if :: natt == 1 -> named = tflav :: else -> skip fi; /* the transition's prepares name these bits */
+       flost = 0;
+#endif
        i = 0;
        do
        :: i < NR -> a_inc[cur * NR + i] = (a_mem[cur] & (1 << i) -> rinc[i] : NOMEM); i++
@@ -632,7 +706,7 @@ end:
   :: atomic { phase == TRANSFER && CAN_TIME_OUT && EV(E_DEADLINE, 0, 0) -> NEXT; a_obsolete[cur] = 1; phase = STOPPING }
   /* abort (an operator's, or an owner that lost the frozen change set): mark_obsolete,
    * stop_and_wait, then the abort is persisted before anyone is told (ABORT_DONE) */
-  :: atomic { phase == TRANSFER && aborts < ABORTS && EV(E_ABORT, 0, 0) -> NEXT; aborts++; a_obsolete[cur] = 1; phase = ABORTING }
+  :: atomic { phase == TRANSFER && ABORT_OK && EV(E_ABORT, 0, 0) -> NEXT; COUNT_ABORT; a_obsolete[cur] = 1; phase = ABORTING }
   /* The join of a restarted receiver's newer incarnation reaches the coordinator: only now does
    * the roster (rinc) know it, so a prepare persisted in between names the dead incarnation, which
    * can never admit it. During transfer the attempt names the dead incarnation (a_inc = rinc at
@@ -857,17 +931,44 @@ end:
   :: atomic { crashes < CRASHES && CAN_FAIL && FAULT_PHASE_OK && EV(E_CRASH, r, 0) -> \
        NEXT; crashes++; RESTART(r) }
 
+/* A new coordinator takes over: it bumps the epoch (fencing the old one's requests in the log),
+ * loses the volatile state, and recovers the attempt it finds persisted. */
+#define NEW_COORDINATOR \
+  epoch++; log_epoch = epoch; acks = 0; rep = R_NONE; SEQ_R(RECALL); a_obsolete[cur] = 1; phase = RECOVERING
+#if SRESTARTS > 0
+#define LOSE_IMAGE(o) F[o] = 0
+#ifdef MUT_RESTART_LOSES_IMAGES
+#define IMAGE_AS_RUN(o) F[o] = 0 /* drift: every image is gone after a restart, whatever the run says */
+#else
+#define IMAGE_AS_RUN(o) if :: ev_y[tp] & (1 << (o)) -> F[o] = named + 1 :: else -> F[o] = 0 fi
+#endif
+#endif
+
 active proctype env() {
 end:
   do
   OPT_R(DROPS_TO)
   OPT_R(DUPS_TO)
   OPT_R(CRASH)
-  /* coordinator failover: the new coordinator bumps the epoch (fencing the old one's requests in
-   * the log), loses the volatile state, and recovers the attempt it finds persisted */
+  /* coordinator failover */
   :: atomic { failovers < FAILOVERS && CAN_FAIL && phase != IDLE && EV(E_FAILOVER, 0, 0) ->
-       NEXT; failovers++; epoch++; log_epoch = epoch; acks = 0; rep = R_NONE; SEQ_R(RECALL);
-       a_obsolete[cur] = 1; phase = RECOVERING }
+       NEXT; failovers++; NEW_COORDINATOR }
+#if SRESTARTS > 0
+#ifdef TRACE
+  /* the sender restarts as the run says: which owners kept the named image; its new coordinator's
+   * claim is the failover event that follows */
+  :: atomic { srestarts < SRESTARTS && tp < TLEN && ev_k[tp] == E_SRESTART ->
+       SEQ_O(IMAGE_AS_RUN); NEXT; srestarts++; tflav++ }
+#else
+  /* the sender restarts: a new coordinator, the trainer moved on, and the owners' images kept, or
+   * lost where nothing can commit them behind the new coordinator's back (no compare-and-set
+   * pending: cluster.hpp frozen_can_vanish) */
+  :: atomic { srestarts < SRESTARTS && CAN_FAIL && phase != IDLE ->
+       srestarts++; tflav++;
+       if :: skip :: !req -> SEQ_O(LOSE_IMAGE) fi;
+       NEW_COORDINATOR }
+#endif
+#endif
 #ifdef TRACE
   /* a failover while no attempt is in progress only fences the old epoch */
   :: atomic { failovers < FAILOVERS && phase == IDLE && EV(E_FAILOVER, 0, 0) ->

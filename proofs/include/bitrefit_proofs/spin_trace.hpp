@@ -23,7 +23,8 @@
 // 6 attempts in all, every payload of an
 // attempt in that attempt's mode but the last overwrite_chunks of each owner (overwrite in an XOR
 // attempt: the model's NOVW), sync or async gate (the model has no gate), every fault kind (an
-// owner crash, a sender restart or a conflicting copy is no event of its own, a commit-log fault
+// owner crash or a conflicting copy is no event of its own, a sender restart the images it left
+// (E_SRESTART) and then a failover, a commit-log fault
 // on a claim, prepare or read at most a failover or prepare event, a corrupt copy a drop, a
 // member's failure report a deadline: see step()), a drop,
 // duplicate or corruption of a payload only of the current attempt,
@@ -50,7 +51,7 @@ namespace bitrefit::proofs::spin {
 /// Promela events (refit.pml's E_* constants, same numbers).
 enum class event_kind : std::uint8_t {
   prep = 1, admit = 2, ingest = 3, ack = 4, deadline = 5, cas = 6, crash = 7, failover = 8, drop = 9, dup = 10,
-  rejoin = 11, evict = 12, abort = 13, roll_call = 14
+  rejoin = 11, evict = 12, abort = 13, roll_call = 14, sender_restart = 15
 };
 
 /// THE mapping: C++ move (and what it did) -> Promela step. One row per event kind; every other
@@ -92,6 +93,10 @@ inline constexpr mapping_row mapping[] = {
      "undelivered: the receiver is not stepped), τ the current attempt",
      "env: DROP(r, O*NS+S) (E_DROP; DROPS counts drops and corruptions)"},
     {"`duplicate oO->rR payload τ/O/S`, τ the current attempt", "env: DUP(r, O*NS+S) (E_DUP)"},
+    {"`restart sender` (the coordinator and every owner restart; the trainer moved on); M = the owners whose durable "
+     "frozen image still holds the bits the log's uncommitted prepare names",
+     "env: sender restart (E_SRESTART, y = M as a bitmask): the model's images F as M says, the trainer's bits "
+     "(tflav) move on; its new coordinator's claim is the failover event that follows"},
     {"`deliver c->rR roll_call eN` to a live receiver",
      "receiver(r): the roll call's answer (E_ROLL_CALL r): it restarts first if it is in an attempt (ANSWER_ROLL_CALL)"},
     {"`drop`/`duplicate` of any other message (prepare, open, flush, obsolete, stopped, announce, join, manifest, ...)",
@@ -155,6 +160,7 @@ inline std::optional<std::string> promela_mutation(protocol::protocol_mutation m
     case M::join_mid_attempt: return std::string("-DMUT_JOIN_MID_ATTEMPT");
     case M::accept_old_incarnation_acks: return std::string("-DMUT_OLD_INCARNATION_ACKS");
     case M::keep_dead_incarnation: return std::string("-DMUT_KEEP_DEAD_INCARNATION");
+    case M::refreeze_at_restart: return std::string("-DMUT_REFREEZE_AT_RESTART");
     default: return std::nullopt;
   }
 }
@@ -188,6 +194,7 @@ struct translator {
                  "-DNS=" + std::to_string(cfg.chunks_per_owner), "-DNTRANS=" + std::to_string(cfg.transitions),
                  "-DCRASHES=" + std::to_string(cfg.crashes),
                  "-DFAILOVERS=" + std::to_string(cfg.failovers + cfg.sender_restarts),
+                 "-DSRESTARTS=" + std::to_string(cfg.sender_restarts),
                  "-DDROPS=" + std::to_string(cfg.drops + cfg.corruptions), "-DDUPS=" + std::to_string(cfg.duplicates),
                  "-DNOVW=" + std::to_string(cfg.overwrite_chunks)};
     if (mut && !mut->empty()) t.defines.push_back(*mut);
@@ -201,6 +208,22 @@ struct translator {
     return it->second;
   }
   std::uint32_t current_attempt() const { return std::uint32_t(promela_attempt.size()); }
+
+  /// After a sender restart: the owners whose durable frozen image holds the bits the log's
+  /// uncommitted prepare names (bit o), the images a retry of it can send from. With no such
+  /// prepare none: the next prepare is a transition's first, which freezes afresh.
+  static std::uint32_t sender_restart_images(const W& cw) {
+    const auto& p = cw.log.state.prepared;
+    if (!p || p->aborted || p->target <= cw.log.state.record.version) return 0;
+    std::uint32_t mask = 0;
+    for (std::uint32_t o = 0; o < cw.stores.size(); ++o) {
+      const auto& img = cw.stores[o].frozen;
+      if (img && img->target == p->target && o < p->frozen.size() &&
+          protocol::model::frozen_identity(o, img->target, img->flavor) == p->frozen[o])
+        mask |= 1u << o;
+    }
+    return mask;
+  }
 
   /// The model sends and delivers an ack in one step of the receiver, inside its attempt: an ack
   /// that arrives after its sender died or moved to another attempt is no event there (the model's
@@ -256,10 +279,11 @@ struct translator {
         // a lost manifest forces is a deadline event of its own.
         break;
       case move_kind::sender_restart:
-        // No event of its own: the new coordinator's claim is the failover event (below), and the
-        // owners restart as after an owner crash. Where the frozen change set is gone or replaced,
-        // the retry's owner answers frozen_lost: the abort event the model follows like an
-        // operator's. (The model has one v+1: it cannot see bits of two trainer states mixed.)
+        // Its event comes after the move (which images survived it: sender_restart_images); the
+        // new coordinator's claim is the failover event (below), and the owners restart as after
+        // an owner crash. Where the frozen change set is gone or replaced, the retry's owner
+        // answers frozen_lost (the model's owner too: its image F), and the coordinator aborts:
+        // the abort event.
         break;
       case move_kind::crash:
         // An ack this receiver sent in its attempt and that is still in flight outlives the crash:
@@ -351,6 +375,7 @@ struct translator {
           newer_member_join |= mb.receiver == j->from.receiver && mb.incarnation < j->from.incarnation;
     std::vector<std::string> trace;
     cw.apply(m, &trace);
+    if (m.kind == move_kind::sender_restart) add(event_kind::sender_restart, 0, sender_restart_images(cw), text);
     // The attempt became obsolete in this move (other than by the coordinator's deadline): the
     // coordinator left collecting to stop it. Usually it is stopping now; where every member has
     // stopped at once (one receiver, whose newer incarnation's join counts as the dead one's stop)
