@@ -259,7 +259,6 @@ byte F[NO];        /* owner o's durable frozen image of the transition: 0 none, 
 byte tflav = 0;    /* the trainer's bits of the next version: each sender restart finds them moved on */
 byte named = 0;    /* the trainer bits the transition's prepares name (tflav at its first prepare) */
 bit flost = 0;     /* an owner answered the current attempt with frozen_lost */
-bit olost = 0;     /* scratch: the owner being prepared has lost its image (always 0 between steps) */
 byte srestarts = 0;
 #endif
 
@@ -499,19 +498,21 @@ inline log_commit(a, target) {
 
 #if SRESTARTS > 0
 /* The transition's first attempt freezes the trainer's bits (durably: F); a retry sends from that
- * image, and an owner without the one the prepare names answers frozen_lost (owner.hpp: receivers
- * may hold a mix of K.v and those very bits). Where an owner freezes, it freezes the named bits
- * (the C++ monitor "froze the trainer's current bits, not the ones its prepare names"). */
+ * image, and an owner without it answers frozen_lost (owner.hpp: receivers may hold a mix of K.v
+ * and those very bits). An image is the named one or none (a restart that leaves other bits of the
+ * version, "replaced", leaves none the prepare names: IMAGE_AS_RUN). Where an owner freezes, it
+ * freezes the named bits (the C++ monitor "froze the trainer's current bits, not the ones its
+ * prepare names"). */
 #ifdef MUT_REFREEZE_AT_RESTART
 #define RETRY_WITHOUT_IMAGE(o) F[o] = tflav + 1; CHECK(F[o] == named + 1) /* broken: freezes the trainer's bits now */
 #else
-#define RETRY_WITHOUT_IMAGE(o) olost = 1
+#define RETRY_WITHOUT_IMAGE(o) skip /* it answers frozen_lost (owner_freeze_send) */
 #endif
 #define FREEZE_OR_LOSE(o) \
   if \
   :: natt == 1 -> F[o] = tflav + 1; CHECK(F[o] == named + 1) \
-  :: natt > 1 && F[o] == named + 1 -> skip \
-  :: natt > 1 && F[o] != named + 1 -> RETRY_WITHOUT_IMAGE(o) \
+  :: natt > 1 && F[o] == 0 -> RETRY_WITHOUT_IMAGE(o) \
+  :: else -> skip \
   fi
 #endif
 
@@ -526,7 +527,7 @@ inline owner_freeze_send(o) {
   a_base[cur * NO + o] = B[o];
 #if SRESTARTS > 0
   FREEZE_OR_LOSE(o);
-  if :: olost -> flost = 1; olost = 0 :: else -> SEND_PAYLOADS(o) fi
+  if :: F[o] != 0 -> SEND_PAYLOADS(o) :: else -> flost = 1 fi
 #else
   SEND_PAYLOADS(o)
 #endif
