@@ -192,12 +192,12 @@ void judge(const tools& t, const std::string& name, const st::translation& tr, t
 std::vector<std::pair<std::string, std::string>> mutation_counterexamples() {
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& c : proofs::mutation_cases()) {
-    if (!st::promela_mutation(c.mutation)) continue;
+    if (!st::promela_mutation(c.mutation())) continue;
     proofs::check_options opt;
     opt.liveness = c.liveness;
     opt.threads = 1;
     const auto r = proofs::check(proofs::mutated_cluster_world(c.bounds), opt);
-    const std::string name = "mutation_" + std::string(to_string(c.mutation)) + "_counterexample";
+    const std::string name = "mutation_" + std::string(to_string(c.mutation())) + "_counterexample";
     if (r.ok() || r.counterexample.empty()) {
       out.emplace_back(name, "");  // not found: reported as an error below
       continue;

@@ -28,7 +28,7 @@
 
 namespace bitrefit::proofs {
 // gtest names a failing row by its mutation (not its bytes).
-void PrintTo(const mutation_case& c, std::ostream* os) { *os << protocol::to_string(c.mutation); }
+void PrintTo(const mutation_case& c, std::ostream* os) { *os << protocol::to_string(c.mutation()); }
 }  // namespace bitrefit::proofs
 
 namespace {
@@ -343,7 +343,7 @@ TEST_P(Mutation, IsCaughtWithACounterexampleThatReplays) {
   const proofs::mutation_case& m = GetParam();
   cluster_bounds b = m.bounds;
   const auto r = check(proofs::mutated_cluster_world(b));
-  const std::string name = std::string(protocol::to_string(m.mutation));
+  const std::string name = std::string(protocol::to_string(m.mutation()));
   std::cout << report("mutation " + name, r) << std::endl;
   ASSERT_FALSE(r.ok()) << name << " was not caught";
   ASSERT_EQ(r.outcome, m.liveness ? verdict::end_unreachable : verdict::invariant_violated)
@@ -375,7 +375,7 @@ TEST_P(Mutation, IsCaughtWithACounterexampleThatReplays) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Every, Mutation, ::testing::ValuesIn(proofs::mutation_cases()),
-                         [](const auto& info) { return std::string(protocol::to_string(info.param.mutation)); });
+                         [](const auto& info) { return std::string(protocol::to_string(info.param.mutation())); });
 
 // The table holds every mutation of the knob but the one only the random harness reaches.
 TEST(MutationTable, CoversTheKnob) {
