@@ -912,3 +912,166 @@ TEST(Compact, PackedFrontierReturnsEveryEncoding) {
     }
   }
 }
+
+// ---- 9. sleep sets (check_options::sleep_sets, proofs/README.md "Sleep sets"): the independence
+// the cluster world declares holds in every reachable state of small worlds with every fault kind,
+// move ids name the same move in every member of a class, and the search with sleep sets finds the
+// same states, depth and verdict as without.
+namespace sleep_test {
+template <class CW>
+void expect_independent_moves_commute(const cluster_bounds& b, std::size_t max_states) {
+  using world_t = std::decay_t<decltype(std::declval<const CW&>().world())>;
+  using move = protocol::model::move;
+  const auto perms = proofs::all_permutations(b.receivers);
+  // The unique enabled move of w with id `id` in frame 0 (fails the test where there are none or two).
+  auto with_id = [](const CW& w, std::uint64_t id) -> std::optional<move> {
+    std::optional<move> found;
+    for (const auto& m : w.enabled_moves())
+      if (w.sleep_id(m, 0) == id) {
+        if (found) return std::nullopt;
+        found = m;
+      }
+    return found;
+  };
+  std::unordered_set<std::size_t> seen;
+  std::vector<CW> frontier{CW(b)};
+  seen.insert(protocol::hash_of(frontier[0].world()));
+  std::size_t visited = 0, pairs = 0, renamed = 0;
+  while (!frontier.empty() && visited < max_states) {
+    std::vector<CW> next;
+    for (const auto& p : frontier) {
+      if (++visited > max_states) break;
+      const auto moves = p.enabled_moves();
+      // distinct moves, distinct ids, in every frame
+      for (std::uint32_t k = 0; k < perms.size(); ++k) {
+        std::unordered_set<std::uint64_t> ids;
+        for (const auto& m : moves) ASSERT_TRUE(ids.insert(p.sleep_id(m, k)).second) << p.world().describe(m) << "\n" << p.world().summary();
+      }
+      // a move's id in frame k is its image's id in the image under that renaming (frame 0)
+      for (std::uint32_t k = 1; k < perms.size(); ++k) {
+        CW image = p;
+        image.rename_receivers(perms[k]);
+        for (const auto& m : moves) {
+          const auto im = with_id(image, p.sleep_id(m, k));
+          ASSERT_TRUE(im) << "no move of the renamed world has the id of " << p.world().describe(m) << "\n" << p.world().summary();
+          CW a = p, ia = image;
+          a.apply(m), ia.apply(*im);
+          world_t want = a.world();
+          proofs::permute_receivers(want, perms[k]);
+          if (want.violation && ia.world().violation) want.violation = ia.world().violation;  // texts name receivers
+          ASSERT_TRUE(ia.world() == want) << "the move with the same id is not the renamed move: " << p.world().describe(m) << "\n"
+                                          << p.world().summary();
+          ++renamed;
+        }
+      }
+      // independent moves commute, and each stays enabled, with its id, after the other
+      for (const auto& a : moves)
+        for (const auto& bm : moves) {
+          if (a == bm || !p.independent(a, bm)) continue;
+          ASSERT_TRUE(p.independent(bm, a)) << "independence is not symmetric";
+          CW pa = p, pb = p;
+          pa.apply(a), pb.apply(bm);
+          const auto b2 = with_id(pa, p.sleep_id(bm, 0)), a2 = with_id(pb, p.sleep_id(a, 0));
+          ASSERT_TRUE(b2 && a2) << "a move declared independent is not enabled after the other: " << p.world().describe(a) << " | "
+                                << p.world().describe(bm) << "\n" << p.world().summary();
+          pa.apply(*b2), pb.apply(*a2);
+          ASSERT_TRUE(pa == pb) << "moves declared independent do not commute: " << p.world().describe(a) << " | "
+                                << p.world().describe(bm) << "\n" << p.world().summary() << "one order:\n" << pa.world().summary()
+                                << "the other:\n" << pb.world().summary();
+          ++pairs;
+        }
+      for (const auto& m : moves) {
+        CW s = p;
+        s.apply(m);
+        if (seen.insert(protocol::hash_of(s.world())).second) next.push_back(std::move(s));
+      }
+    }
+    frontier = std::move(next);
+  }
+  std::cout << protocol::model::world_line(b.world()) << ": " << visited << " states, " << pairs
+            << " independent pairs commute, " << renamed << " ids renamed alike" << std::endl;
+  EXPECT_GT(pairs, 0u);
+}
+}  // namespace sleep_test
+
+TEST(Sleep, IndependentMovesCommute) {
+  auto two = [](auto f) {
+    cluster_bounds b;
+    b.owners = 1;
+    b.chunks = 1;
+    b.transitions = 1;
+    f(b);
+    return b;
+  };
+  for (const auto& b : {two([](auto&) {}), two([](auto& b) { b.transitions = 2; b.owners = 2; }),
+                        two([](auto& b) { b.crashes = 1; }), two([](auto& b) { b.failovers = 1; }),
+                        two([](auto& b) { b.drops = 1; b.duplicates = 1; }), two([](auto& b) { b.log_faults = 1; }),
+                        two([](auto& b) { b.early_deadlines = 1; }), two([](auto& b) { b.corruptions = 1; b.conflicts = 1; }),
+                        two([](auto& b) { b.owner_crashes = 1; b.aborts = 1; }),
+                        two([](auto& b) { b.sender_restarts = 1; b.attest = false; }),
+                        two([](auto& b) { b.gate = protocol::gate_policy::asynchronous; b.crashes = 1; }),
+                        two([](auto& b) { b.causal_payloads = true; b.crashes = 1; }),
+                        two([](auto& b) { b.receivers = 3; b.drops = 1; })})
+    sleep_test::expect_independent_moves_commute<cluster_world>(b, 3000);
+  cluster_bounds m = two([](auto& b) { b.crashes = 1; b.transitions = 2; });
+  m.mutation = M::accept_old_incarnation_acks;
+  sleep_test::expect_independent_moves_commute<proofs::mutated_cluster_world>(m, 3000);
+}
+
+TEST(Sleep, SameStatesDepthAndVerdictAsTheFullSearch) {
+  // one owner, and one attempt per transition where two make millions of states
+  auto one = [](auto f) { return small_world([&](auto& b) { b.owners = 1; b.max_attempts = 1; f(b); }); };
+  auto two = [](auto f) { return small_world([&](auto& b) { b.owners = 1; f(b); }); };
+  for (auto b : {one([](auto& b) { b.crashes = 1; }), one([](auto& b) { b.drops = 1; b.duplicates = 1; }),
+                 two([](auto& b) { b.corruptions = 1; b.conflicts = 1; }), two([](auto& b) { b.log_faults = 1; b.transitions = 2; }),
+                 one([](auto& b) { b.failovers = 1; }), one([](auto& b) { b.owner_crashes = 1; b.sender_restarts = 1; }),
+                 one([](auto& b) { b.early_deadlines = 1; b.gate = protocol::gate_policy::asynchronous; }),
+                 one([](auto& b) { b.receivers = 3; b.duplicates = 1; }),
+                 small_world([](auto& b) { b.owners = 2; b.chunks = 2; b.transitions = 1; })}) {
+    for (bool symmetry : {false, true}) {
+      b.symmetry = symmetry;
+      const auto full = check(cluster_world(b), check_options{.liveness = false, .threads = 1});
+      for (unsigned threads : {1u, 2u}) {
+        if (threads == 2 && b.crashes == 0) continue;  // the thread count changes nothing: once is enough
+        const auto asleep = check(cluster_world(b), check_options{.liveness = false, .threads = threads, .sleep_sets = true});
+        std::cout << protocol::model::world_line(b.world()) << " symmetry=" << symmetry << " threads=" << threads << ": "
+                  << full.states << " states, " << full.transitions << " transitions -> " << asleep.transitions
+                  << " with sleep sets (" << asleep.slept << " asleep)" << std::endl;
+        EXPECT_EQ(asleep.outcome, full.outcome);
+        EXPECT_EQ(asleep.states, full.states);
+        EXPECT_EQ(asleep.depth, full.depth);
+        EXPECT_EQ(asleep.terminal_states, full.terminal_states);
+        EXPECT_LT(asleep.transitions, full.transitions);
+        EXPECT_GT(asleep.slept, 0u);
+      }
+    }
+  }
+  // exact keys without symmetry: the same counts as with fingerprints
+  cluster_bounds b = one([](auto& b) { b.crashes = 1; b.symmetry = false; });
+  const auto fp = check(cluster_world(b), check_options{.liveness = false, .sleep_sets = true});
+  const auto exact = check(cluster_world(b), check_options{.liveness = false, .exact = true, .sleep_sets = true});
+  EXPECT_EQ(exact.states, fp.states);
+  EXPECT_EQ(exact.transitions, fp.transitions);
+  EXPECT_EQ(exact.slept, fp.slept);
+  // what it cannot do says so
+  EXPECT_THROW(check(cluster_world(b), check_options{.liveness = true, .sleep_sets = true}), std::invalid_argument);
+  b.symmetry = true;
+  EXPECT_THROW(check(cluster_world(b), check_options{.liveness = false, .exact = true, .sleep_sets = true}), std::invalid_argument);
+}
+
+// Every invariant-caught mutation of the table is caught with sleep sets too, at the same depth.
+TEST(Sleep, CatchesEveryInvariantMutationAtTheSameDepth) {
+  for (const auto& m : proofs::mutation_cases()) {
+    if (m.liveness) continue;  // sleep sets are for safety runs
+    const auto full = check(proofs::mutated_cluster_world(m.bounds), check_options{.liveness = false});
+    const auto asleep = check(proofs::mutated_cluster_world(m.bounds), check_options{.liveness = false, .sleep_sets = true});
+    const std::string name(protocol::to_string(m.mutation()));
+    ASSERT_EQ(full.outcome, verdict::invariant_violated) << name;
+    EXPECT_EQ(asleep.outcome, verdict::invariant_violated) << name << " is not caught with sleep sets";
+    EXPECT_EQ(asleep.counterexample.size(), full.counterexample.size()) << name;
+    const auto end = proofs::replay(proofs::mutated_cluster_world(m.bounds), asleep.counterexample);
+    EXPECT_EQ(end.check_invariants(), asleep.violation) << name;
+    std::cout << name << ": caught in " << asleep.counterexample.size() << " moves, " << asleep.states << " of " << full.states
+              << " states, " << asleep.transitions << " of " << full.transitions << " transitions" << std::endl;
+  }
+}

@@ -96,6 +96,15 @@ struct check_options {
   /// counts so far: a run of hours then ends with a report instead of being killed for memory
   /// while the table doubles (the new slots are allocated while the old ones are alive).
   std::uint64_t max_table_bytes = 0;
+  /// Sleep sets (sleep_world only; safety only: not with `liveness`, which needs every edge). A
+  /// move b taken from state p puts to sleep in p.b every move a of p independent of b that p
+  /// explored before b or that slept in p already: p.b.a = p.a.b is reached from p.a. A state's
+  /// sleep set is the intersection over the edges that reach it from the level above (moves named
+  /// by ids that are the same in every member of a symmetry class). Every reachable
+  /// state is still visited, at the same depth (proofs/README.md "Sleep sets": the argument), so
+  /// states, depth, verdict and counterexample length do not change; transitions count the moves
+  /// explored, `slept` the ones skipped.
+  bool sleep_sets = false;
 };
 
 enum class verdict { ok, invariant_violated, end_unreachable, state_limit };
@@ -125,6 +134,7 @@ struct check_result {
   unsigned threads = 1;           // worker threads used
   std::uint32_t liveness_sweeps = 0;  // passes over the state graph the liveness check took (0: no liveness)
   bool liveness_reverse_graph = false;  // the sweeps did not settle; a reverse reachability finished
+  std::uint64_t slept = 0;        // check_options::sleep_sets: enabled moves not explored (asleep)
 
   bool ok() const noexcept { return outcome == verdict::ok; }
 };
@@ -174,6 +184,29 @@ template <class W>
 concept compact_world = requires(const W& cw, W& w, std::vector<std::uint8_t>& out, const std::uint8_t* p) {
   cw.encode(out);
   w.decode(p, p);
+};
+
+/// A world whose moves can be put to sleep (sleep sets, `check_options::sleep_sets`;
+/// proofs/README.md "Sleep sets"):
+///   `w.independent(a, b)`: moves a and b, both enabled in w, are independent: in every state where
+///     both are enabled, each stays enabled after the other and the two orders lead to the same
+///     state. The relation must depend on the moves' identities only (what they touch), not on w's
+///     other parts: the soundness argument swaps independent moves along a path.
+///   `w.sleep_frame()` and `w.sleep_id(m, frame)`: a move's identity as a number that names the
+///     same move in every member of w's symmetry class and in every state the move stays enabled
+///     in: `sleep_frame()` is the renaming w's last canonicalize chose (0: none, the identity),
+///     and sleep_id(m, frame) digests what m acts on (its message, its receiver), renamed by that
+///     frame, i.e. m as a move of the canonical image. So a sleep set found on one member is read
+///     on another.
+/// Laws (tested, not assumed: test_checker, `Sleep.*`): for every reachable state p and enabled
+/// a, b with p.independent(a, b): p.b has exactly one enabled move a' with a's id (in any
+/// frame), p.a one b' with b's, and p.b.a' == p.a.b'; distinct enabled moves of a state have
+/// distinct ids.
+template <class W>
+concept sleep_world = requires(const W& w, const move_of<W>& m, std::uint32_t frame) {
+  { w.independent(m, m) } -> std::convertible_to<bool>;
+  { w.sleep_frame() } -> std::convertible_to<std::uint32_t>;
+  { w.sleep_id(m, frame) } -> std::convertible_to<std::uint64_t>;
 };
 
 namespace detail {
@@ -502,6 +535,15 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
   check_result<Move> res;
   const unsigned threads = opt.threads ? opt.threads : std::max(1u, std::thread::hardware_concurrency());
   res.threads = threads;
+  bool sleep = false;  // sleep sets (check_options::sleep_sets)
+  if (opt.sleep_sets) {
+    if constexpr (!sleep_world<W>) throw std::invalid_argument("check: sleep_sets needs a world that names independent moves (sleep_world)");
+    if (opt.liveness) throw std::invalid_argument("check: sleep_sets skips edges that the liveness check needs: turn liveness off");
+    if constexpr (symmetric_world<W>)
+      if (opt.exact && initial.symmetric())
+        throw std::invalid_argument("check: sleep_sets with exact keys and symmetry: not supported (exact mode renames successors in place)");
+    sleep = true;
+  }
 
   constexpr std::uint32_t none = ~std::uint32_t{0};
   // Per state id (ids are assigned in BFS order): with opt.liveness its goal flag, with opt.trace
@@ -597,6 +639,13 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
     (void)parent;
     return fingerprint_in_place(w);
   };
+  // Sleep sets: what an edge puts to sleep in its successor (move ids sleep_ids[at, at + n) of its
+  // thread's output, sleep_world::sleep_id: the same in every member of the successor's class),
+  // and the successor's frame (the renaming its fingerprint chose).
+  struct edge_sleep {
+    std::uint32_t at = 0, n = 0;
+    std::uint32_t frame = 0;
+  };
   // What one thread made in a batch: the edges of the states it expanded, one run per state, and
   // the records of its fresh successors (edge::detail indexes them). Per thread, not per state:
   // neighbouring states are expanded by different threads, and per-state vectors put both threads'
@@ -606,18 +655,24 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
     std::vector<edge> edges;
     std::vector<successor> details;
     std::vector<std::uint8_t> bytes;  // compact frontier: the fresh successors' encodings
+    // Sleep sets: per edge (parallel to `edges`) the ids of the moves asleep in its successor.
+    std::vector<edge_sleep> edge_sleeps;
+    std::vector<std::uint64_t> sleep_ids;
     // Fingerprints this thread kept in this batch. A thread claims states in increasing order, so
     // the first copy it keeps is merged before the ones it drops (which the merge then finds in
     // the table): a duplicate within one thread's share costs no copy.
     detail::batch_filter kept;
     void clear() {
       edges.clear(), details.clear(), bytes.clear();
+      edge_sleeps.clear(), sleep_ids.clear();
       kept.clear();
     }
   };
   struct alignas(64) expanded {  // a state's run of edges in its thread's output
     unsigned thread = 0;
     std::uint32_t begin = 0, end = 0;
+    std::uint32_t slept = 0;  // sleep sets: its enabled moves not explored
+    bool terminal = false;    // no enabled move (with sleep sets, no edge does not mean that)
   };
   struct batch_buffers {  // one batch: frontier states [first, first + n)
     std::size_t first = 0, n = 0;
@@ -634,12 +689,22 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
     std::vector<std::uint32_t> ids;
     std::vector<W> states;
     packed_frontier encoded;
+    // Sleep sets, per state in ids' order: the ids of the moves asleep in it so far (intersected
+    // over its edges), sleep_ids[sleep_at[i], sleep_at[i] + sleep_n[i]), and the frame to read
+    // them in (the one of the member kept).
+    std::vector<std::uint32_t> sleep_frame, sleep_n;
+    std::vector<std::uint64_t> sleep_at, sleep_ids;
+    void push_sleep(std::uint32_t frame, const std::uint64_t* ids, std::uint32_t n) {
+      sleep_frame.push_back(frame), sleep_n.push_back(n), sleep_at.push_back(sleep_ids.size());
+      sleep_ids.insert(sleep_ids.end(), ids, ids + n);
+    }
     std::size_t size() const noexcept { return ids.size(); }
     bool empty() const noexcept { return ids.empty(); }
     void clear() {
       ids.clear();
       states.clear();
       encoded.clear();
+      sleep_frame.clear(), sleep_n.clear(), sleep_at.clear(), sleep_ids.clear();
     }
   };
   level_states frontier(opt.compress_frontier), next(opt.compress_frontier);
@@ -696,6 +761,7 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
       return finish();
     }
     push_state(frontier, 0, &w0, nullptr, 0);
+    if (sleep) frontier.push_sleep(0, nullptr, 0);
     frontier.encoded.seal();
   }
   // States per batch: enough to keep every thread busy between two hand-overs, few enough that
@@ -713,9 +779,29 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
   // is adding, and the successor goes to the merge as new, which finds it (the table only grows,
   // so an id found is final): the merge's decisions, and so every count, do not change.
   //
+  // Sleep sets: what one successor's edge puts to sleep in it (ids in the successor's frame).
+  struct sleep_made {
+    std::uint32_t frame = 0;
+    std::vector<std::uint64_t> ids;
+  };
+  // Per thread, for the state w being expanded: the two successors' sleep_made; the positions in
+  // w's enabled moves explored so far, asleep in w, and put to sleep by the last move; and the
+  // ids of w's moves per frame used (0: not computed yet), each computed once.
+  struct sleep_scratch_t {
+    std::array<sleep_made, 2> made;
+    std::vector<std::uint32_t> explored, asleep, putting;
+    std::vector<std::uint8_t> is_asleep;
+    std::vector<std::pair<std::uint32_t, std::vector<std::uint64_t>>> ids;
+    std::size_t frames = 0;  // entries of `ids` in use
+  };
+  std::vector<detail::per_thread<sleep_scratch_t>> sleep_scratch(sleep ? std::max(1u, threads) : 0u);
   // What a worker does with one successor once it has its fingerprint: look it up, and record it
   // as known, as a duplicate within this thread's share, or as new (with what the merge needs).
-  auto record = [&](thread_output& o, const W& w, W& succ, const Move& m, std::uint64_t fp) {
+  auto record = [&](thread_output& o, const W& w, W& succ, const Move& m, std::uint64_t fp, const sleep_made* made) {
+    if (made) {  // sleep sets: one record per edge, beside it
+      o.edge_sleeps.push_back({static_cast<std::uint32_t>(o.sleep_ids.size()), static_cast<std::uint32_t>(made->ids.size()), made->frame});
+      o.sleep_ids.insert(o.sleep_ids.end(), made->ids.begin(), made->ids.end());
+    }
     if (const std::uint32_t id = known(succ, fp); id != none) {
       o.edges.push_back({fp, known_before, id});
       return;
@@ -757,13 +843,57 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
     auto& o = bb.made[t].v;
     bb.out[k].thread = t;
     bb.out[k].begin = static_cast<std::uint32_t>(o.edges.size());
+    bb.out[k].slept = 0;
+    bb.out[k].terminal = true;  // until a move is enabled
     auto& own = successors[t].v;
     if (!own[0]) own[0].emplace(w), own[1].emplace(w);  // first use, on this thread (see above)
     std::optional<Move> pending;  // the move built into own[cur ^ 1], not yet looked up
     std::uint64_t pending_fp = 0;
     unsigned cur = 0;
     std::array<bool, 2> from_w{};  // own[i] holds a successor of w (not of the state before)
-    for (const auto& m : w.enabled_moves()) {
+    // Sleep sets: the moves asleep in w (read from their ids in w's frame), and those explored
+    // from it so far.
+    sleep_scratch_t* sl = sleep ? &sleep_scratch[t].v : nullptr;
+    const auto moves = w.enabled_moves();
+    // The id of w's move at `pos` in `frame`, computed once per state and frame.
+    auto id_of = [&](std::uint32_t pos, std::uint32_t frame) -> std::uint64_t {
+      if constexpr (sleep_world<W>) {
+        std::size_t f = 0;
+        while (f < sl->frames && sl->ids[f].first != frame) ++f;
+        if (f == sl->frames) {
+          if (sl->ids.size() == f) sl->ids.emplace_back();
+          sl->ids[f].first = frame;
+          sl->ids[f].second.assign(moves.size(), 0);
+          ++sl->frames;
+        }
+        std::uint64_t& id = sl->ids[f].second[pos];
+        if (id == 0) id = w.sleep_id(moves[pos], frame);
+        return id;
+      } else {
+        (void)pos, (void)frame;
+        return 0;
+      }
+    };
+    if (sl) {
+      sl->explored.clear(), sl->asleep.clear(), sl->frames = 0;
+      sl->is_asleep.assign(moves.size(), 0);
+      const std::size_t zi = bb.first + k;
+      const std::uint64_t* z = frontier.sleep_ids.data() + frontier.sleep_at[zi];
+      const std::uint32_t zn = frontier.sleep_n[zi];
+      if (zn)
+        for (std::uint32_t i = 0; i < moves.size(); ++i)
+          if (std::find(z, z + zn, id_of(i, frontier.sleep_frame[zi])) != z + zn) sl->asleep.push_back(i), sl->is_asleep[i] = 1;
+      if (sl->asleep.size() > zn)  // two moves of w with one id: a digest collision
+        throw std::logic_error("check: two enabled moves of one state share a sleep id");
+    }
+    auto made_at = [&](unsigned i) -> const sleep_made* { return sl ? &sl->made[i] : nullptr; };
+    for (std::uint32_t pos = 0; pos < moves.size(); ++pos) {
+      const Move& m = moves[pos];
+      bb.out[k].terminal = false;
+      if (sl && sl->is_asleep[pos]) {
+        ++bb.out[k].slept;  // its successor is reached from elsewhere (proofs/README.md "Sleep sets")
+        continue;
+      }
       W& succ = *own[cur];
       // A copy of w into the thread's scratch world (reusing its heap blocks), or where the world
       // can, only the parts the last successor built there changed (restorable_world).
@@ -775,12 +905,32 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
         succ = w;
       }
       succ.apply(m);
+      if constexpr (sleep_world<W>) {
+        if (sl) {
+          // what this edge puts to sleep in succ: the moves of w independent of m explored before
+          // it, and those asleep in w already (each stays enabled in succ, with its id)
+          sl->putting.clear();
+          for (const std::uint32_t a : sl->explored)
+            if (w.independent(moves[a], m)) sl->putting.push_back(a);
+          for (const std::uint32_t a : sl->asleep)
+            if (w.independent(moves[a], m)) sl->putting.push_back(a);
+          sl->explored.push_back(pos);
+        }
+      }
       const std::uint64_t fp = fingerprint_successor(succ, w);
       if (!opt.exact) by_fingerprint.prefetch(fp);
-      if (pending) record(o, w, *own[cur ^ 1], *pending, pending_fp);
+      if constexpr (sleep_world<W>) {
+        if (sl) {  // their ids in the frame the successor's fingerprint chose
+          sleep_made& sm = sl->made[cur];
+          sm.frame = succ.sleep_frame();
+          sm.ids.clear();
+          for (const std::uint32_t a : sl->putting) sm.ids.push_back(id_of(a, sm.frame));
+        }
+      }
+      if (pending) record(o, w, *own[cur ^ 1], *pending, pending_fp, made_at(cur ^ 1));
       pending = m, pending_fp = fp, cur ^= 1;
     }
-    if (pending) record(o, w, *own[cur ^ 1], *pending, pending_fp);
+    if (pending) record(o, w, *own[cur ^ 1], *pending, pending_fp, made_at(cur ^ 1));
     bb.out[k].end = static_cast<std::uint32_t>(o.edges.size());
   };
   std::array<std::function<void(unsigned, std::size_t)>, 2> expand_into;
@@ -799,6 +949,7 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
   };
   std::uint32_t level = 0;
   while (!frontier.empty()) {
+    const std::uint64_t next_first = found;  // the next level's ids start here
     std::size_t cur = 0;
     launch(cur, 0);
     for (std::size_t b0 = 0; b0 < frontier.size(); b0 += batch, cur ^= 1) {
@@ -834,16 +985,30 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
         const std::uint32_t id = frontier.ids[b0 + k];
         const auto& o = bb.made[bb.out[k].thread].v;
         const std::span<const edge> edges(o.edges.data() + bb.out[k].begin, bb.out[k].end - bb.out[k].begin);
-        if (edges.empty()) ++res.terminal_states;
+        if (bb.out[k].terminal) ++res.terminal_states;
+        res.slept += bb.out[k].slept;
         if (opt.liveness) out_start.push_back(out_to.size());  // == state id's row (ids expand in order)
-        for (const edge& e : edges) {
+        for (std::size_t j = 0; j < edges.size(); ++j) {
+          const edge& e = edges[j];
           ++res.transitions;
           const successor* s = e.detail < known_before ? &o.details[e.detail] : nullptr;
           const auto [sid, fresh] = e.detail == known_before ? std::pair{e.id, false}
                                     : opt.exact              ? intern(s->key ? *s->key : *s->state, 0)
                                                              : by_fingerprint.insert(e.fp, std::uint32_t(found));
           if (opt.liveness) out_to.push_back(sid);
-          if (!fresh) continue;
+          const edge_sleep* es = sleep ? &o.edge_sleeps[bb.out[k].begin + j] : nullptr;
+          if (!fresh) {
+            if (es && sid >= next_first) {
+              // another edge from the level above into a state of the next level: only what both
+              // edges put to sleep stays asleep (ids name the same move in every member)
+              const std::size_t zi = sid - next_first;
+              std::uint64_t* z = next.sleep_ids.data() + next.sleep_at[zi];
+              const std::uint64_t* from = o.sleep_ids.data() + es->at;
+              next.sleep_n[zi] = static_cast<std::uint32_t>(
+                  std::remove_if(z, z + next.sleep_n[zi], [&](std::uint64_t a) { return std::find(from, from + es->n, a) == from + es->n; }) - z);
+            }
+            continue;
+          }
           // New to the table after the merge of earlier slots: it was new before the batch, and the
           // first of its fingerprint in its thread's share (an earlier one is merged first).
           if (!s) throw std::logic_error("check: a successor new to the table was dropped by its worker");
@@ -864,6 +1029,7 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
           }
           if (packed) push_state(next, sid, nullptr, o.bytes.data() + s->bytes_at, s->bytes_size);
           else push_state(next, sid, &*s->state, nullptr, 0);
+          if (es) next.push_sleep(es->frame, o.sleep_ids.data() + es->at, es->n);
         }
       }
       by_fingerprint.unpin();

@@ -173,6 +173,61 @@ class basic_cluster_world {
     }
     return false;
   }
+  /// Sleep sets (checker.hpp, sleep_world; proofs/README.md "Sleep sets"). Two moves are
+  /// independent when each acts on one machine only, not the same one, and they do not spend the
+  /// same fault budget: a network move (deliver, drop, duplicate, corrupt, conflict) acts on the
+  /// envelope's addressee, a device write, crash or restart on its receiver; every other move
+  /// (deadlines, whose enabling reads whether anything is in flight; commit-log outcomes, which
+  /// persist attempts and so enable or disable faults; failover, owner crash, sender restart,
+  /// begin, abort) is dependent on all. Why this is enough: a move's effects are its machine's
+  /// new state, the messages it sends (the in-flight multiset, kept sorted, so the order of two
+  /// sends does not matter) and its budget; whether a fault is enabled reads the attempts
+  /// persisted, which only commit-log moves change. Tested, not assumed (test_checker,
+  /// `Sleep.IndependentMovesCommute`, every reachable state of worlds with every fault kind).
+  bool independent(const protocol::model::move& a, const protocol::model::move& b) const {
+    const auto fa = footprint(a), fb = footprint(b);
+    if (!fa.local || !fb.local || fa.machine == fb.machine) return false;
+    return !(fa.spends_budget && a.kind == b.kind);
+  }
+  /// The renaming this world's last canonicalize chose (an index into the permutations of its
+  /// receivers; 0, the identity, without symmetry or after renaming in place).
+  std::uint32_t sleep_frame() const noexcept { return frame_; }
+  /// Move m's identity in the frame `frame` (sleep_frame() of this world or of another member of
+  /// its class): its kind and what it acts on, receivers renamed by that frame's permutation, as
+  /// one digest. Two members of a class, each in its own frame, give a move and its image the
+  /// same id: the id names the move of the canonical image.
+  std::uint64_t sleep_id(const protocol::model::move& m, std::uint32_t frame) const {
+    using protocol::model::move_kind;
+    const symmetry_detail::renaming q(permutations().at(frame));
+    protocol::detail::hasher h;
+    h.mix(static_cast<std::uint64_t>(m.kind));
+    switch (m.kind) {
+      case move_kind::deliver:
+      case move_kind::drop:
+      case move_kind::duplicate:
+      case move_kind::corrupt:
+      case move_kind::conflict: symmetry_detail::hash_renamed(h, q, w_.inflight.at(m.index)); break;
+      case move_kind::device: h.mix(q.to(m.index)), h.mix(m.sub); break;
+      case move_kind::crash:
+      case move_kind::restart: h.mix(q.to(m.index)); break;
+      // the moves below are never asleep (dependent on every move); their ids are renamed alike
+      // all the same, so that the law "one id, one move, in every member" holds for every move
+      case move_kind::deadline: h.mix(m.index == 0 ? 0 : q.to(m.index - 1) + 1); break;
+      case move_kind::log_ok:
+      case move_kind::log_failed:
+      case move_kind::log_unknown_applied:
+      case move_kind::log_unknown_lost:
+        symmetry_detail::hash_renamed(h, q, w_.log_queue.at(m.index).request);
+        h.mix(w_.log_queue.at(m.index).epoch);
+        break;
+      case move_kind::owner_crash: h.mix(m.index); break;
+      case move_kind::sender_restart: h.mix(m.sub); break;
+      case move_kind::failover:
+      case move_kind::abort:
+      case move_kind::begin: break;
+    }
+    return h.digest();
+  }
   std::optional<std::string> check_invariants() const { return w_.check_invariants(); }
   /// The checker's goal: not only "K reached the last version" but the world settled — every live
   /// receiver serves exactly K's bits with its gate open, the coordinator's roster holds every live
@@ -207,6 +262,7 @@ class basic_cluster_world {
   /// `leave_canonical`: the world is then renamed to that image (exact mode keys by it); false:
   /// it is left exactly as it was, so the checker keeps the real successor as it is.
   std::uint64_t canonicalize(bool leave_canonical = true) {
+    frame_ = 0;
     if (!symmetry_) return protocol::hash_of(w_);
     const auto sig = receiver_signatures(w_);
     return canonical(sig, leave_canonical, [&](const std::vector<std::uint32_t>& p, std::size_t) {
@@ -219,6 +275,7 @@ class basic_cluster_world {
   /// parent's fingerprint parts under each renaming, computed once per parent and kept in it
   /// (a cache that every change of the parent empties, and that a copy does not take along).
   std::uint64_t canonicalize_successor(const basic_cluster_world& parent, bool leave_canonical = true) {
+    frame_ = 0;
     if (!symmetry_) return protocol::hash_of(w_);
     const auto& psig = parent.signatures();
     std::array<std::uint64_t, 8> sig{};
@@ -310,6 +367,7 @@ class basic_cluster_world {
       permute_receivers(w_, ps[best_k]);
       cache_.clear();
     }
+    frame_ = leave_canonical ? 0 : static_cast<std::uint32_t>(best_k);
     return best;
   }
   /// Does receiver r's part of `a` (everything receiver_signature hashes, and more) equal `b`'s?
@@ -377,6 +435,26 @@ class basic_cluster_world {
   };
 
   /// Every permutation of the receivers (identity first); one table per receiver count, shared.
+  /// What a move acts on (independent()): `local` moves act on one machine only.
+  struct move_footprint {
+    bool local = false;
+    protocol::endpoint machine{};
+    bool spends_budget = false;  // a fault: enabled while budget and attempts are left
+  };
+  move_footprint footprint(const protocol::model::move& m) const {
+    using protocol::model::move_kind;
+    switch (m.kind) {
+      case move_kind::deliver: return {true, w_.inflight[m.index].to, false};
+      case move_kind::drop:
+      case move_kind::duplicate:
+      case move_kind::corrupt:
+      case move_kind::conflict: return {true, w_.inflight[m.index].to, true};
+      case move_kind::device:
+      case move_kind::restart: return {true, protocol::endpoint::receiver_(m.index), false};
+      case move_kind::crash: return {true, protocol::endpoint::receiver_(m.index), true};
+      default: return {};
+    }
+  }
   const std::vector<std::vector<std::uint32_t>>& permutations() const {
     static const auto table = [] {
       std::vector<std::vector<std::vector<std::uint32_t>>> t;
@@ -391,6 +469,7 @@ class basic_cluster_world {
   bool causal_payloads_ = false;
   bool membership_liveness_ = true;
   bool symmetry_ = false;
+  std::uint32_t frame_ = 0;  // sleep_frame()
   mutable fingerprint_cache cache_;
 };
 
