@@ -844,7 +844,6 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
     bb.out[k].thread = t;
     bb.out[k].begin = static_cast<std::uint32_t>(o.edges.size());
     bb.out[k].slept = 0;
-    bb.out[k].terminal = true;  // until a move is enabled
     auto& own = successors[t].v;
     if (!own[0]) own[0].emplace(w), own[1].emplace(w);  // first use, on this thread (see above)
     std::optional<Move> pending;  // the move built into own[cur ^ 1], not yet looked up
@@ -855,6 +854,7 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
     // from it so far.
     sleep_scratch_t* sl = sleep ? &sleep_scratch[t].v : nullptr;
     const auto moves = w.enabled_moves();
+    bb.out[k].terminal = moves.empty();
     // The id of w's move at `pos` in `frame`, computed once per state and frame.
     auto id_of = [&](std::uint32_t pos, std::uint32_t frame) -> std::uint64_t {
       if constexpr (sleep_world<W>) {
@@ -889,7 +889,6 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
     auto made_at = [&](unsigned i) -> const sleep_made* { return sl ? &sl->made[i] : nullptr; };
     for (std::uint32_t pos = 0; pos < moves.size(); ++pos) {
       const Move& m = moves[pos];
-      bb.out[k].terminal = false;
       if (sl && sl->is_asleep[pos]) {
         ++bb.out[k].slept;  // its successor is reached from elsewhere (proofs/README.md "Sleep sets")
         continue;
