@@ -562,6 +562,31 @@ static cluster_bounds law_mutated_world() {
   return m;
 }
 
+// Breadth first over the reachable states of b (no reduction), the first `max_states`: calls
+// check(state) on each and stops at the first fatal failure. Returns the states visited.
+template <class CW, class F>
+std::size_t for_each_reachable(const cluster_bounds& b, std::size_t max_states, F&& check) {
+  std::unordered_set<std::size_t> seen;
+  std::vector<CW> frontier{CW(b)};
+  seen.insert(protocol::hash_of(frontier[0].world()));
+  std::size_t visited = 0;
+  while (!frontier.empty() && visited < max_states) {
+    std::vector<CW> next;
+    for (const auto& c : frontier) {
+      if (++visited > max_states) break;
+      check(c);
+      if (::testing::Test::HasFatalFailure()) return visited;
+      for (const auto& m : c.enabled_moves()) {
+        CW s = c;
+        s.apply(m);
+        if (seen.insert(protocol::hash_of(s.world())).second) next.push_back(std::move(s));
+      }
+    }
+    frontier = std::move(next);
+  }
+  return visited;
+}
+
 namespace symmetry_test {
 template <class CW>
 void expect_equivariant(const cluster_bounds& b, std::size_t max_states) {
@@ -585,64 +610,55 @@ void expect_equivariant(const cluster_bounds& b, std::size_t max_states) {
     proofs::permute_receivers(w, p);
     return w;
   };
-  std::unordered_set<std::size_t> seen;
-  std::vector<CW> frontier{CW(b)};
-  seen.insert(protocol::hash_of(frontier[0].world()));
-  std::size_t visited = 0, checked = 0, incremental_checked = 0;
-  while (!frontier.empty() && visited < max_states) {
-    std::vector<CW> next;
-    for (const auto& c : frontier) {
-      if (++visited > max_states) break;
-      ASSERT_TRUE(renamed(c.world(), perms[0]) == c.world()) << "identity renaming changed a reachable world:\n"
-                                                             << c.world().summary();
-      // The checker fingerprints a successor with canonicalize(false) and then keeps it as the
-      // real successor: the world must come back exactly as it was, and every renaming of it must
-      // get the same fingerprint.
-      CW kept = c;
-      const std::uint64_t fp = kept.canonicalize(false);
-      ASSERT_TRUE(kept == c) << "canonicalize(false) did not leave the world as it was:\n" << c.world().summary();
-      const auto succ = successors(c);
-      for (std::size_t k = 1; k < perms.size(); ++k) {
-        CW pc = c;
-        pc.rename_receivers(perms[k]);
-        ASSERT_EQ(CW(pc).canonicalize(false), fp) << "two images of one class fingerprint apart:\n" << c.world().summary();
-        // The fingerprint of the image, computed without building it, is that of the image.
-        ASSERT_EQ(proofs::renamed_fingerprint(c.world(), perms[k]), proofs::renamed_fingerprint(pc.world(), perms[0]))
-            << "renamed_fingerprint differs from the fingerprint of the renamed world:\n" << c.world().summary();
-        ASSERT_EQ(pc.check_invariants().has_value(), c.check_invariants().has_value()) << c.world().summary();
-        ASSERT_EQ(pc.transition_done(), c.transition_done()) << c.world().summary();
-        ASSERT_EQ(pc.world().transition_done(), c.world().transition_done());
-        const auto psucc = successors(pc);
-        ASSERT_EQ(psucc.size(), succ.size()) << "moves of the renamed world differ in number:\n" << c.world().summary();
-        std::vector<std::uint8_t> used(psucc.size(), 0);
-        for (const auto& s : succ) {
-          const world_t want = renamed(s, perms[k]);
-          bool found = false;
-          for (std::size_t j = 0; j < psucc.size() && !found; ++j)
-            if (!used[j] && psucc[j] == want) used[j] = found = true;
-          ASSERT_TRUE(found) << "a successor renamed is no successor of the renamed world (permutation " << k
-                             << "):\n" << c.world().summary() << "successor:\n" << s.summary();
-        }
-        ++checked;
+  std::size_t checked = 0, incremental_checked = 0;
+  const std::size_t visited = for_each_reachable<CW>(b, max_states, [&](const CW& c) {
+    ASSERT_TRUE(renamed(c.world(), perms[0]) == c.world()) << "identity renaming changed a reachable world:\n"
+                                                           << c.world().summary();
+    // The checker fingerprints a successor with canonicalize(false) and then keeps it as the
+    // real successor: the world must come back exactly as it was, and every renaming of it must
+    // get the same fingerprint.
+    CW kept = c;
+    const std::uint64_t fp = kept.canonicalize(false);
+    ASSERT_TRUE(kept == c) << "canonicalize(false) did not leave the world as it was:\n" << c.world().summary();
+    const auto succ = successors(c);
+    for (std::size_t k = 1; k < perms.size(); ++k) {
+      CW pc = c;
+      pc.rename_receivers(perms[k]);
+      ASSERT_EQ(CW(pc).canonicalize(false), fp) << "two images of one class fingerprint apart:\n" << c.world().summary();
+      // The fingerprint of the image, computed without building it, is that of the image.
+      ASSERT_EQ(proofs::renamed_fingerprint(c.world(), perms[k]), proofs::renamed_fingerprint(pc.world(), perms[0]))
+          << "renamed_fingerprint differs from the fingerprint of the renamed world:\n" << c.world().summary();
+      ASSERT_EQ(pc.check_invariants().has_value(), c.check_invariants().has_value()) << c.world().summary();
+      ASSERT_EQ(pc.transition_done(), c.transition_done()) << c.world().summary();
+      ASSERT_EQ(pc.world().transition_done(), c.world().transition_done());
+      const auto psucc = successors(pc);
+      ASSERT_EQ(psucc.size(), succ.size()) << "moves of the renamed world differ in number:\n" << c.world().summary();
+      std::vector<std::uint8_t> used(psucc.size(), 0);
+      for (const auto& s : succ) {
+        const world_t want = renamed(s, perms[k]);
+        bool found = false;
+        for (std::size_t j = 0; j < psucc.size() && !found; ++j)
+          if (!used[j] && psucc[j] == want) used[j] = found = true;
+        ASSERT_TRUE(found) << "a successor renamed is no successor of the renamed world (permutation " << k
+                           << "):\n" << c.world().summary() << "successor:\n" << s.summary();
       }
-      for (const auto& m : c.enabled_moves()) {
-        CW s = c;
-        s.apply(m);
-        // The checker fingerprints a successor with what it shares with its parent taken over
-        // (c keeps its parts between its successors): the same fingerprint as from scratch, and
-        // the same canonical image when it renames.
-        CW incremental = s, scratch = s;
-        ASSERT_EQ(incremental.canonicalize_successor(c, false), scratch.canonicalize(false))
-            << "a successor's fingerprint from its parent's parts differs from its own:\n" << s.world().summary();
-        ASSERT_TRUE(incremental == s) << "canonicalize_successor(false) changed the world:\n" << s.world().summary();
-        ASSERT_EQ(incremental.canonicalize_successor(c, true), scratch.canonicalize(true)) << s.world().summary();
-        ASSERT_TRUE(incremental == scratch) << "the two canonical images differ:\n" << s.world().summary();
-        ++incremental_checked;
-        if (seen.insert(protocol::hash_of(s.world())).second) next.push_back(std::move(s));
-      }
+      ++checked;
     }
-    frontier = std::move(next);
-  }
+    for (const auto& m : c.enabled_moves()) {
+      CW s = c;
+      s.apply(m);
+      // The checker fingerprints a successor with what it shares with its parent taken over
+      // (c keeps its parts between its successors): the same fingerprint as from scratch, and
+      // the same canonical image when it renames.
+      CW incremental = s, scratch = s;
+      ASSERT_EQ(incremental.canonicalize_successor(c, false), scratch.canonicalize(false))
+          << "a successor's fingerprint from its parent's parts differs from its own:\n" << s.world().summary();
+      ASSERT_TRUE(incremental == s) << "canonicalize_successor(false) changed the world:\n" << s.world().summary();
+      ASSERT_EQ(incremental.canonicalize_successor(c, true), scratch.canonicalize(true)) << s.world().summary();
+      ASSERT_TRUE(incremental == scratch) << "the two canonical images differ:\n" << s.world().summary();
+      ++incremental_checked;
+    }
+  });
   std::cout << protocol::model::world_line(b.world()) << ": " << visited << " states, " << checked
             << " (state, permutation) pairs commute, " << incremental_checked << " successors fingerprinted from their parent alike"
             << std::endl;
@@ -935,61 +951,48 @@ void expect_independent_moves_commute(const cluster_bounds& b, std::size_t max_s
       }
     return found;
   };
-  std::unordered_set<std::size_t> seen;
-  std::vector<CW> frontier{CW(b)};
-  seen.insert(protocol::hash_of(frontier[0].world()));
-  std::size_t visited = 0, pairs = 0, renamed = 0;
-  while (!frontier.empty() && visited < max_states) {
-    std::vector<CW> next;
-    for (const auto& p : frontier) {
-      if (++visited > max_states) break;
-      const auto moves = p.enabled_moves();
-      // distinct moves, distinct ids, in every frame
-      for (std::uint32_t k = 0; k < perms.size(); ++k) {
-        std::unordered_set<std::uint64_t> ids;
-        for (const auto& m : moves) ASSERT_TRUE(ids.insert(p.sleep_id(m, k)).second) << p.world().describe(m) << "\n" << p.world().summary();
-      }
-      // a move's id in frame k is its image's id in the image under that renaming (frame 0)
-      for (std::uint32_t k = 1; k < perms.size(); ++k) {
-        CW image = p;
-        image.rename_receivers(perms[k]);
-        for (const auto& m : moves) {
-          const auto im = with_id(image, p.sleep_id(m, k));
-          ASSERT_TRUE(im) << "no move of the renamed world has the id of " << p.world().describe(m) << "\n" << p.world().summary();
-          CW a = p, ia = image;
-          a.apply(m), ia.apply(*im);
-          world_t want = a.world();
-          proofs::permute_receivers(want, perms[k]);
-          if (want.violation && ia.world().violation) want.violation = ia.world().violation;  // texts name receivers
-          ASSERT_TRUE(ia.world() == want) << "the move with the same id is not the renamed move: " << p.world().describe(m) << "\n"
-                                          << p.world().summary();
-          ++renamed;
-        }
-      }
-      // independent moves commute, and each stays enabled, with its id, after the other
-      for (const auto& a : moves)
-        for (const auto& bm : moves) {
-          if (a == bm || !p.independent(a, bm)) continue;
-          ASSERT_TRUE(p.independent(bm, a)) << "independence is not symmetric";
-          CW pa = p, pb = p;
-          pa.apply(a), pb.apply(bm);
-          const auto b2 = with_id(pa, p.sleep_id(bm, 0)), a2 = with_id(pb, p.sleep_id(a, 0));
-          ASSERT_TRUE(b2 && a2) << "a move declared independent is not enabled after the other: " << p.world().describe(a) << " | "
-                                << p.world().describe(bm) << "\n" << p.world().summary();
-          pa.apply(*b2), pb.apply(*a2);
-          ASSERT_TRUE(pa == pb) << "moves declared independent do not commute: " << p.world().describe(a) << " | "
-                                << p.world().describe(bm) << "\n" << p.world().summary() << "one order:\n" << pa.world().summary()
-                                << "the other:\n" << pb.world().summary();
-          ++pairs;
-        }
+  std::size_t pairs = 0, renamed = 0;
+  const std::size_t visited = for_each_reachable<CW>(b, max_states, [&](const CW& p) {
+    const auto moves = p.enabled_moves();
+    // distinct moves, distinct ids, in every frame
+    for (std::uint32_t k = 0; k < perms.size(); ++k) {
+      std::unordered_set<std::uint64_t> ids;
+      for (const auto& m : moves) ASSERT_TRUE(ids.insert(p.sleep_id(m, k)).second) << p.world().describe(m) << "\n" << p.world().summary();
+    }
+    // a move's id in frame k is its image's id in the image under that renaming (frame 0)
+    for (std::uint32_t k = 1; k < perms.size(); ++k) {
+      CW image = p;
+      image.rename_receivers(perms[k]);
       for (const auto& m : moves) {
-        CW s = p;
-        s.apply(m);
-        if (seen.insert(protocol::hash_of(s.world())).second) next.push_back(std::move(s));
+        const auto im = with_id(image, p.sleep_id(m, k));
+        ASSERT_TRUE(im) << "no move of the renamed world has the id of " << p.world().describe(m) << "\n" << p.world().summary();
+        CW a = p, ia = image;
+        a.apply(m), ia.apply(*im);
+        world_t want = a.world();
+        proofs::permute_receivers(want, perms[k]);
+        if (want.violation && ia.world().violation) want.violation = ia.world().violation;  // texts name receivers
+        ASSERT_TRUE(ia.world() == want) << "the move with the same id is not the renamed move: " << p.world().describe(m) << "\n"
+                                        << p.world().summary();
+        ++renamed;
       }
     }
-    frontier = std::move(next);
-  }
+    // independent moves commute, and each stays enabled, with its id, after the other
+    for (const auto& a : moves)
+      for (const auto& bm : moves) {
+        if (a == bm || !p.independent(a, bm)) continue;
+        ASSERT_TRUE(p.independent(bm, a)) << "independence is not symmetric";
+        CW pa = p, pb = p;
+        pa.apply(a), pb.apply(bm);
+        const auto b2 = with_id(pa, p.sleep_id(bm, 0)), a2 = with_id(pb, p.sleep_id(a, 0));
+        ASSERT_TRUE(b2 && a2) << "a move declared independent is not enabled after the other: " << p.world().describe(a) << " | "
+                              << p.world().describe(bm) << "\n" << p.world().summary();
+        pa.apply(*b2), pb.apply(*a2);
+        ASSERT_TRUE(pa == pb) << "moves declared independent do not commute: " << p.world().describe(a) << " | "
+                              << p.world().describe(bm) << "\n" << p.world().summary() << "one order:\n" << pa.world().summary()
+                              << "the other:\n" << pb.world().summary();
+        ++pairs;
+      }
+  });
   std::cout << protocol::model::world_line(b.world()) << ": " << visited << " states, " << pairs
             << " independent pairs commute, " << renamed << " ids renamed alike" << std::endl;
   EXPECT_GT(pairs, 0u);
