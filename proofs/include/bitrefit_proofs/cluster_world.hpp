@@ -434,7 +434,6 @@ class basic_cluster_world {
     std::array<bool, 8> same_receiver{};
   };
 
-  /// Every permutation of the receivers (identity first); one table per receiver count, shared.
   /// What a move acts on (independent()): `local` moves act on one machine only.
   struct move_footprint {
     bool local = false;
@@ -455,6 +454,7 @@ class basic_cluster_world {
       default: return {};
     }
   }
+  /// Every permutation of the receivers (identity first); one table per receiver count, shared.
   const std::vector<std::vector<std::uint32_t>>& permutations() const {
     static const auto table = [] {
       std::vector<std::vector<std::vector<std::uint32_t>>> t;
