@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <stdexcept>
 #include <iostream>
 #include <string>
 
@@ -53,7 +54,13 @@ int run(const proofs::cluster_bounds& b, proofs::check_options opt, const std::s
                    (unsigned long long)p.frontier, double(p.frontier_bytes) / 1e6, p.seconds,
                    p.seconds > 0 ? double(p.states) / p.seconds : 0.0);
     };
-  const auto r = proofs::check(proofs::basic_cluster_world<W>(b), opt);
+  proofs::check_result<protocol::model::move> r;
+  try {
+    r = proofs::check(proofs::basic_cluster_world<W>(b), opt);
+  } catch (const std::invalid_argument& e) {  // options the checker cannot combine (e.g. sleep=1 with liveness)
+    std::cerr << "check_protocol: " << e.what() << "\n";
+    return 2;
+  }
   std::printf("{\"world\": \"%s\", \"verdict\": \"%s\", \"states\": %llu, \"transitions\": %llu, \"depth\": %u, "
               "\"goal_states\": %llu, \"terminal_states\": %llu, \"seconds\": %.2f, \"states_per_second\": %.0f, "
               "\"threads\": %u, \"symmetry\": %d, \"collision_bound\": %.3g, "
@@ -133,10 +140,6 @@ int main(int argc, char** argv) {
       if (!m) { std::cerr << "check_protocol: unknown mutation '" << v << "'\n"; return 2; }
       b.mutation = *m;
     } else { std::cerr << "check_protocol: unknown key '" << k << "'\n"; return 2; }
-  }
-  if (opt.sleep_sets && opt.liveness) {
-    std::cerr << "check_protocol: sleep=1 skips edges the liveness check needs: add --no-liveness\n";
-    return 2;
   }
   // The shipped protocol's world, or the machines with a run-time mutation (mutation.hpp).
   return b.mutation == protocol::protocol_mutation::none ? run<protocol::model::cluster>(b, opt, scenario_file, progress_s)
