@@ -186,6 +186,16 @@ concept compact_world = requires(const W& cw, W& w, std::vector<std::uint8_t>& o
   w.decode(p, p);
 };
 
+/// Optionally, a compact world encodes a successor faster from the bytes its parent was decoded
+/// from: `succ.encode_successor(out, parent)`, where succ was made from parent as restore_to
+/// requires (copied, moves applied, then canonicalize_successor(parent, ...)) and parent was
+/// decoded and has not changed since, copies the parts the two share. Law: it appends exactly
+/// the bytes `succ.encode(out)` would, in that case and in every other (where it encodes in full).
+template <class W>
+concept incremental_compact_world = compact_world<W> && requires(const W& cw, const W& parent, std::vector<std::uint8_t>& out) {
+  cw.encode_successor(out, parent);
+};
+
 /// A world whose moves can be put to sleep (sleep sets, `check_options::sleep_sets`;
 /// proofs/README.md "Sleep sets"):
 ///   `w.independent(a, b)`: moves a and b, both enabled in w, are independent: in every state where
@@ -826,7 +836,8 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
     if constexpr (compact_world<W>) {
       if (packed) {
         s.bytes_at = o.bytes.size();
-        succ.encode(o.bytes);
+        if constexpr (incremental_compact_world<W>) succ.encode_successor(o.bytes, w);  // w: decoded by state_at
+        else succ.encode(o.bytes);
         s.bytes_size = o.bytes.size() - s.bytes_at;
         return;
       }

@@ -18,10 +18,14 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
+#include "bitrefit/codec/hash.hpp"
 #include "bitrefit/protocol/model/script.hpp"
 #include "bitrefit_proofs/checker.hpp"
 #include "bitrefit_proofs/compact.hpp"
@@ -247,9 +251,86 @@ class basic_cluster_world {
   /// The world's state as compact bytes (compact.hpp; checker.hpp, compact_world). The bounds and
   /// switches of this view are not encoded: they are the same for every state of one search.
   void encode(std::vector<std::uint8_t>& out) const { compact::encode(w_, out); }
+  /// Decodes a state encoded by encode(). The world keeps a copy of the bytes, with where each of
+  /// its fields, each receiver and each message in flight begins, while it stays unchanged: the
+  /// checker expands a decoded state, and its successors' encodings copy what they share with it
+  /// (encode_successor).
   void decode(const std::uint8_t* p, const std::uint8_t* end) {
     cache_.clear();
-    if (compact::decode(p, end, w_) != end) throw std::runtime_error("cluster_world: trailing bytes after a state");
+    auto& src = cache_.source;
+    compact::reader r{p, end};
+    std::size_t i = 0;
+    std::apply(
+        [&](auto&... f) {
+          ((src.field_at[i++] = static_cast<std::uint32_t>(r.p - p), decode_field(r, p, f)), ...);
+        },
+        fields_of(w_));
+    src.field_at[i] = static_cast<std::uint32_t>(r.p - p);
+    if (r.p != end) throw std::runtime_error("cluster_world: trailing bytes after a state");
+    src.bytes.assign(p, end);
+    src.digest = codec::xxh3_128(std::as_bytes(std::span(p, end)));
+    src.valid = true;
+  }
+  /// Appends exactly what encode(out) appends (checker.hpp, incremental_compact_world), faster
+  /// when this world is a successor of `parent` as restore_to requires it (copied from parent,
+  /// moves applied, then canonicalize_successor(parent, ...)) and `parent` was decoded and has not
+  /// changed since: the parts the fingerprint's comparison found equal to the parent's (the
+  /// commit log, coordinator, owners, attempts, acks; each receiver whose part is unchanged; each
+  /// message still in flight) are copied from the parent's bytes, not encoded again. Equal values
+  /// have equal encodings, so the bytes are the same. Anywhere else, it encodes in full.
+  /// Returns how many of the bytes were copied. Tested: test_checker,
+  /// Compact.SuccessorEncodingCopiesWhatItSharesWithItsParent.
+  std::size_t encode_successor(std::vector<std::uint8_t>& out, const basic_cluster_world& parent) const {
+    const auto& src = parent.cache_.source;
+    const std::size_t n = w_.receivers.size();
+    // The comparison must have been made with the state those bytes encode: `parent` may have
+    // been decoded from other bytes since (every other change invalidates its bytes).
+    if (!cache_.restorable || !src.valid || src.digest != cache_.compared_with_bytes || parent.w_.receivers.size() != n) {
+      encode(out);
+      return 0;
+    }
+    static_assert(symmetry_detail::field_count<W> == 25, "encode_successor: a field was added to the world: decide below whether it can be copied");
+    const auto& same = cache_.shared;
+    const bool receivers_same = std::all_of(cache_.same_receiver.begin(), cache_.same_receiver.begin() + std::ptrdiff_t(n), [](bool b) { return b; });
+    compact::writer o{out};
+    std::size_t copied = 0;
+    auto copy = [&](std::uint32_t from, std::uint32_t to) {
+      o.raw(src.bytes.data() + from, to - from);
+      copied += to - from;
+    };
+    auto field = [&](const auto& f, std::size_t i) {
+      using F = std::decay_t<decltype(f)>;
+      const void* const at = &f;
+      if constexpr (std::is_same_v<F, decltype(W::receivers)>) {
+        if (at == &w_.receivers) {  // each receiver whose part is unchanged (same_receiver_part)
+          o.varint(n);
+          for (std::size_t r = 0; r < n; ++r)
+            cache_.same_receiver[r] ? copy(src.receiver_at[r], src.receiver_at[r + 1]) : compact::put(o, f[r]);
+          return;
+        }
+      }
+      if constexpr (std::is_same_v<F, decltype(W::inflight)>) {
+        if (at == &w_.inflight) {  // each message the parent has too (shared_with_parent's match)
+          o.varint(f.size());
+          for (std::size_t j = 0; j < f.size(); ++j) {
+            const std::int32_t k = same.inflight[j];
+            k >= 0 ? copy(src.message_at[std::size_t(k)], src.message_at[std::size_t(k) + 1]) : compact::put(o, f[j]);
+          }
+          return;
+        }
+      }
+      const bool shared = at == &w_.config  // never changed by a move (restore_to)
+                          || (at == &w_.log && same.log) || (at == &w_.coord && same.coord) ||
+                          (at == &w_.owners && same.owners) || (at == &w_.attempts && same.attempts) ||
+                          (at == &w_.acks && same.acks) ||
+                          (receivers_same && (at == &w_.incarnations || at == &w_.regions || at == &w_.device ||
+                                              at == &w_.sync_waiting || at == &w_.receiver_deadline));
+      shared ? copy(src.field_at[i], src.field_at[i + 1]) : compact::put(o, f);
+    };
+    std::size_t i = 0;
+    std::apply([&](const auto&... f) { (field(f, i++), ...); }, fields_of(w_));
+    o.finish();
+    return copied;
   }
   /// Symmetry reduction on (checker.hpp, symmetric_world)?
   bool symmetric() const noexcept { return symmetry_; }
@@ -285,6 +366,7 @@ class basic_cluster_world {
     }
     shared_with_parent(w_, parent.w_, cache_.shared);
     cache_.restorable = true;  // until the world changes (a renaming below clears it)
+    cache_.compared_with_bytes = parent.cache_.source.valid ? parent.cache_.source.digest : digest128{};
     return canonical(sig, leave_canonical, [&](const std::vector<std::uint32_t>& p, std::size_t k) {
       return renamed_fingerprint_from_parent(w_, p, sig.data(), cache_.shared, parent.parts_under(k));
     });
@@ -421,6 +503,7 @@ class basic_cluster_world {
     }
     void clear() noexcept {
       restorable = false;
+      source.valid = false;
       signatures_valid = false;
       std::fill(parts_valid.begin(), parts_valid.end(), 0);
     }
@@ -432,6 +515,19 @@ class basic_cluster_world {
     // restore_to: shared and same_receiver compare this world with the parent it was built from
     bool restorable = false;
     std::array<bool, 8> same_receiver{};
+    // decode(): the bytes this world was decoded from, and where each field (field_at, and after
+    // them the end), each receiver and each message in flight (receiver_at, message_at: the
+    // offsets of their elements, then the end) begins in them
+    struct decoded_from {
+      bool valid = false;
+      digest128 digest{};  // of `bytes`
+      std::vector<std::uint8_t> bytes;
+      std::array<std::uint32_t, symmetry_detail::field_count<W> + 1> field_at{};
+      std::vector<std::uint32_t> receiver_at, message_at;
+    } source;
+    // restore_to's comparison was made with a parent decoded from bytes with this digest (zero: not
+    // decoded): encode_successor copies from the parent's bytes only if they are still those
+    digest128 compared_with_bytes{};
   };
 
   /// What a move acts on (independent()): `local` moves act on one machine only.
@@ -453,6 +549,18 @@ class basic_cluster_world {
       case move_kind::crash: return {true, protocol::endpoint::receiver_(m.index), true};
       default: return {};
     }
+  }
+  /// decode(): one field of the world, the receivers and the messages in flight element by element
+  /// with where each begins (cache_.source).
+  template <class F>
+  void decode_field(compact::reader& r, const std::uint8_t* base, F& f) {
+    if constexpr (std::is_same_v<F, decltype(W::receivers)>) {
+      if (&f == &w_.receivers) return compact::get_indexed(r, f, base, cache_.source.receiver_at);
+    }
+    if constexpr (std::is_same_v<F, decltype(W::inflight)>) {
+      if (&f == &w_.inflight) return compact::get_indexed(r, f, base, cache_.source.message_at);
+    }
+    compact::get(r, f);
   }
   /// Every permutation of the receivers (identity first); one table per receiver count, shared.
   const std::vector<std::vector<std::uint32_t>>& permutations() const {

@@ -180,6 +180,22 @@ void get(reader& r, std::vector<T>& v) {
   v.resize(n);
   for (auto& x : v) get(r, x);
 }
+/// get(r, v), recording where each element's encoding begins, as an offset from `base`, in `at`,
+/// and after them where the last one ends (at.size() == v.size() + 1): whoever keeps the bytes can
+/// then copy one element's encoding instead of encoding the element again
+/// (cluster_world::encode_successor).
+template <class T>
+void get_indexed(reader& r, std::vector<T>& v, const std::uint8_t* base, std::vector<std::uint32_t>& at) {
+  const auto n = r.varint();
+  if (n > std::uint64_t(r.end - r.p)) throw std::runtime_error("compact: vector longer than the encoding");
+  v.resize(n);
+  at.resize(n + 1);
+  for (std::size_t i = 0; i < n; ++i) {
+    at[i] = static_cast<std::uint32_t>(r.p - base);
+    get(r, v[i]);
+  }
+  at[n] = static_cast<std::uint32_t>(r.p - base);
+}
 template <class... T>
 void put(writer& w, const std::variant<T...>& v) {
   w.varint(v.index());
