@@ -255,14 +255,23 @@ class basic_cluster_world {
   /// its fields, each receiver and each message in flight begins, while it stays unchanged: the
   /// checker expands a decoded state, and its successors' encodings copy what they share with it
   /// (encode_successor).
+  /// Decoding by difference: if the world still holds the state it was last decoded from (nothing
+  /// changed it since), a field, receiver or message whose old bytes recur at the reading position
+  /// is kept as it is instead of being decoded again. That is exact because an encoding delimits
+  /// itself: reading a value from bytes that begin with the encoding of x reads exactly those
+  /// bytes and gives x. The checker's frontier states follow one another in BFS order, most of them
+  /// siblings that share most of their parts. Tested: test_checker, Compact.*RoundTrips.
   void decode(const std::uint8_t* p, const std::uint8_t* end) {
+    const bool holds_previous = cache_.source.valid;
+    std::swap(cache_.source, cache_.previous);
     cache_.clear();
+    const auto* prev = holds_previous ? &cache_.previous : nullptr;
     auto& src = cache_.source;
     compact::reader r{p, end};
     std::size_t i = 0;
     std::apply(
         [&](auto&... f) {
-          ((src.field_at[i++] = static_cast<std::uint32_t>(r.p - p), decode_field(r, p, f)), ...);
+          ((src.field_at[i] = static_cast<std::uint32_t>(r.p - p), decode_field(r, p, f, i, prev), ++i), ...);
         },
         fields_of(w_));
     src.field_at[i] = static_cast<std::uint32_t>(r.p - p);
@@ -524,7 +533,7 @@ class basic_cluster_world {
       std::vector<std::uint8_t> bytes;
       std::array<std::uint32_t, symmetry_detail::field_count<W> + 1> field_at{};
       std::vector<std::uint32_t> receiver_at, message_at;
-    } source;
+    } source, previous;  // previous: decode's scratch (the bytes the world held before)
     // restore_to's comparison was made with a parent decoded from bytes with this digest (zero: not
     // decoded): encode_successor copies from the parent's bytes only if they are still those
     digest128 compared_with_bytes{};
@@ -550,16 +559,24 @@ class basic_cluster_world {
       default: return {};
     }
   }
-  /// decode(): one field of the world, the receivers and the messages in flight element by element
-  /// with where each begins (cache_.source).
+  /// decode(): field i of the world, the receivers and the messages in flight element by element
+  /// with where each begins (cache_.source); kept where its bytes in `prev` (the encoding the world
+  /// holds, if any) recur at the reading position.
   template <class F>
-  void decode_field(compact::reader& r, const std::uint8_t* base, F& f) {
+  void decode_field(compact::reader& r, const std::uint8_t* base, F& f, std::size_t i,
+                    const typename fingerprint_cache::decoded_from* prev) {
     if constexpr (std::is_same_v<F, decltype(W::receivers)>) {
-      if (&f == &w_.receivers) return compact::get_indexed(r, f, base, cache_.source.receiver_at);
+      if (&f == &w_.receivers)
+        return compact::get_indexed(r, f, base, cache_.source.receiver_at, prev ? prev->bytes.data() : nullptr,
+                                    prev ? &prev->receiver_at : nullptr);
     }
     if constexpr (std::is_same_v<F, decltype(W::inflight)>) {
-      if (&f == &w_.inflight) return compact::get_indexed(r, f, base, cache_.source.message_at);
+      if (&f == &w_.inflight)
+        return compact::get_indexed(r, f, base, cache_.source.message_at, prev ? prev->bytes.data() : nullptr,
+                                    prev ? &prev->message_at : nullptr);
     }
+    if (prev && compact::skip_if_same(r, prev->bytes.data() + prev->field_at[i], prev->bytes.data() + prev->field_at[i + 1]))
+      return;
     compact::get(r, f);
   }
   /// Every permutation of the receivers (identity first); one table per receiver count, shared.

@@ -180,18 +180,35 @@ void get(reader& r, std::vector<T>& v) {
   v.resize(n);
   for (auto& x : v) get(r, x);
 }
+/// If the bytes at the reading position begin with [from, to) (the encoding of a value), moves
+/// past them and returns true. An encoding delimits itself, so reading a value there would read
+/// exactly those bytes and give the value they encode: a caller that still holds that value can
+/// keep it instead of decoding it again.
+inline bool skip_if_same(reader& r, const std::uint8_t* from, const std::uint8_t* to) {
+  const auto n = std::size_t(to - from);
+  if (std::size_t(r.end - r.p) < n || std::memcmp(r.p, from, n) != 0) return false;
+  r.p += n;
+  return true;
+}
+
 /// get(r, v), recording where each element's encoding begins, as an offset from `base`, in `at`,
 /// and after them where the last one ends (at.size() == v.size() + 1): whoever keeps the bytes can
 /// then copy one element's encoding instead of encoding the element again
-/// (cluster_world::encode_successor).
+/// (cluster_world::encode_successor). With `prev_base`: v holds the values of an earlier
+/// encoding, whose elements begin at (*prev_at)[j] from prev_base (recorded alike); an element
+/// whose earlier encoding recurs at its position is kept instead of decoded (skip_if_same).
 template <class T>
-void get_indexed(reader& r, std::vector<T>& v, const std::uint8_t* base, std::vector<std::uint32_t>& at) {
+void get_indexed(reader& r, std::vector<T>& v, const std::uint8_t* base, std::vector<std::uint32_t>& at,
+                 const std::uint8_t* prev_base = nullptr, const std::vector<std::uint32_t>* prev_at = nullptr) {
   const auto n = r.varint();
   if (n > std::uint64_t(r.end - r.p)) throw std::runtime_error("compact: vector longer than the encoding");
+  // elements that may be kept: those v holds that the earlier encoding has
+  const std::size_t kept = prev_base && !prev_at->empty() ? std::min({std::size_t(n), v.size(), prev_at->size() - 1}) : 0;
   v.resize(n);
   at.resize(n + 1);
   for (std::size_t i = 0; i < n; ++i) {
     at[i] = static_cast<std::uint32_t>(r.p - base);
+    if (i < kept && skip_if_same(r, prev_base + (*prev_at)[i], prev_base + (*prev_at)[i + 1])) continue;
     get(r, v[i]);
   }
   at[n] = static_cast<std::uint32_t>(r.p - base);
