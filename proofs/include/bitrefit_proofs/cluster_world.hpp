@@ -260,13 +260,19 @@ class basic_cluster_world {
   /// is kept as it is instead of being decoded again. That is exact because an encoding delimits
   /// itself: reading a value from bytes that begin with the encoding of x reads exactly those
   /// bytes and gives x. The checker's frontier states follow one another in BFS order, most of them
-  /// siblings that share most of their parts. Tested: test_checker, Compact.*RoundTrips.
+  /// siblings that share most of their parts. So are the fingerprint parts of the parts that
+  /// recur, under each renaming the world had them for (parts_under). Tested: test_checker,
+  /// Compact.EveryReachableStateRoundTrips, Compact.DecodingByDifferenceKeepsTheFingerprintParts.
   void decode(const std::uint8_t* p, const std::uint8_t* end) {
     const bool holds_previous = cache_.source.valid;
     std::swap(cache_.source, cache_.previous);
-    cache_.clear();
+    std::swap(cache_.parts, cache_.earlier_parts);
+    std::swap(cache_.parts_valid, cache_.earlier_valid);
+    cache_.clear(/*keep_earlier=*/holds_previous);
     const auto* prev = holds_previous ? &cache_.previous : nullptr;
     auto& src = cache_.source;
+    auto& rec = cache_.recurring;
+    rec.log = rec.coord = rec.owners = rec.attempts = rec.acks = false;
     compact::reader r{p, end};
     std::size_t i = 0;
     std::apply(
@@ -487,7 +493,10 @@ class basic_cluster_world {
       cache_.parts_valid.resize(permutations().size(), 0);
     }
     if (!cache_.parts_valid[k]) {
-      renamed_parts(w_, permutations()[k], cache_.parts[k]);
+      if (k < cache_.earlier_valid.size() && cache_.earlier_valid[k])  // decoded by difference: see decode
+        renamed_parts_reusing(w_, permutations()[k], cache_.recurring, cache_.earlier_parts[k], cache_.parts[k]);
+      else
+        renamed_parts(w_, permutations()[k], cache_.parts[k]);
       cache_.parts_valid[k] = 1;
     }
     return cache_.parts[k];
@@ -510,7 +519,9 @@ class basic_cluster_world {
       o.clear();
       return *this;
     }
-    void clear() noexcept {
+    /// `keep_earlier`: decode keeps the parts of the state held before (see there).
+    void clear(bool keep_earlier = false) noexcept {
+      if (!keep_earlier) std::fill(earlier_valid.begin(), earlier_valid.end(), 0);
       restorable = false;
       source.valid = false;
       signatures_valid = false;
@@ -520,6 +531,11 @@ class basic_cluster_world {
     std::array<std::uint64_t, 8> signatures{};
     std::vector<fingerprint_parts> parts;  // by permutation index
     std::vector<std::uint8_t> parts_valid;
+    // decode: the parts (and their validity) of the state the world held before, and which parts
+    // of the state decoded equal that one's (log ... acks; inflight[j] = j or -1)
+    std::vector<fingerprint_parts> earlier_parts;
+    std::vector<std::uint8_t> earlier_valid;
+    shared_parts recurring;
     shared_parts shared;
     // restore_to: shared and same_receiver compare this world with the parent it was built from
     bool restorable = false;
@@ -562,6 +578,8 @@ class basic_cluster_world {
   /// decode(): field i of the world, the receivers and the messages in flight element by element
   /// with where each begins (cache_.source); kept where its bytes in `prev` (the encoding the world
   /// holds, if any) recur at the reading position.
+  /// The parts that recur are noted in cache_.recurring (as shared_parts: "equal to the state
+  /// held before", whose fingerprint parts are cache_.earlier_parts).
   template <class F>
   void decode_field(compact::reader& r, const std::uint8_t* base, F& f, std::size_t i,
                     const typename fingerprint_cache::decoded_from* prev) {
@@ -573,10 +591,15 @@ class basic_cluster_world {
     if constexpr (std::is_same_v<F, decltype(W::inflight)>) {
       if (&f == &w_.inflight)
         return compact::get_indexed(r, f, base, cache_.source.message_at, prev ? prev->bytes.data() : nullptr,
-                                    prev ? &prev->message_at : nullptr);
+                                    prev ? &prev->message_at : nullptr, &cache_.recurring.inflight);
     }
-    if (prev && compact::skip_if_same(r, prev->bytes.data() + prev->field_at[i], prev->bytes.data() + prev->field_at[i + 1]))
+    if (prev && compact::skip_if_same(r, prev->bytes.data() + prev->field_at[i], prev->bytes.data() + prev->field_at[i + 1])) {
+      const void* const at = &f;
+      auto& rec = cache_.recurring;
+      rec.log |= at == &w_.log, rec.coord |= at == &w_.coord, rec.owners |= at == &w_.owners;
+      rec.attempts |= at == &w_.attempts, rec.acks |= at == &w_.acks;
       return;
+    }
     compact::get(r, f);
   }
   /// Every permutation of the receivers (identity first); one table per receiver count, shared.

@@ -196,19 +196,25 @@ inline bool skip_if_same(reader& r, const std::uint8_t* from, const std::uint8_t
 /// then copy one element's encoding instead of encoding the element again
 /// (cluster_world::encode_successor). With `prev_base`: v holds the values of an earlier
 /// encoding, whose elements begin at (*prev_at)[j] from prev_base (recorded alike); an element
-/// whose earlier encoding recurs at its position is kept instead of decoded (skip_if_same).
+/// whose earlier encoding recurs at its position is kept instead of decoded (skip_if_same), and
+/// `kept` (if given) gets, per element, its index if it was kept and -1 if not.
 template <class T>
 void get_indexed(reader& r, std::vector<T>& v, const std::uint8_t* base, std::vector<std::uint32_t>& at,
-                 const std::uint8_t* prev_base = nullptr, const std::vector<std::uint32_t>* prev_at = nullptr) {
+                 const std::uint8_t* prev_base = nullptr, const std::vector<std::uint32_t>* prev_at = nullptr,
+                 std::vector<std::int32_t>* kept_at = nullptr) {
   const auto n = r.varint();
   if (n > std::uint64_t(r.end - r.p)) throw std::runtime_error("compact: vector longer than the encoding");
   // elements that may be kept: those v holds that the earlier encoding has
   const std::size_t kept = prev_base && !prev_at->empty() ? std::min({std::size_t(n), v.size(), prev_at->size() - 1}) : 0;
   v.resize(n);
   at.resize(n + 1);
+  if (kept_at) kept_at->assign(n, -1);
   for (std::size_t i = 0; i < n; ++i) {
     at[i] = static_cast<std::uint32_t>(r.p - base);
-    if (i < kept && skip_if_same(r, prev_base + (*prev_at)[i], prev_base + (*prev_at)[i + 1])) continue;
+    if (i < kept && skip_if_same(r, prev_base + (*prev_at)[i], prev_base + (*prev_at)[i + 1])) {
+      if (kept_at) (*kept_at)[i] = static_cast<std::int32_t>(i);
+      continue;
+    }
     get(r, v[i]);
   }
   at[n] = static_cast<std::uint32_t>(r.p - base);

@@ -597,6 +597,15 @@ template <class M>
   parts_of(w, renaming(p), nullptr, nullptr, true, out);
 }
 
+/// The same, with the parts that `same` says equal those of a state whose parts under p are
+/// `earlier` taken from there (cluster_world::decode: the state a scratch world held before).
+template <class M>
+[[gnu::flatten]] void renamed_parts_reusing(const protocol::model::basic_cluster<M>& w, const std::vector<std::uint32_t>& p,
+                                            const shared_parts& same, const fingerprint_parts& earlier, fingerprint_parts& out) {
+  using namespace symmetry_detail;
+  parts_of(w, renaming(p), &same, &earlier, true, out);
+}
+
 /// Which parts of w equal its parent's (see above). The in-flight multisets are sorted, so one
 /// merge pairs every message of w with an equal one of the parent where there is one.
 template <class M>
