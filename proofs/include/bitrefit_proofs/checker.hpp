@@ -172,7 +172,10 @@ concept incremental_symmetric_world = symmetric_world<W> && requires(W& w, const
 /// A world that can be made equal to the state it was built from again by copying only what the
 /// successor changed (e.g. cluster_world): `w.restore_to(parent)`, where w was copied from parent,
 /// moves applied, and then canonicalize_successor(parent, ...) called, with parent unchanged since.
-/// Law: afterwards w == parent (in any other case restore_to must copy the whole parent).
+/// Law: afterwards w == parent (in any other case restore_to must copy the whole parent). A
+/// compact world must also keep the law for any w when parent was decoded (compact_world) and
+/// not changed since: the checker then calls restore_to for every successor, also the first ones
+/// of a state (cluster_world tells by its parent's bytes).
 template <class W>
 concept restorable_world = incremental_symmetric_world<W> && requires(W& w, const W& parent) { w.restore_to(parent); };
 
@@ -906,9 +909,11 @@ check_result<move_of<W>> check(const W& initial, const check_options& opt = {}) 
       }
       W& succ = *own[cur];
       // A copy of w into the thread's scratch world (reusing its heap blocks), or where the world
-      // can, only the parts the last successor built there changed (restorable_world).
+      // can, only the parts the last successor built there changed (restorable_world). With the
+      // compact frontier w was decoded, which the world checks for itself: it also restores from
+      // a successor of the state this thread expanded before (restorable_world, decoded parent).
       if constexpr (restorable_world<W>) {
-        if (from_w[cur]) succ.restore_to(w);
+        if (from_w[cur] || packed) succ.restore_to(w);
         else succ = w;
         from_w[cur] = true;
       } else {

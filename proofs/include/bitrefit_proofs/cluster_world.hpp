@@ -273,14 +273,17 @@ class basic_cluster_world {
     auto& src = cache_.source;
     auto& rec = cache_.recurring;
     rec.log = rec.coord = rec.owners = rec.attempts = rec.acks = false;
+    rec.receiver_fields = false;
+    std::size_t receiver_fields_recurring = 0;
     compact::reader r{p, end};
     std::size_t i = 0;
     std::apply(
         [&](auto&... f) {
-          ((src.field_at[i] = static_cast<std::uint32_t>(r.p - p), decode_field(r, p, f, i, prev), ++i), ...);
+          ((src.field_at[i] = static_cast<std::uint32_t>(r.p - p), receiver_fields_recurring += decode_field(r, p, f, i, prev), ++i), ...);
         },
         fields_of(w_));
     src.field_at[i] = static_cast<std::uint32_t>(r.p - p);
+    rec.receiver_fields = receiver_fields_recurring == 5;
     if (r.p != end) throw std::runtime_error("cluster_world: trailing bytes after a state");
     src.bytes.assign(p, end);
     src.digest = codec::xxh3_128(std::as_bytes(std::span(p, end)));
@@ -387,6 +390,8 @@ class basic_cluster_world {
     });
   }
 
+  /// How restore_to made the world equal to its parent (tests).
+  enum class restored { copy, from_parent, from_state_before_parent };
   /// Makes this world equal to `parent` again, copying only the parts that differ from it. The
   /// checker builds every successor of a state in the same scratch worlds: a plain copy of the
   /// parent rewrites the whole world (every machine's vectors) for each one, though a move changes
@@ -395,25 +400,39 @@ class basic_cluster_world {
   /// Precondition: this world was made from `parent` (a copy, then moves applied) and its last
   /// change was canonicalize_successor(parent, ...), and `parent` has not changed since. Where
   /// the world cannot tell (it was renamed, decoded, moved from or changed since), it copies the
-  /// whole parent. Tested: test_checker, Restore.*.
-  void restore_to(const basic_cluster_world& parent) {
-    if (!cache_.restorable) {
+  /// whole parent.
+  /// A decoded parent is checked rather than assumed (the digest of its bytes): and where it was
+  /// decoded by difference from the state this world was compared with (the checker's scratch
+  /// world, a frontier state's parent, decodes the next state), the parts kept are those equal
+  /// in both comparisons: this world's with the state before, and the decode's of the parent with
+  /// it. So the first successors of each frontier state need no whole copy either.
+  /// Tested: test_checker, Restore.*.
+  restored restore_to(const basic_cluster_world& parent) {
+    const auto& ps = parent.cache_.source;
+    const bool decoded = ps.valid;  // parent decoded, unchanged since
+    bool via_state_before = false;
+    if (!cache_.restorable || (decoded && cache_.compared_with_bytes != ps.digest &&
+                               !(via_state_before = parent.cache_.previous.valid && cache_.compared_with_bytes == parent.cache_.previous.digest)) ||
+        (!decoded && cache_.compared_with_bytes != digest128{})) {
       *this = parent;
-      return;
+      return restored::copy;
     }
     static_assert(symmetry_detail::field_count<W> == 25, "restore_to: a field was added to the world: restore it below");
     W& w = w_;
     const W& p = parent.w_;
     const auto& same = cache_.shared;
+    // via the state before: also equal in parent's decode (its parts that recur)
+    const auto& rec = parent.cache_.recurring;
+    auto also = [&](bool recurs) { return !via_state_before || recurs; };
     // config: never changed by a move. The parts compared with the parent:
-    if (!same.log) w.log = p.log;
-    if (!same.coord) w.coord = p.coord;
-    if (!same.owners) w.owners = p.owners;
-    if (!same.attempts) w.attempts = p.attempts;
-    if (!same.acks) w.acks = p.acks;
+    if (!(same.log && also(rec.log))) w.log = p.log;
+    if (!(same.coord && also(rec.coord))) w.coord = p.coord;
+    if (!(same.owners && also(rec.owners))) w.owners = p.owners;
+    if (!(same.attempts && also(rec.attempts))) w.attempts = p.attempts;
+    if (!(same.acks && also(rec.acks))) w.acks = p.acks;
     const std::size_t k = w.regions_per_receiver();
     for (std::uint32_t r = 0; r < w.receivers.size(); ++r) {
-      if (cache_.same_receiver[r]) continue;  // its roster entry is coord's
+      if (cache_.same_receiver[r] && also(rec.receiver_fields && rec.receivers[r] >= 0)) continue;  // its roster entry is coord's
       w.receivers[r] = p.receivers[r];
       w.incarnations[r] = p.incarnations[r];
       w.device[r] = p.device[r];
@@ -436,6 +455,7 @@ class basic_cluster_world {
     w.violation = p.violation;
     w.stuck = p.stuck;
     cache_.clear();
+    return via_state_before ? restored::from_state_before_parent : restored::from_parent;
   }
 
  private:
@@ -535,7 +555,10 @@ class basic_cluster_world {
     // of the state decoded equal that one's (log ... acks; inflight[j] = j or -1)
     std::vector<fingerprint_parts> earlier_parts;
     std::vector<std::uint8_t> earlier_valid;
-    shared_parts recurring;
+    struct recurring_parts : shared_parts {
+      std::vector<std::int32_t> receivers;  // per receiver: its index if its machine recurs, else -1
+      bool receiver_fields = false;         // incarnations, regions, device, sync_waiting, receiver_deadline
+    } recurring;
     shared_parts shared;
     // restore_to: shared and same_receiver compare this world with the parent it was built from
     bool restorable = false;
@@ -579,28 +602,36 @@ class basic_cluster_world {
   /// with where each begins (cache_.source); kept where its bytes in `prev` (the encoding the world
   /// holds, if any) recur at the reading position.
   /// The parts that recur are noted in cache_.recurring (as shared_parts: "equal to the state
-  /// held before", whose fingerprint parts are cache_.earlier_parts).
+  /// held before", whose fingerprint parts are cache_.earlier_parts; and for restore_to, each
+  /// receiver). Returns whether f is one of the five per-receiver vectors besides `receivers`
+  /// and recurred.
   template <class F>
-  void decode_field(compact::reader& r, const std::uint8_t* base, F& f, std::size_t i,
+  bool decode_field(compact::reader& r, const std::uint8_t* base, F& f, std::size_t i,
                     const typename fingerprint_cache::decoded_from* prev) {
+    auto& rec = cache_.recurring;
     if constexpr (std::is_same_v<F, decltype(W::receivers)>) {
-      if (&f == &w_.receivers)
-        return compact::get_indexed(r, f, base, cache_.source.receiver_at, prev ? prev->bytes.data() : nullptr,
-                                    prev ? &prev->receiver_at : nullptr);
+      if (&f == &w_.receivers) {
+        compact::get_indexed(r, f, base, cache_.source.receiver_at, prev ? prev->bytes.data() : nullptr,
+                             prev ? &prev->receiver_at : nullptr, &rec.receivers);
+        return false;
+      }
     }
     if constexpr (std::is_same_v<F, decltype(W::inflight)>) {
-      if (&f == &w_.inflight)
-        return compact::get_indexed(r, f, base, cache_.source.message_at, prev ? prev->bytes.data() : nullptr,
-                                    prev ? &prev->message_at : nullptr, &cache_.recurring.inflight);
+      if (&f == &w_.inflight) {
+        compact::get_indexed(r, f, base, cache_.source.message_at, prev ? prev->bytes.data() : nullptr,
+                             prev ? &prev->message_at : nullptr, &rec.inflight);
+        return false;
+      }
     }
     if (prev && compact::skip_if_same(r, prev->bytes.data() + prev->field_at[i], prev->bytes.data() + prev->field_at[i + 1])) {
       const void* const at = &f;
-      auto& rec = cache_.recurring;
       rec.log |= at == &w_.log, rec.coord |= at == &w_.coord, rec.owners |= at == &w_.owners;
       rec.attempts |= at == &w_.attempts, rec.acks |= at == &w_.acks;
-      return;
+      return at == &w_.incarnations || at == &w_.regions || at == &w_.device || at == &w_.sync_waiting ||
+             at == &w_.receiver_deadline;
     }
     compact::get(r, f);
+    return false;
   }
   /// Every permutation of the receivers (identity first); one table per receiver count, shared.
   const std::vector<std::vector<std::uint32_t>>& permutations() const {
