@@ -199,7 +199,9 @@ class basic_cluster_world {
   /// Move m's identity in the frame `frame` (sleep_frame() of this world or of another member of
   /// its class): its kind and what it acts on, receivers renamed by that frame's permutation, as
   /// one digest. Two members of a class, each in its own frame, give a move and its image the
-  /// same id: the id names the move of the canonical image.
+  /// same id: the id names the move of the canonical image. A network move's message enters as its
+  /// renamed digest from the world's fingerprint parts under that frame (parts_under), which the
+  /// checker has mostly computed already for the successors' fingerprints.
   std::uint64_t sleep_id(const protocol::model::move& m, std::uint32_t frame) const {
     using protocol::model::move_kind;
     const symmetry_detail::renaming q(permutations().at(frame));
@@ -210,7 +212,9 @@ class basic_cluster_world {
       case move_kind::drop:
       case move_kind::duplicate:
       case move_kind::corrupt:
-      case move_kind::conflict: symmetry_detail::hash_renamed(h, q, w_.inflight.at(m.index)); break;
+      case move_kind::conflict:  // the message's renamed digest, the one its fingerprint part holds
+        h.mix(parts_under(frame).inflight.at(m.index));
+        break;
       case move_kind::device: h.mix(q.to(m.index)), h.mix(m.sub); break;
       case move_kind::crash:
       case move_kind::restart: h.mix(q.to(m.index)); break;
