@@ -277,8 +277,7 @@ class basic_cluster_world {
     auto& src = cache_.source;
     auto& rec = cache_.recurring;
     rec.log = rec.coord = rec.owners = rec.attempts = rec.acks = false;
-    rec.receiver_fields = false;
-    std::size_t receiver_fields_recurring = 0;
+    std::size_t receiver_fields_recurring = 0;  // per-receiver vectors that recur
     compact::reader r{p, end};
     std::size_t i = 0;
     std::apply(
@@ -287,7 +286,7 @@ class basic_cluster_world {
         },
         fields_of(w_));
     src.field_at[i] = static_cast<std::uint32_t>(r.p - p);
-    rec.receiver_fields = receiver_fields_recurring == 5;
+    rec.receiver_fields = receiver_fields_recurring == per_receiver_vectors;
     if (r.p != end) throw std::runtime_error("cluster_world: trailing bytes after a state");
     src.bytes.assign(p, end);
     src.digest = codec::xxh3_128(std::as_bytes(std::span(p, end)));
@@ -345,8 +344,7 @@ class basic_cluster_world {
                           || (at == &w_.log && same.log) || (at == &w_.coord && same.coord) ||
                           (at == &w_.owners && same.owners) || (at == &w_.attempts && same.attempts) ||
                           (at == &w_.acks && same.acks) ||
-                          (receivers_same && (at == &w_.incarnations || at == &w_.regions || at == &w_.device ||
-                                              at == &w_.sync_waiting || at == &w_.receiver_deadline));
+                          (receivers_same && is_per_receiver_vector(at));
       shared ? copy(src.field_at[i], src.field_at[i + 1]) : compact::put(o, f);
     };
     std::size_t i = 0;
@@ -413,11 +411,15 @@ class basic_cluster_world {
   /// Tested: test_checker, Restore.*.
   restored restore_to(const basic_cluster_world& parent) {
     const auto& ps = parent.cache_.source;
-    const bool decoded = ps.valid;  // parent decoded, unchanged since
-    bool via_state_before = false;
-    if (!cache_.restorable || (decoded && cache_.compared_with_bytes != ps.digest &&
-                               !(via_state_before = parent.cache_.previous.valid && cache_.compared_with_bytes == parent.cache_.previous.digest)) ||
-        (!decoded && cache_.compared_with_bytes != digest128{})) {
+    bool restorable = cache_.restorable, via_state_before = false;
+    if (restorable && ps.valid) {  // a decoded parent, unchanged since: told by its bytes
+      via_state_before = cache_.compared_with_bytes != ps.digest;
+      restorable = !via_state_before ||
+                   (parent.cache_.previous.valid && cache_.compared_with_bytes == parent.cache_.previous.digest);
+    } else if (restorable) {  // a parent never decoded: the precondition is assumed, unless this world was compared with a decoded one
+      restorable = cache_.compared_with_bytes == digest128{};
+    }
+    if (!restorable) {
       *this = parent;
       return restored::copy;
     }
@@ -602,6 +604,13 @@ class basic_cluster_world {
       default: return {};
     }
   }
+  /// The world's vectors with one entry (regions: one slice) per receiver, besides `receivers`:
+  /// with it, a receiver's part (same_receiver_part compares them, restore_to copies them).
+  static constexpr std::size_t per_receiver_vectors = 5;
+  bool is_per_receiver_vector(const void* at) const noexcept {
+    return at == &w_.incarnations || at == &w_.regions || at == &w_.device || at == &w_.sync_waiting ||
+           at == &w_.receiver_deadline;
+  }
   /// decode(): field i of the world, the receivers and the messages in flight element by element
   /// with where each begins (cache_.source); kept where its bytes in `prev` (the encoding the world
   /// holds, if any) recur at the reading position.
@@ -631,8 +640,7 @@ class basic_cluster_world {
       const void* const at = &f;
       rec.log |= at == &w_.log, rec.coord |= at == &w_.coord, rec.owners |= at == &w_.owners;
       rec.attempts |= at == &w_.attempts, rec.acks |= at == &w_.acks;
-      return at == &w_.incarnations || at == &w_.regions || at == &w_.device || at == &w_.sync_waiting ||
-             at == &w_.receiver_deadline;
+      return is_per_receiver_vector(at);
     }
     compact::get(r, f);
     return false;
