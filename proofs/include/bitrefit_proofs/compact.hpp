@@ -197,7 +197,7 @@ inline bool skip_if_same(reader& r, const std::uint8_t* from, const std::uint8_t
 /// (cluster_world::encode_successor). With `prev_base`: v holds the values of an earlier
 /// encoding, whose elements begin at (*prev_at)[j] from prev_base (recorded alike); an element
 /// whose earlier encoding recurs at its position is kept instead of decoded (skip_if_same), and
-/// `kept` (if given) gets, per element, its index if it was kept and -1 if not.
+/// `kept_at` (if given) gets, per element, its index if it was kept and -1 if not.
 template <class T>
 void get_indexed(reader& r, std::vector<T>& v, const std::uint8_t* base, std::vector<std::uint32_t>& at,
                  const std::uint8_t* prev_base = nullptr, const std::vector<std::uint32_t>* prev_at = nullptr,
