@@ -587,6 +587,24 @@ std::size_t for_each_reachable(const cluster_bounds& b, std::size_t max_states, 
   return visited;
 }
 
+// As the checker's threads do: one scratch world decoded from each reachable state in turn (the
+// first `max_states`, breadth first), so mostly by difference from the state before; every fifth
+// time the scratch world is changed by a move first, so that it no longer holds what it was
+// decoded from. Calls check(state, scratch) after each decode.
+template <class CW, class F>
+void for_each_decoded(const cluster_bounds& b, std::size_t max_states, F&& check) {
+  CW scratch(b);
+  std::vector<std::uint8_t> enc;
+  std::size_t visited = 0;
+  for_each_reachable<CW>(b, max_states, [&](const CW& c) {
+    enc.clear();
+    c.encode(enc);
+    if (++visited % 5 == 4 && !scratch.enabled_moves().empty()) scratch.apply(scratch.enabled_moves().front());
+    scratch.decode(enc.data(), enc.data() + enc.size());
+    check(c, scratch);
+  });
+}
+
 namespace symmetry_test {
 template <class CW>
 void expect_equivariant(const cluster_bounds& b, std::size_t max_states) {
@@ -810,15 +828,8 @@ namespace restore_test {
 template <class CW>
 std::array<std::size_t, 3> expect_restored_across_decodes(const cluster_bounds& b, std::size_t max_states) {
   std::array<std::size_t, 3> how{};  // by CW::restored
-  CW scratch(b);
   std::array<CW, 2> own{CW(b), CW(b)};
-  std::vector<std::uint8_t> enc;
-  std::size_t visited = 0;
-  for_each_reachable<CW>(b, max_states, [&](const CW& c) {
-    enc.clear();
-    c.encode(enc);
-    if (++visited % 5 == 4 && !scratch.enabled_moves().empty()) scratch.apply(scratch.enabled_moves().front());
-    scratch.decode(enc.data(), enc.data() + enc.size());
+  for_each_decoded<CW>(b, max_states, [&](const CW& c, const CW& scratch) {
     unsigned cur = 0;
     for (const auto& m : c.enabled_moves()) {
       const auto r = own[cur].restore_to(scratch);
@@ -1028,14 +1039,7 @@ TEST(Compact, SuccessorEncodingCopiesWhatItSharesWithItsParent) {
 TEST(Compact, DecodingByDifferenceKeepsTheFingerprintParts) {
   std::size_t checked = 0;
   for (const auto& b : law_worlds()) {
-    cluster_world scratch(b);
-    std::vector<std::uint8_t> enc;
-    std::size_t visited = 0;
-    for_each_reachable<cluster_world>(b, 1500, [&](const cluster_world& c) {
-      enc.clear();
-      c.encode(enc);
-      if (++visited % 5 == 4 && !scratch.enabled_moves().empty()) scratch.apply(scratch.enabled_moves().front());
-      scratch.decode(enc.data(), enc.data() + enc.size());
+    for_each_decoded<cluster_world>(b, 1500, [&](const cluster_world& c, const cluster_world& scratch) {
       for (const auto& m : c.enabled_moves()) {
         cluster_world s = scratch, fresh = c;
         s.apply(m), fresh.apply(m);
