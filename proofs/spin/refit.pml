@@ -35,6 +35,13 @@
  *    sends from the durable image; an owner without the named one answers frozen_lost and the
  *    coordinator aborts (flost). Regions still hold version numbers only: the bits an owner
  *    freezes are checked where it freezes them (as the C++ monitor does, finding B1).
+ *  - Owner crashes (OCRASHES, default 0): an owner restarts from its durable baseline, frozen image
+ *    and sender epoch; what it loses is highest_seen, so from then on a late or duplicated copy of
+ *    any persisted prepare may reach it and look new (LATE_PREPARE; the model's owners otherwise
+ *    take each prepare once, as it is persisted). owner.hpp ignores such a copy when its sender
+ *    process is gone (finding H1) or its target is not above the baseline (finding B3); one that
+ *    passes both is its own transition's, whose image the owner holds, so it changes nothing the
+ *    model tracks. The two mutations below drop those guards.
  *  - Faults are budgeted: CRASHES receiver crashes, FAILOVERS coordinator failovers, DROPS lost copies,
  *    DUPS duplicated copies, EVICTS evictions. A fault that forces a retry is only enabled while the transition has
  *    attempts left (natt < MAXA): the "eventually reliable delivery and stable members" assumption
@@ -79,6 +86,12 @@
  *   MUT_REFREEZE_AT_RESTART an owner without the frozen image a retry names freezes the trainer's
  *                          current bits for it instead of answering frozen_lost (needs SRESTARTS;
  *                          the twin of the C++ refreeze_at_restart, finding B1)
+ *   MUT_FREEZE_STALE_PREPARE an owner freezes a late prepare whose target is not above its baseline
+ *                          (needs OCRASHES; the twin of the C++ freeze_stale_prepare, finding B3)
+ *   MUT_OWNER_FORGETS_SENDER_EPOCH an owner forgets at its crash which sender process it belongs
+ *                          to, so a late prepare of a dead sender freezes the trainer's current bits
+ *                          (needs OCRASHES and SRESTARTS; the twin of the C++
+ *                          owner_forgets_sender_epoch, finding H1)
  * and, for the trace check's drift tests only (no exhaustive run reaches what they change: the
  * exhaustive runs have NOVW = 0 and restore a receiver not waited for at once):
  *   MUT_OVW_AS_XOR         an overwrite payload riding in an XOR attempt is applied as XOR
@@ -121,6 +134,9 @@
 #endif
 #ifndef SRESTARTS
 #define SRESTARTS 0 /* sender restarts (see the header): none unless asked for */
+#endif
+#ifndef OCRASHES
+#define OCRASHES 0 /* owner crashes (see the header): none unless asked for */
 #endif
 #ifndef NOVW
 #define NOVW 0 /* the last NOVW payloads of every owner are coded as overwrite even in an XOR attempt */
@@ -261,6 +277,16 @@ byte named = 0;    /* the trainer bits the transition's prepares name (tflav at 
 bit flost = 0;     /* an owner answered the current attempt with frozen_lost */
 byte srestarts = 0;
 #endif
+#if OCRASHES > 0
+byte ocrashes = 0;
+bit ocrashed[NO];  /* owner o lost its highest_seen in a crash (a sender restart gives it back: the
+                    * restarted owner has seen every persisted prepare) */
+#if SRESTARTS > 0
+byte oepoch[NO];          /* the epoch of the sender process owner o belongs to (durable) */
+byte a_epoch[NATT + 1];   /* the coordinator epoch that persisted attempt a */
+byte a_named[NATT + 1];   /* the trainer bits attempt a's prepare names (named then) */
+#endif
+#endif
 
 /* ---- receivers --------------------------------------------------------------------------- */
 byte reg[NR * NP];
@@ -328,6 +354,9 @@ byte crashes = 0, failovers = 0, drops = 0, dups = 0, evicts = 0, aborts = 0;
 #define E_ROLL_CALL 14 /* a new coordinator's roll call reaches receiver x                        */
 #define E_SRESTART 15  /* the sender restarts: y = the owners whose durable image still holds the
                         * bits the transition's prepares name (the failover is E_FAILOVER, later) */
+#define E_OCRASH 16    /* owner x crashes (its highest_seen is gone)                               */
+#define E_LATE_PREP 17 /* owner x takes a copy of attempt y's prepare that was persisted before its
+                        * crash and looks new to it (LATE_PREPARE)                                 */
 #ifdef TRACE_GOAL
 #define TRACE_REACH
 #define TRACE_FREE_TAIL
@@ -533,11 +562,69 @@ inline owner_freeze_send(o) {
 #endif
 }
 
+#if OCRASHES > 0
+/* Owner o takes a copy of attempt a's prepare (persisted before its crash) as new: owner.hpp's
+ * on_msg(prepare) past its highest_seen check. A prepare of a sender process that is gone is
+ * ignored (finding H1), and so is one whose target is not above B (finding B3: a late copy of a
+ * committed attempt would take "v+1" from the trainer's current bits and overwrite K.v's image at
+ * the next advance). What passes both is an attempt of the transition in progress, persisted by
+ * this sender process: its first attempt froze the image the owner holds (F), so it re-sends from
+ * it, or a retry's owner without it answers frozen_lost, which the coordinator ignores for any
+ * attempt but its current one, which already has its answer. Where the owner has no image for a
+ * transition's first attempt, it freezes the trainer's bits now: the C++ monitor's two checks are
+ * the assertions (its target above B, and the bits the prepare names). */
+#if SRESTARTS > 0
+#define EPOCH_GONE(o, a) (a_epoch[a] < oepoch[o])
+#define LATE_FREEZE(o, a) \
+  if \
+  :: a_mode[a] == XOR && F[o] == 0 -> F[o] = tflav + 1; CHECK(a_named[a] == tflav) \
+  :: else -> skip \
+  fi
+#else
+#define EPOCH_GONE(o, a) false
+#define LATE_FREEZE(o, a) skip
+#endif
+#ifdef MUT_FREEZE_STALE_PREPARE
+#define STALE_TARGET(o, a) false /* broken: a target not above B is frozen too */
+#else
+#define STALE_TARGET(o, a) (a_target[a] <= B[o])
+#endif
+#ifdef MUT_OWNER_FORGETS_SENDER_EPOCH
+#define FORGET_SENDER_EPOCH(o) oepoch[o] = 0 /* broken: the crash loses which sender it belongs to */
+#else
+#define FORGET_SENDER_EPOCH(o) skip
+#endif
+inline late_prepare(o, a) {
+  if
+  :: EPOCH_GONE(o, a) -> skip
+  :: else ->
+     if
+     :: STALE_TARGET(o, a) -> skip
+     :: else -> CHECK(a_target[a] > B[o]); LATE_FREEZE(o, a)
+     fi
+  fi
+}
+/* which attempt's copy: the run's (E_LATE_PREP's y), or any persisted one */
+#ifdef TRACE
+#define LATE_EV(o) (EVK(E_LATE_PREP, o) && (TAIL || (ev_y[tp] >= 1 && ev_y[tp] <= cur)))
+#define PICK_LATE if :: !TAIL -> j = ev_y[tp] :: else -> j = 1; do :: j < cur -> j++ :: break od fi
+#else
+#define LATE_EV(o) true
+#define PICK_LATE j = 1; do :: j < cur -> j++ :: break od
+#endif
+#endif
+
 proctype owner(byte o) {
 end:
   do
   /* the commit announcement (or a read of K): idempotent */
   :: atomic { B[o] + 1 == Kv && phase == IDLE -> B[o] = Kv }
+#if OCRASHES > 0
+  /* an owner crash: only highest_seen is lost (and, broken, the sender epoch) */
+  :: atomic { ocrashes < OCRASHES && EV(E_OCRASH, o, 0) -> NEXT; ocrashes++; ocrashed[o] = 1; FORGET_SENDER_EPOCH(o) }
+  :: atomic { ocrashed[o] && cur > 0 && LATE_EV(o) ->
+       PICK_LATE; NEXT; late_prepare(o, j); j = 0 }
+#endif
   od
 }
 
@@ -686,6 +773,9 @@ end:
 #if SRESTARTS > 0
        if :: natt == 1 -> named = tflav :: else -> skip fi; /* the transition's prepares name these bits */
        flost = 0;
+#endif
+#if OCRASHES > 0 && SRESTARTS > 0
+       a_epoch[cur] = epoch; a_named[cur] = named;
 #endif
        i = 0;
        do
@@ -943,6 +1033,14 @@ end:
 #else
 #define IMAGE_AS_RUN(o) if :: ev_y[tp] & (1 << (o)) -> F[o] = named + 1 :: else -> F[o] = 0 fi
 #endif
+/* every owner restarts in the new sender process: it has seen every persisted prepare, and belongs
+ * to the new coordinator's epoch (owner.hpp, restarted) */
+#if OCRASHES > 0
+#define OWNER_RESTARTED(o) ocrashed[o] = 0; oepoch[o] = epoch + 1
+#define OWNERS_RESTART SEQ_O(OWNER_RESTARTED)
+#else
+#define OWNERS_RESTART skip
+#endif
 #endif
 
 active proctype env() {
@@ -959,7 +1057,7 @@ end:
   /* the sender restarts as the run says: which owners kept the named image; its new coordinator's
    * claim is the failover event that follows */
   :: atomic { srestarts < SRESTARTS && tp < TLEN && ev_k[tp] == E_SRESTART ->
-       SEQ_O(IMAGE_AS_RUN); NEXT; srestarts++; tflav++ }
+       SEQ_O(IMAGE_AS_RUN); OWNERS_RESTART; NEXT; srestarts++; tflav++ }
 #else
   /* the sender restarts: a new coordinator, the trainer moved on, and the owners' images kept, or
    * lost where nothing can commit them behind the new coordinator's back (no compare-and-set
@@ -967,6 +1065,7 @@ end:
   :: atomic { srestarts < SRESTARTS && CAN_FAIL && phase != IDLE ->
        srestarts++; tflav++;
        if :: skip :: !req -> SEQ_O(LOSE_IMAGE) fi;
+       OWNERS_RESTART;
        NEW_COORDINATOR }
 #endif
 #endif

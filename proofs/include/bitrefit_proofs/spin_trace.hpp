@@ -23,7 +23,8 @@
 // 6 attempts in all, every payload of an
 // attempt in that attempt's mode but the last overwrite_chunks of each owner (overwrite in an XOR
 // attempt: the model's NOVW), sync or async gate (the model has no gate), every fault kind (an
-// owner crash or a conflicting copy is no event of its own, a sender restart the images it left
+// owner crash the loss of its highest_seen, and a prepare copy that then looks new to it a late
+// prepare; a conflicting copy no event of its own, a sender restart the images it left
 // (E_SRESTART) and then a failover, a commit-log fault
 // on a claim, prepare or read at most a failover or prepare event, a corrupt copy a drop, a
 // member's failure report a deadline: see step()), a drop,
@@ -51,7 +52,7 @@ namespace bitrefit::proofs::spin {
 /// Promela events (refit.pml's E_* constants, same numbers).
 enum class event_kind : std::uint8_t {
   prep = 1, admit = 2, ingest = 3, ack = 4, deadline = 5, cas = 6, crash = 7, failover = 8, drop = 9, dup = 10,
-  rejoin = 11, evict = 12, abort = 13, roll_call = 14, sender_restart = 15
+  rejoin = 11, evict = 12, abort = 13, roll_call = 14, sender_restart = 15, owner_crash = 16, late_prepare = 17
 };
 
 /// THE mapping: C++ move (and what it did) -> Promela step. One row per event kind; every other
@@ -99,10 +100,15 @@ inline constexpr mapping_row mapping[] = {
      "(tflav) move on; its new coordinator's claim is the failover event that follows"},
     {"`deliver c->rR roll_call eN` to a live receiver",
      "receiver(r): the roll call's answer (E_ROLL_CALL r): it restarts first if it is in an attempt (ANSWER_ROLL_CALL)"},
+    {"`crash oO`", "owner(o): its crash (E_OCRASH o): highest_seen is gone (ocrashed); broken, the sender epoch too"},
+    {"`deliver c->oO prepare τ`, τ persisted before o's last crash (and after the last sender restart), that passes "
+     "o's highest_seen check (a late or duplicated copy that looks new to it)",
+     "owner(o): late_prepare(o, a(τ)) (E_LATE_PREP o a): ignored when its sender process is gone (H1) or its target "
+     "is not above B (B3); else the monitor's checks, and a freeze only where the owner has no image"},
     {"`drop`/`duplicate` of any other message (prepare, open, flush, obsolete, stopped, announce, join, manifest, ...)",
      "no event: the model has no copy of it (its delivery is an event of its own or a free step)"},
     {"every other move: the first coordinator's claim, read replies, `failover` itself (its claim is the event), "
-     "begin, the persisted abort, deliveries of prepare to owners, manifest, open, flush, obsolete, stopped, announce, "
+     "begin, the persisted abort, every other delivery of a prepare to an owner, manifest, open, flush, obsolete, stopped, announce, "
      "join, abort, device, restart rR, deadline rR, `conflict` (applied as the payload where it verifies first)",
      "no event (a free step of the model: owners' baseline read, commit request, stop completion, recovery, "
      "abort completion, a restore after eviction, a join outside transfer that updates the roster)"},
@@ -161,6 +167,8 @@ inline std::optional<std::string> promela_mutation(protocol::protocol_mutation m
     case M::accept_old_incarnation_acks: return std::string("-DMUT_OLD_INCARNATION_ACKS");
     case M::keep_dead_incarnation: return std::string("-DMUT_KEEP_DEAD_INCARNATION");
     case M::refreeze_at_restart: return std::string("-DMUT_REFREEZE_AT_RESTART");
+    case M::freeze_stale_prepare: return std::string("-DMUT_FREEZE_STALE_PREPARE");
+    case M::owner_forgets_sender_epoch: return std::string("-DMUT_OWNER_FORGETS_SENDER_EPOCH");
     default: return std::nullopt;
   }
 }
@@ -174,6 +182,10 @@ struct translator {
   protocol::model::world_config cfg;
   std::map<attempt_id, std::uint32_t> promela_attempt;  // C++ attempt -> the model's `cur` number
   protocol::envelope t_inflight_before{};  // the message a deliver move carries
+  /// Per owner: how many attempts were persisted when it last crashed (0: not since the last
+  /// sender restart, whose owners have seen every persisted prepare). A prepare of one of those
+  /// that gets past its highest_seen check is a late copy: the model's owner took it at persistence.
+  std::map<std::uint32_t, std::uint32_t> persisted_at_owner_crash;
 
   void skip(const std::string& why) {
     if (!t.skip) t.skip = why;
@@ -195,6 +207,7 @@ struct translator {
                  "-DCRASHES=" + std::to_string(cfg.crashes),
                  "-DFAILOVERS=" + std::to_string(cfg.failovers + cfg.sender_restarts),
                  "-DSRESTARTS=" + std::to_string(cfg.sender_restarts),
+                 "-DOCRASHES=" + std::to_string(cfg.owner_crashes),
                  "-DDROPS=" + std::to_string(cfg.drops + cfg.corruptions), "-DDUPS=" + std::to_string(cfg.duplicates),
                  "-DNOVW=" + std::to_string(cfg.overwrite_chunks)};
     if (mut && !mut->empty()) t.defines.push_back(*mut);
@@ -269,14 +282,16 @@ struct translator {
         // report its attempt failed; the report's arrival is the coordinator's obsolete (below).
         break;
       case move_kind::owner_crash:
-        // No event: an owner restarts from its durable baseline and frozen change set
-        // (owner.hpp, `recovered`) and loses only what the model's owner never has: the attempt it
-        // was encoding (it encodes and sends a whole attempt in the move that delivers the
-        // prepare, which the model does at prepare) and highest_seen (a late or duplicated prepare
-        // may then be encoded again; those copies are dropped or deduplicated by receivers, and any
-        // one a receiver applies is an INGEST the model must follow from its own bag: a run it
-        // cannot follow is a disagreement, never a silent pass). The coordinator's deadline that
-        // a lost manifest forces is a deadline event of its own.
+        // An owner restarts from its durable baseline, frozen change set and sender epoch
+        // (owner.hpp, `recovered`) and loses the attempt it was encoding (the model's owner never
+        // has one: it encodes and sends a whole attempt at prepare) and highest_seen: the model's
+        // ocrashed, after which a late or duplicated prepare may look new (E_LATE_PREP, below).
+        // Copies it encodes again are dropped or deduplicated by receivers, and any one a receiver
+        // applies is an INGEST the model must follow from its own bag (a run it cannot follow is
+        // a disagreement, never a silent pass). The coordinator's deadline that a lost manifest
+        // forces is a deadline event of its own.
+        add(event_kind::owner_crash, m.index, 0, text);
+        persisted_at_owner_crash[m.index] = current_attempt();
         break;
       case move_kind::sender_restart:
         // Its event comes after the move (which images survived it: sender_restart_images); the
@@ -356,6 +371,14 @@ struct translator {
         if (std::holds_alternative<protocol::roll_call_msg>(e.msg) && e.to.role == protocol::role::receiver &&
             cw.receivers.at(e.to.index))
           add(event_kind::roll_call, e.to.index, 0, text);
+        // A prepare persisted before the owner's last crash that gets past its highest_seen: the
+        // model's owner takes it as late (late_prepare), ignoring or freezing it by the same rules.
+        if (const auto* pm = std::get_if<protocol::prepare_msg>(&e.msg); pm && e.to.role == protocol::role::owner) {
+          const auto a = attempt_no(pm->record.attempt);
+          const auto crashed_at = persisted_at_owner_crash[e.to.index];
+          if (a && *a <= crashed_at && cw.owners.at(e.to.index).highest_seen < pm->record.attempt)
+            add(event_kind::late_prepare, e.to.index, *a, text);
+        }
         break;
       }
       default: break;
@@ -375,7 +398,10 @@ struct translator {
           newer_member_join |= mb.receiver == j->from.receiver && mb.incarnation < j->from.incarnation;
     std::vector<std::string> trace;
     cw.apply(m, &trace);
-    if (m.kind == move_kind::sender_restart) add(event_kind::sender_restart, 0, sender_restart_images(cw), text);
+    if (m.kind == move_kind::sender_restart) {
+      add(event_kind::sender_restart, 0, sender_restart_images(cw), text);
+      persisted_at_owner_crash.clear();  // restarted owners have seen every persisted prepare
+    }
     // The attempt became obsolete in this move (other than by the coordinator's deadline): the
     // coordinator left collecting to stop it. Usually it is stopping now; where every member has
     // stopped at once (one receiver, whose newer incarnation's join counts as the dead one's stop)
