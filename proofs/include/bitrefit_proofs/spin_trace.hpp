@@ -52,7 +52,8 @@ namespace bitrefit::proofs::spin {
 /// Promela events (refit.pml's E_* constants, same numbers).
 enum class event_kind : std::uint8_t {
   prep = 1, admit = 2, ingest = 3, ack = 4, deadline = 5, cas = 6, crash = 7, failover = 8, drop = 9, dup = 10,
-  rejoin = 11, evict = 12, abort = 13, roll_call = 14, sender_restart = 15, owner_crash = 16, late_prepare = 17
+  rejoin = 11, evict = 12, abort = 13, roll_call = 14, sender_restart = 15, owner_crash = 16, late_prepare = 17,
+  stale_join = 18
 };
 
 /// THE mapping: C++ move (and what it did) -> Promela step. One row per event kind; every other
@@ -100,6 +101,11 @@ inline constexpr mapping_row mapping[] = {
      "(tflav) move on; its new coordinator's claim is the failover event that follows"},
     {"`deliver c->rR roll_call eN` to a live receiver",
      "receiver(r): the roll call's answer (E_ROLL_CALL r): it restarts first if it is in an attempt (ANSWER_ROLL_CALL)"},
+    {"the roster takes a join of a dead incarnation of rR (`deliver rR->c join rR#n`, n below the live incarnation, "
+     "to a roster that did not know r); after a new coordinator's claim (the failover event), each such entry its "
+     "roster holds that the model's recovery does not restore (a receiver the persisted attempt does not name)",
+     "coordinator: the roster names r's incarnation y back (E_STALE_JOIN r y; trace mode only: the model's own join "
+     "step takes the live incarnation)"},
     {"`crash oO`", "owner(o): its crash (E_OCRASH o): highest_seen is gone (ocrashed); broken, the sender epoch too"},
     {"`deliver c->oO prepare τ`, τ persisted before o's last crash (and after the last sender restart), that passes "
      "o's highest_seen check (a late or duplicated copy that looks new to it)",
@@ -265,12 +271,27 @@ struct translator {
     ack_emitted.insert(k);
   }
 
+  /// The incarnation of receiver r the model holds as live: a crashed receiver restarts at once
+  /// there (refit.pml RESTART), as the next incarnation its C++ `restart rR` will be.
+  static std::uint64_t live_incarnation(const W& cw, std::uint32_t r) {
+    return cw.receivers.at(r) ? cw.receivers[r]->incarnation : cw.incarnations.at(r) + 1;
+  }
+  /// Receiver r's roster entry names a dead incarnation that can be named (not evicted, at K): how
+  /// many incarnations back it is (0: none such).
+  static std::uint64_t stale_roster_entry(const W& cw, std::uint32_t r) {
+    const auto& e = cw.coord.roster.at(r);
+    const auto live = live_incarnation(cw, r);
+    if (!e.known || e.evicted || e.at != cw.log.state.record || e.incarnation >= live) return 0;
+    return live - e.incarnation;
+  }
+
   /// Apply one move and translate it (the table above, row by row).
   void step(const protocol::model::move& m) {
     using protocol::model::move_kind;
     W& cw = *w;
     const std::string text = cw.describe(m);
     ++t.moves;
+    bool claim_took_effect = false;  // a new coordinator's claim: the model's failover (RECALL)
     // The move's own event (before its effects).
     switch (m.kind) {
       case move_kind::conflict:
@@ -331,7 +352,10 @@ struct translator {
           // prepare persisted after the `failover` move could not be followed). A claim that
           // fails, or whose reply is lost, is the same event if the log applied it (the
           // coordinator reads the epoch back), and nothing if it did not (it claims again).
-          if (applied && claim->epoch > 1 && claim->epoch > cw.log.state.epoch) add(event_kind::failover, 0, 0, text);
+          if (applied && claim->epoch > 1 && claim->epoch > cw.log.state.epoch) {
+            add(event_kind::failover, 0, 0, text);
+            claim_took_effect = true;
+          }
         } else if (std::holds_alternative<protocol::compare_and_set_request>(req)) {
           const std::uint32_t y = m.kind == move_kind::log_ok ? 1 : m.kind == move_kind::log_unknown_applied ? 2
                                 : m.kind == move_kind::log_failed ? 3 : 4;
@@ -396,8 +420,29 @@ struct translator {
       if (const auto* j = std::get_if<protocol::join_msg>(&cw.inflight.at(m.index).msg))
         for (const auto& mb : cw.coord.attempt->members)
           newer_member_join |= mb.receiver == j->from.receiver && mb.incarnation < j->from.incarnation;
+    // A join delivered to the coordinator: its roster entry before the move (stale joins, below).
+    std::optional<std::pair<std::uint32_t, protocol::roster_entry>> join_roster_before;
+    if (m.kind == move_kind::deliver)
+      if (const auto* j = std::get_if<protocol::join_msg>(&cw.inflight.at(m.index).msg);
+          j && j->from.receiver < cw.coord.roster.size())
+        join_roster_before.emplace(j->from.receiver, cw.coord.roster[j->from.receiver]);
     std::vector<std::string> trace;
     cw.apply(m, &trace);
+    // The roster names a dead incarnation: taken from a join now, or kept across a new
+    // coordinator's claim where the model's recovery (RECALL) forgets it.
+    if (join_roster_before && cw.coord.roster.at(join_roster_before->first) != join_roster_before->second)
+      if (const auto back = stale_roster_entry(cw, join_roster_before->first))
+        add(event_kind::stale_join, join_roster_before->first, std::uint32_t(back), text);
+    if (claim_took_effect) {
+      const auto& p = cw.log.state.prepared;
+      for (std::uint32_t r = 0; r < cw.coord.roster.size(); ++r) {
+        bool recalled = false;  // RECALL restores the persisted attempt's members
+        if (p && !p->aborted)
+          for (const auto& mb : p->members) recalled |= mb.receiver == r;
+        if (recalled) continue;
+        if (const auto back = stale_roster_entry(cw, r)) add(event_kind::stale_join, r, std::uint32_t(back), text);
+      }
+    }
     if (m.kind == move_kind::sender_restart) {
       add(event_kind::sender_restart, 0, sender_restart_images(cw), text);
       persisted_at_owner_crash.clear();  // restarted owners have seen every persisted prepare
