@@ -37,7 +37,7 @@
  *    freezes are checked where it freezes them (as the C++ monitor does, finding B1).
  *  - Owner crashes (OCRASHES, default 0): an owner restarts from its durable baseline, frozen image
  *    and sender epoch; what it loses is highest_seen, so from then on a late or duplicated copy of
- *    any persisted prepare may reach it and look new (LATE_PREPARE; the model's owners otherwise
+ *    any persisted prepare may reach it and look new (late_prepare; the model's owners otherwise
  *    take each prepare once, as it is persisted). owner.hpp ignores such a copy when its sender
  *    process is gone (finding H1) or its target is not above the baseline (finding B3); one that
  *    passes both is its own transition's, whose image the owner holds, so it changes nothing the
@@ -368,7 +368,7 @@ byte crashes = 0, failovers = 0, drops = 0, dups = 0, evicts = 0, aborts = 0;
                         * bits the transition's prepares name (the failover is E_FAILOVER, later) */
 #define E_OCRASH 16    /* owner x crashes (its highest_seen is gone)                               */
 #define E_LATE_PREP 17 /* owner x takes a copy of attempt y's prepare that was persisted before its
-                        * crash and looks new to it (LATE_PREPARE)                                 */
+                        * crash and looks new to it (late_prepare)                                 */
 #define E_STALE_JOIN 18 /* the roster takes a join that receiver x's incarnation y back sent (a dead
                          * one: STALE_JOIN_STEP)                                                    */
 #ifdef TRACE_GOAL
