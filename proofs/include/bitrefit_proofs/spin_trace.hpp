@@ -33,6 +33,7 @@
 // SKIPPED with the reason (never judged).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -191,7 +192,7 @@ struct translator {
   /// Per owner: how many attempts were persisted when it last crashed (0: not since the last
   /// sender restart, whose owners have seen every persisted prepare). A prepare of one of those
   /// that gets past its highest_seen check is a late copy: the model's owner took it at persistence.
-  std::map<std::uint32_t, std::uint32_t> persisted_at_owner_crash;
+  std::vector<std::uint32_t> persisted_at_owner_crash;
 
   void skip(const std::string& why) {
     if (!t.skip) t.skip = why;
@@ -217,6 +218,7 @@ struct translator {
                  "-DDROPS=" + std::to_string(cfg.drops + cfg.corruptions), "-DDUPS=" + std::to_string(cfg.duplicates),
                  "-DNOVW=" + std::to_string(cfg.overwrite_chunks)};
     if (mut && !mut->empty()) t.defines.push_back(*mut);
+    persisted_at_owner_crash.assign(p.owners, 0);
   }
 
   void add(event_kind k, std::uint32_t x, std::uint32_t y, const std::string& from) { t.events.push_back({k, x, y, from}); }
@@ -312,7 +314,7 @@ struct translator {
         // a disagreement, never a silent pass). The coordinator's deadline that a lost manifest
         // forces is a deadline event of its own.
         add(event_kind::owner_crash, m.index, 0, text);
-        persisted_at_owner_crash[m.index] = current_attempt();
+        persisted_at_owner_crash.at(m.index) = current_attempt();
         break;
       case move_kind::sender_restart:
         // Its event comes after the move (which images survived it: sender_restart_images); the
@@ -399,7 +401,7 @@ struct translator {
         // model's owner takes it as late (late_prepare), ignoring or freezing it by the same rules.
         if (const auto* pm = std::get_if<protocol::prepare_msg>(&e.msg); pm && e.to.role == protocol::role::owner) {
           const auto a = attempt_no(pm->record.attempt);
-          const auto crashed_at = persisted_at_owner_crash[e.to.index];
+          const auto crashed_at = persisted_at_owner_crash.at(e.to.index);
           if (a && *a <= crashed_at && cw.owners.at(e.to.index).highest_seen < pm->record.attempt)
             add(event_kind::late_prepare, e.to.index, *a, text);
         }
@@ -414,18 +416,16 @@ struct translator {
     for (std::size_t r = 0; r < cw.receivers.size(); ++r)
       if (cw.receivers[r] && cw.receivers[r]->attempt) admitted[r] = cw.receivers[r]->attempt->attempt;
     const auto phase_before = cw.coord.phase;
-    // A join of a newer incarnation of one of the current attempt's members (read before the move).
+    // A join delivered to the coordinator (read before the move): whether it is a newer incarnation
+    // of one of the current attempt's members, and its roster entry before (stale joins, below).
+    const auto* join = m.kind == move_kind::deliver ? std::get_if<protocol::join_msg>(&t_inflight_before.msg) : nullptr;
     bool newer_member_join = false;
-    if (m.kind == move_kind::deliver && cw.coord.attempt)
-      if (const auto* j = std::get_if<protocol::join_msg>(&cw.inflight.at(m.index).msg))
-        for (const auto& mb : cw.coord.attempt->members)
-          newer_member_join |= mb.receiver == j->from.receiver && mb.incarnation < j->from.incarnation;
-    // A join delivered to the coordinator: its roster entry before the move (stale joins, below).
+    if (join && cw.coord.attempt)
+      for (const auto& mb : cw.coord.attempt->members)
+        newer_member_join |= mb.receiver == join->from.receiver && mb.incarnation < join->from.incarnation;
     std::optional<std::pair<std::uint32_t, protocol::roster_entry>> join_roster_before;
-    if (m.kind == move_kind::deliver)
-      if (const auto* j = std::get_if<protocol::join_msg>(&cw.inflight.at(m.index).msg);
-          j && j->from.receiver < cw.coord.roster.size())
-        join_roster_before.emplace(j->from.receiver, cw.coord.roster[j->from.receiver]);
+    if (join && join->from.receiver < cw.coord.roster.size())
+      join_roster_before.emplace(join->from.receiver, cw.coord.roster[join->from.receiver]);
     std::vector<std::string> trace;
     cw.apply(m, &trace);
     // The roster names a dead incarnation: taken from a join now, or kept across a new
@@ -445,7 +445,7 @@ struct translator {
     }
     if (m.kind == move_kind::sender_restart) {
       add(event_kind::sender_restart, 0, sender_restart_images(cw), text);
-      persisted_at_owner_crash.clear();  // restarted owners have seen every persisted prepare
+      std::fill(persisted_at_owner_crash.begin(), persisted_at_owner_crash.end(), 0u);  // restarted owners have seen every persisted prepare
     }
     // The attempt became obsolete in this move (other than by the coordinator's deadline): the
     // coordinator left collecting to stop it. Usually it is stopping now; where every member has
