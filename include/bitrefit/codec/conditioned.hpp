@@ -534,6 +534,67 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512cd,popcnt"))) inline void
   _mm512_storeu_si512(ve.states().data(), xv);
   ge.cursor() = og, ve.cursor() = ov;
 }
+/// bucket() of eight 32-bit values with AVX2 (no lane-wise lzcnt): floor(log2 u) from the exponent
+/// of float(u >> 1), one less where the conversion rounded up (u >> b is then 0). Only lanes with
+/// u >= 16 use it; the others are their own symbol.
+struct bucketed8 {
+  __m256i symbol, extra_bits, extra;
+};
+__attribute__((target("avx2"), always_inline)) inline bucketed8 bucket8_v3(__m256i u) noexcept {
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i small = _mm256_cmpeq_epi32(_mm256_min_epu32(u, _mm256_set1_epi32(static_cast<int>(direct - 1))), u);
+  const __m256i e = _mm256_sub_epi32(_mm256_srli_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(_mm256_srli_epi32(u, 1))), 23), _mm256_set1_epi32(126));
+  const __m256i b = _mm256_add_epi32(e, _mm256_cmpeq_epi32(_mm256_srlv_epi32(u, e), _mm256_setzero_si256()));  // floor(log2 u)
+  const __m256i b1 = _mm256_sub_epi32(b, one);
+  const __m256i bit = _mm256_and_si256(_mm256_srlv_epi32(u, b1), one);
+  const __m256i symbol = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(b1, 1), _mm256_set1_epi32(10)), bit);
+  const __m256i low = _mm256_sub_epi32(_mm256_sllv_epi32(one, b1), one);
+  return {_mm256_blendv_epi8(symbol, u, small), _mm256_andnot_si256(small, b1), _mm256_andnot_si256(small, _mm256_and_si256(u, low))};
+}
+/// One register's eight changes of a group, as code_lane_groups_v3 codes them: per stream the raw
+/// field's high and low parts, their widths, and the symbol.
+struct lane_fields8 {
+  __m256i ghi, glo, gbh, gbl, gsym, vhi, vlo, vbh, vbl, vsym;
+};
+__attribute__((target("avx2"), always_inline)) inline lane_fields8 lane_fields8_v3(const std::uint32_t* g, const std::uint32_t* v,
+                                                                                  __m128i s, __m256i sv, __m256i low) noexcept {
+  constexpr unsigned R = rans_lanes::max_raw_bits;
+  const __m256i rmax = _mm256_set1_epi32(R), rmask = _mm256_set1_epi32((1 << R) - 1);
+  const __m256i gap = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g));
+  const bucketed8 q = bucket8_v3(_mm256_srl_epi32(gap, s));
+  const __m256i graw = _mm256_or_si256(_mm256_sll_epi32(q.extra, s), _mm256_and_si256(gap, low));
+  const __m256i gbits = _mm256_add_epi32(q.extra_bits, sv), glo = _mm256_min_epu32(gbits, rmax);
+  const __m256i vc = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v));
+  const __m256i vraw = _mm256_srli_epi32(vc, 13);
+  const __m256i vbits = _mm256_and_si256(_mm256_srli_epi32(vc, 8), _mm256_set1_epi32(31)), vlo = _mm256_min_epu32(vbits, rmax);
+  return {_mm256_srli_epi32(graw, R), _mm256_and_si256(graw, rmask), _mm256_sub_epi32(gbits, glo), glo, q.symbol,
+          _mm256_srli_epi32(vraw, R), _mm256_and_si256(vraw, rmask), _mm256_sub_epi32(vbits, vlo), vlo, _mm256_and_si256(vc, _mm256_set1_epi32(0xFF))};
+}
+/// code_lane_groups_avx512 with AVX2 (rans_lanes' lanes16_v3): the same bytes as code_lane_group.
+__attribute__((target("avx2,bmi,bmi2,popcnt,lzcnt"))) inline void code_lane_groups_v3(const std::uint32_t* gaps, const std::uint32_t* vcode,
+                                                                                      std::uint64_t groups, unsigned shift,
+                                                                                      const rans_lanes::enc_table& gt,
+                                                                                      const rans_lanes::enc_table& vt, rans_lanes::encoder& ge,
+                                                                                      rans_lanes::encoder& ve) noexcept {
+  using namespace rans_lanes;
+  const __m128i s = _mm_cvtsi32_si128(static_cast<int>(shift));
+  const __m256i sv = _mm256_set1_epi32(static_cast<int>(shift)), low = _mm256_set1_epi32(static_cast<int>((std::uint64_t{1} << shift) - 1));
+  lanes16_v3 xg = load_states_v3(ge.states()), xv = load_states_v3(ve.states());
+  std::byte* og = ge.cursor();
+  std::byte* ov = ve.cursor();
+  for (std::uint64_t g = groups; g-- > 0;) {
+    const lane_fields8 a = lane_fields8_v3(gaps + 16 * g, vcode + 16 * g, s, sv, low);
+    const lane_fields8 b = lane_fields8_v3(gaps + 16 * g + 8, vcode + 16 * g + 8, s, sv, low);
+    put_raw16_v3(xg, {a.ghi, b.ghi}, {a.gbh, b.gbh}, og);
+    put_raw16_v3(xg, {a.glo, b.glo}, {a.gbl, b.gbl}, og);
+    put16_v3(xg, gt, {a.gsym, b.gsym}, og);
+    put_raw16_v3(xv, {a.vhi, b.vhi}, {a.vbh, b.vbh}, ov);
+    put_raw16_v3(xv, {a.vlo, b.vlo}, {a.vbl, b.vbl}, ov);
+    put16_v3(xv, vt, {a.vsym, b.vsym}, ov);
+  }
+  store_states_v3(ge.states(), xg), store_states_v3(ve.states(), xv);
+  ge.cursor() = og, ve.cursor() = ov;
+}
 #endif
 /// Operations of a 16-lane stream that can emit a word, for a class whose symbols have histogram
 /// h and raw fields of raw_bits(sym) bits: the symbol, and each nonempty part of the raw field.
@@ -548,20 +609,30 @@ std::uint64_t lane_word_ops(std::span<const std::uint64_t> h, RawBits raw_bits) 
   return n;
 }
 
+/// Which kernel codes a class's full groups of sixteen: every one gives the same bytes.
+enum class lane_kernel { scalar, avx2, avx512 };
+/// The fastest lane kernel this CPU runs.
+inline lane_kernel best_lane_kernel() noexcept {
+  if (cpu_avx512_lzcnt()) return lane_kernel::avx512;
+  if (cpu_v3()) return lane_kernel::avx2;
+  return lane_kernel::scalar;
+}
+
 /// Class streams in 16 lanes: n changes (gaps and value codes from the class's first slot), the
 /// streams' buffers sized for gap_ops and value_ops word-emitting operations (lane_word_ops). The
 /// last group, if partial, is coded first (the encoder runs backwards), always scalar; the full
-/// groups with AVX-512 when `vector`, else scalar.
+/// groups by `kernel` (which the caller checked the CPU runs).
 inline void code_class_lanes(const std::uint32_t* gaps, const std::uint32_t* vcode, std::uint64_t n, unsigned shift,
                              const rans_lanes::enc_table& gt, const rans_lanes::enc_table& vt, rans_lanes::encoder& ge,
-                             rans_lanes::encoder& ve, std::uint64_t gap_ops, std::uint64_t value_ops, bool vector) {
+                             rans_lanes::encoder& ve, std::uint64_t gap_ops, std::uint64_t value_ops, lane_kernel kernel) {
   ge.begin(gap_ops), ve.begin(value_ops);
   const std::uint64_t full = n / 16;
   if (const unsigned r = static_cast<unsigned>(n % 16)) code_lane_group(gaps + 16 * full, vcode + 16 * full, r, shift, gt, vt, ge, ve);
 #ifdef BITREFIT_CODEC_X86
-  if (vector) return code_lane_groups_avx512(gaps, vcode, full, shift, gt, vt, ge, ve);
+  if (kernel == lane_kernel::avx512) return code_lane_groups_avx512(gaps, vcode, full, shift, gt, vt, ge, ve);
+  if (kernel == lane_kernel::avx2) return code_lane_groups_v3(gaps, vcode, full, shift, gt, vt, ge, ve);
 #else
-  (void)vector;
+  (void)kernel;
 #endif
   for (std::uint64_t g = full; g-- > 0;) code_lane_group(gaps + 16 * g, vcode + 16 * g, 16, shift, gt, vt, ge, ve);
 }
@@ -653,10 +724,7 @@ class conditioned_encoder {
     // large classes of 1- and 2-byte formats: 16-lane streams (rans_lanes.hpp), coded here; the
     // rest by code_streams
     std::array<bool, max_base_classes> lanes16{};
-    bool vector_lanes = false;
-#ifdef BITREFIT_CODEC_X86
-    vector_lanes = cpu_avx512_lzcnt();
-#endif
+    const lane_kernel kernel = best_lane_kernel();
     for (unsigned k = 0; k < K; ++k) {
       if (!count[k]) continue;
       gt[k] = make_table({gap_hist_.data() + k * gap_alphabet, gap_alphabet}, count[k], gscale[k]);
@@ -669,7 +737,7 @@ class conditioned_encoder {
         const std::uint64_t value_ops =
             lane_word_ops({val_hist_.data() + k * VA, VA}, [escape_bits](std::uint32_t sym) { return value_raw_bits(sym, escape_bits); });
         code_class_lanes(gaps_.data() + at[k], vcode_.data() + at[k], count[k], s, rans_lanes::encoder_table(gt[k]),
-                         rans_lanes::encoder_table(vt[k]), gap_lanes_[k], val_lanes_[k], gap_ops, value_ops, vector_lanes);
+                         rans_lanes::encoder_table(vt[k]), gap_lanes_[k], val_lanes_[k], gap_ops, value_ops, kernel);
         gs[k] = gap_lanes_[k].finish(), vs[k] = val_lanes_[k].finish();
         continue;
       }

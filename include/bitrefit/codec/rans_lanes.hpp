@@ -60,6 +60,10 @@ struct enc_table {
   std::vector<std::uint32_t> rcp_shift;
   std::vector<std::uint32_t> bias;
   std::vector<std::uint32_t> cmpl;  // 2^S - f
+  // The same fields one row per symbol, {x_limit, rcp, bias, cmpl | rcp_shift << 16}: the AVX2
+  // encoder loads a lane's row with one 16-byte load and transposes eight rows (AVX2 has no
+  // two-register permute, and eight gathers of eight lanes cost more than the loads).
+  std::vector<std::array<std::uint32_t, 4>> rows;
   std::size_t symbols = 0;
 };
 
@@ -69,6 +73,7 @@ inline enc_table encoder_table(const rans::table& t) {
   e.symbols = t.size();
   const std::size_t n = std::max<std::size_t>(32, (t.size() + 31) / 32 * 32);
   for (auto* v : {&e.x_limit, &e.rcp, &e.rcp_shift, &e.bias, &e.cmpl}) v->assign(n, 0);
+  e.rows.assign(n, {0, 0, 0, 0});
   const auto sym = rans::encoder_symbols(t);
   for (std::size_t s = 0; s < t.size(); ++s) {
     const std::uint32_t f = t.freq[s];
@@ -76,6 +81,7 @@ inline enc_table encoder_table(const rans::table& t) {
     const rans::enc_symbol& r = sym[s];
     e.x_limit[s] = static_cast<std::uint32_t>((std::uint64_t{f} << (31 - t.scale_bits)) - 1);
     e.rcp[s] = r.rcp_freq, e.rcp_shift[s] = r.rcp_shift, e.bias[s] = r.bias, e.cmpl[s] = r.cmpl_freq;
+    e.rows[s] = {e.x_limit[s], r.rcp_freq, r.bias, std::uint32_t{r.cmpl_freq} | (std::uint32_t{r.rcp_shift} << 16)};
   }
   return e;
 }
@@ -171,6 +177,106 @@ BITREFIT_RANS_LANES_TARGET void put_raw16(__m512i& x, __m512i v, __m512i bits, s
   const __m512i top = _mm512_maskz_srlv_epi32(all16, x, _mm512_sub_epi32(_mm512_set1_epi32(31), bits));
   emit16(x, _mm512_test_epi32_mask(top, top), out);
   x = _mm512_or_si512(_mm512_maskz_sllv_epi32(all16, x, bits), v);
+}
+#endif
+
+#ifdef BITREFIT_CODEC_X86
+/// The AVX2 encoder (x86-64-v3 CPUs without AVX-512): the sixteen lanes as two registers of eight,
+/// lanes 0-7 and 8-15, each operation's words stored lanes 0-7 first: the scalar encoder's bytes.
+/// AVX2 has no compress; an operation's words are narrowed to sixteen 16-bit lanes and each half
+/// is packed by a byte shuffle looked up by its 8-bit mask (shuffle8 below).
+#define BITREFIT_RANS_LANES_V3 __attribute__((target("avx2,bmi,bmi2,popcnt,lzcnt"), always_inline)) inline
+
+struct lanes16_v3 {
+  __m256i lo, hi;  // lanes 0-7, 8-15
+};
+
+/// For each 8-bit mask, the byte shuffle that packs the 16-bit lanes it selects to the front in
+/// ascending order (0x80 elsewhere: zeroed).
+struct shuffle8_table {
+  alignas(16) std::array<std::array<std::uint8_t, 16>, 256> at{};
+  constexpr shuffle8_table() {
+    for (unsigned m = 0; m < 256; ++m) {
+      unsigned k = 0;
+      for (unsigned j = 0; j < 8; ++j)
+        if (m >> j & 1) at[m][k++] = static_cast<std::uint8_t>(2 * j), at[m][k++] = static_cast<std::uint8_t>(2 * j + 1);
+      for (; k < 16; ++k) at[m][k] = 0x80;
+    }
+  }
+};
+inline constexpr shuffle8_table shuffle8{};
+
+/// The eight 16-bit lanes of v that mask m selects, packed, stored at out (16 bytes), which advances
+/// past them.
+BITREFIT_RANS_LANES_V3 void store_packed8(__m128i v, unsigned m, std::byte*& out) noexcept {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_shuffle_epi8(v, _mm_load_si128(reinterpret_cast<const __m128i*>(shuffle8.at[m].data()))));
+  out += 2 * static_cast<unsigned>(__builtin_popcount(m));
+}
+/// emit() of the lanes where `need` is all ones: their low words in lane order, then x >>= 16 there.
+BITREFIT_RANS_LANES_V3 void emit16_v3(lanes16_v3& x, lanes16_v3 need, std::byte*& out) noexcept {
+  const unsigned mlo = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(need.lo)));
+  const unsigned mhi = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(need.hi)));
+  if ((mlo | mhi) == 0) return;  // most operations of a +-1 ULP stream emit nothing
+  const __m256i low16 = _mm256_set1_epi32(0xFFFF);
+  // packus: [lo 0-3, hi 0-3 | lo 4-7, hi 4-7] (values <= 0xFFFF: no saturation); the permute puts
+  // the quarters in lane order 0-3, 4-7, 8-11, 12-15
+  const __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_and_si256(x.lo, low16), _mm256_and_si256(x.hi, low16)), 0xD8);
+  store_packed8(_mm256_castsi256_si128(w), mlo, out);
+  store_packed8(_mm256_extracti128_si256(w, 1), mhi, out);
+  x.lo = _mm256_blendv_epi8(x.lo, _mm256_srli_epi32(x.lo, 16), need.lo);
+  x.hi = _mm256_blendv_epi8(x.hi, _mm256_srli_epi32(x.hi, 16), need.hi);
+}
+/// A table's fields for eight symbols: each lane's row loaded and the eight rows transposed.
+struct fields8 {
+  __m256i x_limit, rcp, bias, cmpl_shift;
+};
+/// Row a in the low half, row b in the high one. (Helpers, not lambdas: a lambda does not take
+/// its enclosing function's target attribute in GCC 12.)
+BITREFIT_RANS_LANES_V3 __m256i two_rows(const std::array<std::uint32_t, 4>& a, const std::array<std::uint32_t, 4>& b) noexcept {
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.data()))),
+                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.data())), 1);
+}
+BITREFIT_RANS_LANES_V3 fields8 lookup8(const enc_table& t, __m256i s) noexcept {
+  alignas(32) std::uint32_t sym[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(sym), s);
+  const auto* rows = t.rows.data();
+  const __m256i r0 = two_rows(rows[sym[0]], rows[sym[4]]), r1 = two_rows(rows[sym[1]], rows[sym[5]]);
+  const __m256i r2 = two_rows(rows[sym[2]], rows[sym[6]]), r3 = two_rows(rows[sym[3]], rows[sym[7]]);
+  const __m256i t0 = _mm256_unpacklo_epi32(r0, r1), t1 = _mm256_unpackhi_epi32(r0, r1);
+  const __m256i t2 = _mm256_unpacklo_epi32(r2, r3), t3 = _mm256_unpackhi_epi32(r2, r3);
+  return {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+}
+/// put() of eight lanes' states x given their symbols' fields; `need` out: the lanes that emit.
+BITREFIT_RANS_LANES_V3 __m256i code8_v3(__m256i x, const fields8& e) noexcept {
+  const __m256i even = _mm256_srli_epi64(_mm256_mul_epu32(x, e.rcp), 32);
+  const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(x, 32), _mm256_srli_epi64(e.rcp, 32));
+  const __m256i q = _mm256_srlv_epi32(_mm256_blend_epi32(even, odd, 0xAA), _mm256_srli_epi32(e.cmpl_shift, 16));
+  return _mm256_add_epi32(_mm256_add_epi32(x, e.bias), _mm256_mullo_epi32(q, _mm256_and_si256(e.cmpl_shift, _mm256_set1_epi32(0xFFFF))));
+}
+/// put() of sixteen lanes: symbol s[l] in lane l.
+BITREFIT_RANS_LANES_V3 void put16_v3(lanes16_v3& x, const enc_table& t, lanes16_v3 s, std::byte*& out) noexcept {
+  const fields8 a = lookup8(t, s.lo), b = lookup8(t, s.hi);
+  // states and limits are below 2^31: the signed compare is the unsigned one
+  emit16_v3(x, {_mm256_cmpgt_epi32(x.lo, a.x_limit), _mm256_cmpgt_epi32(x.hi, b.x_limit)}, out);
+  x.lo = code8_v3(x.lo, a), x.hi = code8_v3(x.hi, b);
+}
+/// put_raw() of sixteen lanes: bits[l] (0..15) raw bits of v[l] (v below 2^bits).
+BITREFIT_RANS_LANES_V3 void put_raw16_v3(lanes16_v3& x, lanes16_v3 v, lanes16_v3 bits, std::byte*& out) noexcept {
+  // no lane takes a bit (the common case, as in put_raw16): nothing is emitted and x stays
+  if (_mm256_testz_si256(_mm256_or_si256(bits.lo, bits.hi), _mm256_or_si256(bits.lo, bits.hi))) return;
+  const __m256i k31 = _mm256_set1_epi32(31), zero = _mm256_setzero_si256();
+  const __m256i tlo = _mm256_srlv_epi32(x.lo, _mm256_sub_epi32(k31, bits.lo)), thi = _mm256_srlv_epi32(x.hi, _mm256_sub_epi32(k31, bits.hi));
+  const __m256i ones = _mm256_cmpeq_epi32(zero, zero);
+  emit16_v3(x, {_mm256_xor_si256(_mm256_cmpeq_epi32(tlo, zero), ones), _mm256_xor_si256(_mm256_cmpeq_epi32(thi, zero), ones)}, out);
+  x.lo = _mm256_or_si256(_mm256_sllv_epi32(x.lo, bits.lo), v.lo);
+  x.hi = _mm256_or_si256(_mm256_sllv_epi32(x.hi, bits.hi), v.hi);
+}
+BITREFIT_RANS_LANES_V3 lanes16_v3 load_states_v3(const std::array<std::uint32_t, 16>& a) noexcept {
+  return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.data())), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.data() + 8))};
+}
+BITREFIT_RANS_LANES_V3 void store_states_v3(std::array<std::uint32_t, 16>& a, lanes16_v3 x) noexcept {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(a.data()), x.lo);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(a.data() + 8), x.hi);
 }
 #endif
 
