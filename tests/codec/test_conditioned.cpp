@@ -1537,6 +1537,13 @@ TEST(Kernels, ChangeDetectionOfEveryVariantIsTheSame) {
           if (detail::cpu_has_avx512_compress()) {
             EXPECT_EQ(run([&](auto* p, auto* x, auto* n) { return detail::collect_avx512<T, true, true>(a.data(), b.data(), m, p, x, n); }), ref);
           }
+        if constexpr (sizeof(T) == 2 || sizeof(T) == 4)
+          if (cpu_v3()) {
+            EXPECT_EQ(run([&](auto* p, auto* x, auto* n) { return detail::collect_avx2<T, true, true>(a.data(), b.data(), m, p, x, n); }), ref);
+            // positions alone (the base-conditioned items' call)
+            EXPECT_EQ(run([&](auto* p, auto* x, auto* n) { return detail::collect_avx2<T, false, false>(a.data(), b.data(), m, p, x, n); }),
+                      run([&](auto* p, auto* x, auto* n) { return detail::collect_kernel<T, false, false>(a.data(), b.data(), m, p, x, n); }));
+          }
 #endif
       });
     }

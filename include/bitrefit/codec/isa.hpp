@@ -8,6 +8,9 @@
 // a plain one; `cpu_v3()` picks at run time. Outputs never depend on the choice.
 #pragma once
 
+#include <array>
+#include <cstdint>
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define BITREFIT_CODEC_X86 1
 #define BITREFIT_TARGET_V3 __attribute__((target("avx2,bmi,bmi2,popcnt,lzcnt"), flatten))
@@ -74,6 +77,34 @@ inline bool cpu_avx512_block_changes() noexcept {
 }
 
 #ifdef BITREFIT_CODEC_X86
+/// AVX2's stand-ins for AVX-512's compress, one table per lane width, indexed by an 8-bit mask of
+/// lanes: for eight 16-bit lanes the byte shuffle (_mm_shuffle_epi8) that packs the selected
+/// lanes to the front in ascending order (0x80 after them: zeroed); for eight 32-bit lanes the
+/// lane numbers for _mm256_permutevar8x32_epi32, one per byte (0 after them).
+struct compress16x8_table {
+  alignas(16) std::array<std::array<std::uint8_t, 16>, 256> at{};
+  constexpr compress16x8_table() {
+    for (unsigned m = 0; m < 256; ++m) {
+      unsigned k = 0;
+      for (unsigned j = 0; j < 8; ++j)
+        if (m >> j & 1) at[m][k++] = static_cast<std::uint8_t>(2 * j), at[m][k++] = static_cast<std::uint8_t>(2 * j + 1);
+      for (; k < 16; ++k) at[m][k] = 0x80;
+    }
+  }
+};
+inline constexpr compress16x8_table compress16x8{};
+struct compress32x8_table {
+  std::array<std::uint64_t, 256> at{};
+  constexpr compress32x8_table() {
+    for (unsigned m = 0; m < 256; ++m) {
+      unsigned k = 0;
+      for (unsigned j = 0; j < 8; ++j)
+        if (m >> j & 1) at[m] |= std::uint64_t{j} << (8 * k++);
+    }
+  }
+};
+inline constexpr compress32x8_table compress32x8{};
+
 /// 64 bytes from `p` (any alignment) as one AVX-512 register, read as two 32-byte halves. Why:
 /// the AVX-512 loops that stream whole tensors from memory (change detection, base classes) ran
 /// 15-30 % slower with 64-byte loads than with 32-byte ones on a Zen 5 VM, the work otherwise the

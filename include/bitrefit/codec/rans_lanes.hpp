@@ -184,32 +184,17 @@ BITREFIT_RANS_LANES_TARGET void put_raw16(__m512i& x, __m512i v, __m512i bits, s
 /// The AVX2 encoder (x86-64-v3 CPUs without AVX-512): the sixteen lanes as two registers of eight,
 /// lanes 0-7 and 8-15, each operation's words stored lanes 0-7 first: the scalar encoder's bytes.
 /// AVX2 has no compress; an operation's words are narrowed to sixteen 16-bit lanes and each half
-/// is packed by a byte shuffle looked up by its 8-bit mask (shuffle8 below).
+/// is packed by a byte shuffle looked up by its 8-bit mask (isa.hpp, compress16x8).
 #define BITREFIT_RANS_LANES_V3 __attribute__((target("avx2,bmi,bmi2,popcnt,lzcnt"), always_inline)) inline
 
 struct lanes16_v3 {
   __m256i lo, hi;  // lanes 0-7, 8-15
 };
 
-/// For each 8-bit mask, the byte shuffle that packs the 16-bit lanes it selects to the front in
-/// ascending order (0x80 elsewhere: zeroed).
-struct shuffle8_table {
-  alignas(16) std::array<std::array<std::uint8_t, 16>, 256> at{};
-  constexpr shuffle8_table() {
-    for (unsigned m = 0; m < 256; ++m) {
-      unsigned k = 0;
-      for (unsigned j = 0; j < 8; ++j)
-        if (m >> j & 1) at[m][k++] = static_cast<std::uint8_t>(2 * j), at[m][k++] = static_cast<std::uint8_t>(2 * j + 1);
-      for (; k < 16; ++k) at[m][k] = 0x80;
-    }
-  }
-};
-inline constexpr shuffle8_table shuffle8{};
-
 /// The eight 16-bit lanes of v that mask m selects, packed, stored at out (16 bytes), which advances
 /// past them.
 BITREFIT_RANS_LANES_V3 void store_packed8(__m128i v, unsigned m, std::byte*& out) noexcept {
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_shuffle_epi8(v, _mm_load_si128(reinterpret_cast<const __m128i*>(shuffle8.at[m].data()))));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_shuffle_epi8(v, _mm_load_si128(reinterpret_cast<const __m128i*>(compress16x8.at[m].data()))));
   out += 2 * static_cast<unsigned>(__builtin_popcount(m));
 }
 /// emit() of the lanes where `need` is all ones: their low words in lane order, then x >>= 16 there.
