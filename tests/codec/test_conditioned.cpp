@@ -1365,7 +1365,10 @@ TEST(Kernels, ClassCountsOfEveryVariantAreTheCounts) {
 
 TEST(Kernels, PassOneOfEveryVariantEqualsTheScalarOne) {
 #ifdef BITREFIT_CODEC_X86
-  if (!cpu_avx512_lzcnt()) GTEST_SKIP() << "no AVX-512CD on this CPU";
+  std::vector<bool> variants;  // the kernels this CPU runs: AVX-512 (true), AVX2 (false)
+  if (cpu_avx512_lzcnt()) variants.push_back(true);
+  if (cpu_v3()) variants.push_back(false);
+  if (variants.empty()) GTEST_SKIP() << "neither AVX2 nor AVX-512CD on this CPU";
   namespace cd = conditioned_detail;
   std::mt19937_64 g(19);
   for (dtype t : {dtype::BF16, dtype::F16}) {
@@ -1422,23 +1425,30 @@ TEST(Kernels, PassOneOfEveryVariantEqualsTheScalarOne) {
           for (std::size_t i = 0; i < s.size(); ++i) s[i] = h[i] + h[i + s.size()] + h[i + 2 * s.size()] + h[i + 3 * s.size()];
           return s;
         }
-      } ref(c + K * cd::class_pad, K, VA), got(c + K * cd::class_pad, K, VA);
+      } ref(c + K * cd::class_pad, K, VA);
       // the encoder's layout: class k's changes, then class_pad slots the kernels may overwrite
-      cd::pass1_state st_ref, st_got;
+      cd::pass1_state st_ref;
       for (unsigned k = 1; k < K; ++k) st_ref.slot[k] = st_ref.slot[k - 1] + count[k - 1] + cd::class_pad;
       const cd::pass1_state first = st_ref;
-      st_got = st_ref;
       cd::code_changes<std::uint16_t>(f, shift.data(), cls.data(), rk.data(), ov.data(), nv.data(), 0, c, st_ref, ref.out);
-      const std::size_t done = cd::codes_16_avx512(f, K, shift.data(), cls.data(), rk.data(), ov.data(), nv.data(), c, st_got, got.out);
-      ASSERT_EQ(done, c / 16 * 16);
-      cd::code_changes<std::uint16_t>(f, shift.data(), cls.data(), rk.data(), ov.data(), nv.data(), done, c, st_got, got.out);
-      for (unsigned k = 0; k < K; ++k) {
-        const auto b = static_cast<std::ptrdiff_t>(first.slot[k]), e = b + static_cast<std::ptrdiff_t>(count[k]);
-        EXPECT_TRUE(std::equal(got.gaps.begin() + b, got.gaps.begin() + e, ref.gaps.begin() + b)) << dtype_name(t) << " K=" << K << " c=" << c << " class " << k;
-        EXPECT_TRUE(std::equal(got.vcode.begin() + b, got.vcode.begin() + e, ref.vcode.begin() + b)) << dtype_name(t) << " K=" << K << " c=" << c << " class " << k;
+      for (const bool avx512 : variants) {
+        run got(c + K * cd::class_pad, K, VA);
+        cd::pass1_state st_got = first;
+        const std::size_t done = avx512 ? cd::codes_16_avx512(f, K, shift.data(), cls.data(), rk.data(), ov.data(), nv.data(), c, st_got, got.out)
+                                        : cd::codes_8_v3(f, K, shift.data(), cls.data(), rk.data(), ov.data(), nv.data(), c, st_got, got.out);
+        ASSERT_EQ(done, avx512 ? c / 16 * 16 : c / 8 * 8);
+        cd::code_changes<std::uint16_t>(f, shift.data(), cls.data(), rk.data(), ov.data(), nv.data(), done, c, st_got, got.out);
+        const std::string what = std::string(dtype_name(t)) + " K=" + std::to_string(K) + " c=" + std::to_string(c) + (avx512 ? " AVX-512" : " AVX2");
+        for (unsigned k = 0; k < K; ++k) {
+          const auto b = static_cast<std::ptrdiff_t>(first.slot[k]), e = b + static_cast<std::ptrdiff_t>(count[k]);
+          EXPECT_TRUE(std::equal(got.gaps.begin() + b, got.gaps.begin() + e, ref.gaps.begin() + b)) << what << " class " << k;
+          EXPECT_TRUE(std::equal(got.vcode.begin() + b, got.vcode.begin() + e, ref.vcode.begin() + b)) << what << " class " << k;
+        }
+        EXPECT_EQ(got.sum(got.gh), ref.sum(ref.gh)) << what;
+        EXPECT_EQ(got.sum(got.vh), ref.sum(ref.vh)) << what;
+        EXPECT_EQ(st_got.slot, st_ref.slot) << what;
+        EXPECT_EQ(st_got.next, st_ref.next) << what;
       }
-      EXPECT_EQ(got.sum(got.gh), ref.sum(ref.gh)) << dtype_name(t) << " K=" << K << " c=" << c;
-      EXPECT_EQ(got.sum(got.vh), ref.sum(ref.vh)) << dtype_name(t) << " K=" << K << " c=" << c;
     }
   }
 #else

@@ -261,6 +261,23 @@ __attribute__((target("avx512f,avx512cd"), always_inline)) inline bucketed16 buc
   return {_mm512_mask_mov_epi32(symbol, small, u), _mm512_maskz_mov_epi32(big, b1), _mm512_maskz_and_epi32(big, u, low)};
 }
 
+/// bucket() of eight 32-bit values with AVX2 (no lane-wise lzcnt): floor(log2 u) from the exponent
+/// of float(u >> 1), one less where the conversion rounded up (u >> b is then 0). Only lanes with
+/// u >= 16 use it; the others are their own symbol.
+struct bucketed8 {
+  __m256i symbol, extra_bits, extra;
+};
+__attribute__((target("avx2"), always_inline)) inline bucketed8 bucket8_v3(__m256i u) noexcept {
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i small = _mm256_cmpeq_epi32(_mm256_min_epu32(u, _mm256_set1_epi32(static_cast<int>(direct - 1))), u);
+  const __m256i e = _mm256_sub_epi32(_mm256_srli_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(_mm256_srli_epi32(u, 1))), 23), _mm256_set1_epi32(126));
+  const __m256i b = _mm256_add_epi32(e, _mm256_cmpeq_epi32(_mm256_srlv_epi32(u, e), _mm256_setzero_si256()));  // floor(log2 u)
+  const __m256i b1 = _mm256_sub_epi32(b, one);
+  const __m256i bit = _mm256_and_si256(_mm256_srlv_epi32(u, b1), one);
+  const __m256i symbol = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(b1, 1), _mm256_set1_epi32(10)), bit);
+  const __m256i low = _mm256_sub_epi32(_mm256_sllv_epi32(one, b1), one);
+  return {_mm256_blendv_epi8(symbol, u, small), _mm256_andnot_si256(small, b1), _mm256_andnot_si256(small, _mm256_and_si256(u, low))};
+}
 /// code_value() of sixteen changes of a 2-byte format (old and new patterns zero-extended to 32
 /// bits), packed as in vcode (symbol | extra bit count << 8 | extra bits << 13): escape (symbol 0,
 /// the new pattern's 16 bits) on a sign change or inf/NaN on either side, else the signed ULP
@@ -420,6 +437,114 @@ __attribute__((target("avx512f,avx512bw,avx512cd,avx512vl"))) inline std::size_t
   if (done) st.slot[0] = done, st.next[0] = rk[done - 1] + 1;
   return done;
 }
+
+// Pass 1 with AVX2 (x86-64-v3 CPUs without AVX-512), eight changes per step: the same outputs as
+// code_changes (tests/codec: Kernels.PassOneOfEveryVariantEqualsTheScalarOne). On an AVX2-only
+// Zen 3 VM the scalar pass 1 was about 1.2 memcmp units of the adamw encode.
+#define BITREFIT_V3_INLINE __attribute__((target("avx2,bmi,bmi2,popcnt,lzcnt"), always_inline)) inline
+/// code_value() of eight changes of a 2-byte format (patterns zero-extended), packed as in vcode:
+/// value_codes16_avx512 with AVX2. Magnitudes and `special` are below 2^15: signed compares.
+BITREFIT_V3_INLINE __m256i value_codes8_v3(const float_format& f, __m256i ow, __m256i nw) noexcept {
+  const __m256i one = _mm256_set1_epi32(1), zero = _mm256_setzero_si256();
+  const __m256i mag = _mm256_set1_epi32(static_cast<int>(f.magnitude_mask)), special1 = _mm256_set1_epi32(static_cast<int>(f.special) - 1);
+  const __m256i mo = _mm256_and_si256(ow, mag), mn = _mm256_and_si256(nw, mag);
+  const __m256i sign_change = _mm256_xor_si256(_mm256_cmpeq_epi32(_mm256_and_si256(_mm256_xor_si256(ow, nw), _mm256_set1_epi32(static_cast<int>(f.sign_bit))), zero),
+                                               _mm256_cmpeq_epi32(zero, zero));
+  const __m256i esc = _mm256_or_si256(sign_change, _mm256_or_si256(_mm256_cmpgt_epi32(mo, special1), _mm256_cmpgt_epi32(mn, special1)));
+  const __m256i diff = _mm256_sub_epi32(mn, mo);
+  const __m256i neg = _mm256_srai_epi32(diff, 31);
+  const __m256i u = _mm256_sub_epi32(_mm256_sub_epi32(_mm256_xor_si256(diff, neg), neg), one);
+  const __m256i negative_d = _mm256_xor_si256(_mm256_and_si256(neg, one), _mm256_srli_epi32(ow, 15));
+  const bucketed8 vb = bucket8_v3(u);
+  const __m256i symbol = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(vb.symbol, 1), one), negative_d);
+  const __m256i code = _mm256_or_si256(_mm256_or_si256(symbol, _mm256_slli_epi32(vb.extra_bits, 8)), _mm256_slli_epi32(vb.extra, 13));
+  return _mm256_blendv_epi8(code, _mm256_or_si256(_mm256_set1_epi32(16 << 8), _mm256_slli_epi32(nw, 13)), esc);
+}
+/// Eight 32-bit lanes (each below 256) stored as eight bytes at p.
+BITREFIT_V3_INLINE void store_bytes8_v3(std::uint8_t* p, __m256i v) noexcept {
+  const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1,
+                                        -1, -1, -1, -1, -1);
+  const __m256i b = _mm256_shuffle_epi8(v, pick);
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_unpacklo_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1)));
+}
+/// count_symbols_avx512 for up to 32 symbols: h[s] += how many of the first `len` bytes at sym
+/// equal s; 32 bytes are read (the caller's buffer holds them).
+BITREFIT_V3_INLINE void count_symbols_v3(const std::uint8_t* sym, unsigned len, unsigned dense, std::uint64_t* h) noexcept {
+  const std::uint32_t valid = len >= 32 ? ~0u : (1u << len) - 1;
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sym));
+  for (unsigned s = 0; s < dense; ++s)
+    h[s] += static_cast<unsigned>(__builtin_popcount(valid & static_cast<std::uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, _mm256_set1_epi8(static_cast<char>(s)))))));
+  // bytes >= dense (unsigned): max(v, dense) == v
+  const __m256i d = _mm256_set1_epi8(static_cast<char>(dense));
+  for (std::uint32_t rest = valid & static_cast<std::uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(v, d), v))); rest; rest &= rest - 1)
+    ++h[sym[std::countr_zero(rest)]];
+}
+/// [x0, r0 .. r6]: each lane's predecessor, x0 (broadcast) before lane 0.
+BITREFIT_V3_INLINE __m256i shift_in_v3(__m256i r, __m256i x0) noexcept {
+  return _mm256_blend_epi32(_mm256_permutevar8x32_epi32(r, _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6)), x0, 0x01);
+}
+BITREFIT_V3_INLINE __m256i load8_words16_v3(const std::byte* p) noexcept {
+  return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+/// Pass 1 of a 2-byte format, any number of classes, eight changes per step: the first c - c % 8
+/// changes (returned), leaving `st` as code_changes would after them (class_codes_16_avx512's
+/// scheme: per class present in a step, its changes packed by a lane permutation, stored whole at
+/// the class's next slots, the class_pad slots absorbing the rest; symbols counted 32 at a time).
+__attribute__((target("avx2,bmi,bmi2,popcnt,lzcnt"))) inline std::size_t codes_8_v3(const float_format& f, unsigned K, const unsigned* shift,
+                                                                                  const std::uint8_t* cls, const std::uint32_t* rk,
+                                                                                  const std::byte* ov, const std::byte* nv, std::size_t c,
+                                                                                  pass1_state& st, const pass1_out& o) noexcept {
+  const std::size_t n = c / 8 * 8;
+  const unsigned VA = value_alphabet(f);
+  if (VA != 2 * bucket_alphabet(15) + 1) return 0;  // not a 2-byte format: code_changes does it all
+  const float_format fl = f;  // a copy: stores through the outputs could alias f's fields
+  const __m256i one = _mm256_set1_epi32(1), low_byte = _mm256_set1_epi32(0xFF);
+  // per class: symbols not yet counted (a step adds at most 8 to at most 24), 32 bytes readable
+  alignas(32) std::uint8_t gsym[max_base_classes][32], vsym[max_base_classes][32];
+  unsigned fill[max_base_classes] = {};
+  std::uint64_t slot[max_base_classes];
+  std::uint32_t next[max_base_classes];
+  // histograms on the stack, added to copy 0 at the end (stores through uint64_t pointers into
+  // the outputs could alias f's fields: the compiler would reload them every step)
+  std::uint64_t gh[max_base_classes][gap_alphabet] = {}, vh[max_base_classes][2 * bucket_alphabet(15) + 1] = {};
+  for (unsigned k = 0; k < K; ++k) slot[k] = st.slot[k], next[k] = st.next[k];
+  for (std::size_t i = 0; i < n; i += 8) {
+    const __m256i code = value_codes8_v3(fl, load8_words16_v3(ov + 2 * i), load8_words16_v3(nv + 2 * i));
+    const __m256i cl = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(cls + i)));
+    const __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rk + i));
+    for (unsigned k = 0; k < K; ++k) {
+      const auto m = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(cl, _mm256_set1_epi32(static_cast<int>(k))))));
+      if (!m) continue;
+      const unsigned nk = static_cast<unsigned>(std::popcount(m));
+      const __m256i perm = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(compress32x8.at[m])));
+      const __m256i rc = _mm256_permutevar8x32_epi32(r, perm), cc = _mm256_permutevar8x32_epi32(code, perm);
+      // lane 0's previous rank is the class's (next - 1, -1 before its first change)
+      const __m256i g = _mm256_sub_epi32(_mm256_sub_epi32(rc, shift_in_v3(rc, _mm256_set1_epi32(static_cast<int>(next[k] - 1)))), one);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.gaps + slot[k]), g);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.vcode + slot[k]), cc);
+      store_bytes8_v3(gsym[k] + fill[k], bucket8_v3(_mm256_srl_epi32(g, _mm_cvtsi32_si128(static_cast<int>(shift[k])))).symbol);
+      store_bytes8_v3(vsym[k] + fill[k], _mm256_and_si256(cc, low_byte));
+      fill[k] += nk;
+      slot[k] += nk;
+      next[k] = rk[i + 31 - static_cast<unsigned>(std::countl_zero(m))] + 1;
+      if (fill[k] > 24) {
+        count_symbols_v3(gsym[k], fill[k], dense_gap_symbols, gh[k]);
+        count_symbols_v3(vsym[k], fill[k], dense_value_symbols, vh[k]);
+        fill[k] = 0;
+      }
+    }
+  }
+  for (unsigned k = 0; k < K; ++k) {
+    if (fill[k]) {
+      count_symbols_v3(gsym[k], fill[k], dense_gap_symbols, gh[k]);
+      count_symbols_v3(vsym[k], fill[k], dense_value_symbols, vh[k]);
+    }
+    for (unsigned s = 0; s < gap_alphabet; ++s) o.gh[0][std::size_t{k} * gap_alphabet + s] += gh[k][s];
+    for (unsigned s = 0; s < VA; ++s) o.vh[0][std::size_t{k} * VA + s] += vh[k][s];
+    st.slot[k] = slot[k], st.next[k] = next[k];
+  }
+  return n;
+}
 #endif
 
 /// count[k] += changes of class k (< K) among the c class bytes. Pass 0 of encode_typed; as one
@@ -533,23 +658,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512cd,popcnt"))) inline void
   _mm512_storeu_si512(ge.states().data(), xg);
   _mm512_storeu_si512(ve.states().data(), xv);
   ge.cursor() = og, ve.cursor() = ov;
-}
-/// bucket() of eight 32-bit values with AVX2 (no lane-wise lzcnt): floor(log2 u) from the exponent
-/// of float(u >> 1), one less where the conversion rounded up (u >> b is then 0). Only lanes with
-/// u >= 16 use it; the others are their own symbol.
-struct bucketed8 {
-  __m256i symbol, extra_bits, extra;
-};
-__attribute__((target("avx2"), always_inline)) inline bucketed8 bucket8_v3(__m256i u) noexcept {
-  const __m256i one = _mm256_set1_epi32(1);
-  const __m256i small = _mm256_cmpeq_epi32(_mm256_min_epu32(u, _mm256_set1_epi32(static_cast<int>(direct - 1))), u);
-  const __m256i e = _mm256_sub_epi32(_mm256_srli_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(_mm256_srli_epi32(u, 1))), 23), _mm256_set1_epi32(126));
-  const __m256i b = _mm256_add_epi32(e, _mm256_cmpeq_epi32(_mm256_srlv_epi32(u, e), _mm256_setzero_si256()));  // floor(log2 u)
-  const __m256i b1 = _mm256_sub_epi32(b, one);
-  const __m256i bit = _mm256_and_si256(_mm256_srlv_epi32(u, b1), one);
-  const __m256i symbol = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(b1, 1), _mm256_set1_epi32(10)), bit);
-  const __m256i low = _mm256_sub_epi32(_mm256_sllv_epi32(one, b1), one);
-  return {_mm256_blendv_epi8(symbol, u, small), _mm256_andnot_si256(small, b1), _mm256_andnot_si256(small, _mm256_and_si256(u, low))};
 }
 /// One register's eight changes of a group, as code_lane_groups_v3 codes them: per stream the raw
 /// field's high and low parts, their widths, and the symbol.
@@ -711,8 +819,10 @@ class conditioned_encoder {
       std::size_t done = 0;
 #ifdef BITREFIT_CODEC_X86
       // 2-byte formats: sixteen changes per step (the same outputs, tests/codec)
-      if constexpr (sizeof(W) == 2)
+      if constexpr (sizeof(W) == 2) {
         if (cpu_avx512_lzcnt()) done = codes_16_avx512(f, K, shift.data(), cls, rk, ov, nv, c, st, out);
+        else if (cpu_v3()) done = codes_8_v3(f, K, shift.data(), cls, rk, ov, nv, c, st, out);
+      }
 #endif
       code_changes<W>(f, shift.data(), cls, rk, ov, nv, done, c, st, out);
       fold_histograms(K, VA);
