@@ -1089,7 +1089,7 @@ TEST(Kernels, ClassMasksOfEveryVariantEqualTheScalarOnes) {
 // changes' base values given (classes read from them, not gathered from the base).
 TEST(Kernels, RanksOfTheVectorAndScalarPathsAreTheSame) {
 #ifdef BITREFIT_CODEC_X86
-  if (!cpu_avx512_vpopcnt()) GTEST_SKIP() << "no AVX-512 VPOPCNTDQ on this CPU";
+  if (!cpu_avx512_vpopcnt() && !cpu_v3()) GTEST_SKIP() << "neither AVX-512 VPOPCNTDQ nor AVX2 on this CPU";
   std::mt19937_64 g(21);
   for (dtype t : {dtype::BF16, dtype::F16, dtype::F32}) {
     const auto f = *float_format_of(t);
@@ -1118,8 +1118,10 @@ TEST(Kernels, RanksOfTheVectorAndScalarPathsAreTheSame) {
           detail::with_word(E, [&](auto w) {
             detail::rank_generic<decltype(w)>(base.data(), m, c, pos.data(), nullptr, pos.size(), c1.data(), r1.data(), t1.data());
           });
-          for (int path = 0; path < 3; ++path) {  // generic with values; AVX-512 without, with
-            const std::byte* given = path == 1 ? nullptr : values.data();
+          for (int path = 0; path < 5; ++path) {  // generic with values; AVX-512 without, with; AVX2 without, with
+            if ((path == 1 || path == 2) && !cpu_avx512_vpopcnt()) continue;
+            if (path > 2 && !cpu_v3()) continue;
+            const std::byte* given = path % 2 == 1 ? nullptr : values.data();
             std::vector<std::uint8_t> c2(pos.size());
             std::vector<std::uint32_t> r2(pos.size());
             std::vector<std::uint64_t> t2 = t0;
@@ -1127,7 +1129,8 @@ TEST(Kernels, RanksOfTheVectorAndScalarPathsAreTheSame) {
               using W = decltype(w);
               if (path == 0) detail::rank_generic<W>(base.data(), m, c, pos.data(), given, pos.size(), c2.data(), r2.data(), t2.data());
               if constexpr (sizeof(W) == 2 || sizeof(W) == 4)
-                if (path > 0) detail::rank_avx512<W>(base.data(), m, c, pos.data(), given, pos.size(), c2.data(), r2.data(), t2.data());
+                if (path == 1 || path == 2) detail::rank_avx512<W>(base.data(), m, c, pos.data(), given, pos.size(), c2.data(), r2.data(), t2.data());
+              if (path > 2) detail::rank_v3<W>(base.data(), m, c, pos.data(), given, pos.size(), c2.data(), r2.data(), t2.data());
             });
             EXPECT_EQ(c1, c2) << at << " path " << path;
             EXPECT_EQ(r1, r2) << at << " path " << path;
