@@ -19,7 +19,9 @@
 //       @post c = number of elements i with bytes(old,i) != bytes(neu,i) (stored bits: -0.0 vs +0.0
 //             and NaN payloads differ); positions[0..c) are exactly those i, strictly ascending;
 //             if xor_out is non-empty, xor_out[k*E..k*E+E) = bytes(old,p_k) ^ bytes(neu,p_k);
-//             if new_out is non-empty, new_out[k*E..k*E+E) = bytes(neu,p_k). Nothing else written.
+//             if new_out is non-empty, new_out[k*E..k*E+E) = bytes(neu,p_k). Nothing else written,
+//             except zeros past entry c inside the outputs' required sizes (m positions, m*E
+//             bytes): the vector kernels store whole registers at the output cursor.
 //       Law: deterministic (same inputs, same outputs) and identical on every backend.
 //
 //  2. apply_changes(target, E, mode, positions, values)

@@ -202,16 +202,20 @@ __attribute__((target("avx2,bmi,popcnt"))) std::size_t collect_avx2(const std::b
       c += n;
     }
   } else {
-    __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i idx = iota;
     for (; i + 32 <= nbytes; i += 32) {
       const __m256i va = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i)), vb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i));
       const __m256i x = _mm256_xor_si256(va, vb);
       const auto mk = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(x, zero)))) ^ 0xFFu;
+      const auto nk = static_cast<unsigned>(__builtin_popcount(mk));
       const __m256i perm = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(compress32x8.at[mk])));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pos + c), _mm256_permutevar8x32_epi32(idx, perm));
-      if constexpr (WantXor) _mm256_storeu_si256(reinterpret_cast<__m256i*>(xo + c * E), _mm256_permutevar8x32_epi32(x, perm));
-      if constexpr (WantNew) _mm256_storeu_si256(reinterpret_cast<__m256i*>(no + c * E), _mm256_permutevar8x32_epi32(vb, perm));
-      c += static_cast<unsigned>(__builtin_popcount(mk));
+      // the lanes past the packed ones are zeros, as the 2-byte path's and AVX-512's (concepts.hpp)
+      const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(nk)), iota);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pos + c), _mm256_and_si256(keep, _mm256_permutevar8x32_epi32(idx, perm)));
+      if constexpr (WantXor) _mm256_storeu_si256(reinterpret_cast<__m256i*>(xo + c * E), _mm256_and_si256(keep, _mm256_permutevar8x32_epi32(x, perm)));
+      if constexpr (WantNew) _mm256_storeu_si256(reinterpret_cast<__m256i*>(no + c * E), _mm256_and_si256(keep, _mm256_permutevar8x32_epi32(vb, perm)));
+      c += nk;
       idx = _mm256_add_epi32(idx, _mm256_set1_epi32(8));
     }
   }
