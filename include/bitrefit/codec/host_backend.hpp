@@ -60,6 +60,24 @@ std::size_t collect_kernel(const std::byte* a, const std::byte* b, std::size_t m
 }
 
 #ifdef BITREFIT_CODEC_X86_AVX2
+// The vector kernels' tail: bytes [i, nbytes) element by element, outputs from entry c on; returns
+// the count.
+template <class T, bool WantXor, bool WantNew>
+std::size_t collect_tail(const std::byte* a, const std::byte* b, std::size_t i, std::size_t nbytes, std::uint32_t* pos, std::size_t c,
+                         std::byte* xo, std::byte* no) noexcept {
+  constexpr std::size_t E = sizeof(T);
+  for (; i < nbytes; i += E) {
+    const T x = static_cast<T>(load_lane<T>(a + i) ^ load_lane<T>(b + i));
+    if (x) {
+      pos[c] = static_cast<std::uint32_t>(i / E);
+      if constexpr (WantXor) std::memcpy(xo + c * E, &x, E);
+      if constexpr (WantNew) std::memcpy(no + c * E, b + i, E);
+      ++c;
+    }
+  }
+  return c;
+}
+
 // The one exception to "every change detector runs core/bit_diff.hpp", and why: this variant fuses
 // detection with writing the outputs (vpcompress of positions, XOR words and new values at once),
 // which an emit-per-element kernel cannot express; it is a codec-local fast path whose outputs
@@ -125,16 +143,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,bmi,popcnt"))) std:
       c += static_cast<unsigned>(__builtin_popcount(mk));
     }
   }
-  for (; i < nbytes; i += E) {  // tail: fewer than 64 bytes, element by element
-    const T x = static_cast<T>(load_lane<T>(a + i) ^ load_lane<T>(b + i));
-    if (x) {
-      pos[c] = static_cast<std::uint32_t>(i / E);
-      if constexpr (WantXor) std::memcpy(xo + c * E, &x, E);
-      if constexpr (WantNew) std::memcpy(no + c * E, b + i, E);
-      ++c;
-    }
-  }
-  return c;
+  return collect_tail<T, WantXor, WantNew>(a, b, i, nbytes, pos, c, xo, no);  // fewer than 64 bytes left
 }
 
 // AVX2 variant of the above for x86-64-v3 CPUs without AVX-512 (the branchy per-element emit of
@@ -219,16 +228,7 @@ __attribute__((target("avx2,bmi,popcnt"))) std::size_t collect_avx2(const std::b
       idx = _mm256_add_epi32(idx, _mm256_set1_epi32(8));
     }
   }
-  for (; i < nbytes; i += E) {  // tail: fewer than 64 (2-byte) or 32 (4-byte) bytes, element by element
-    const T x = static_cast<T>(load_lane<T>(a + i) ^ load_lane<T>(b + i));
-    if (x) {
-      pos[c] = static_cast<std::uint32_t>(i / E);
-      if constexpr (WantXor) std::memcpy(xo + c * E, &x, E);
-      if constexpr (WantNew) std::memcpy(no + c * E, b + i, E);
-      ++c;
-    }
-  }
-  return c;
+  return collect_tail<T, WantXor, WantNew>(a, b, i, nbytes, pos, c, xo, no);  // fewer than 64 (2-byte) or 32 (4-byte) bytes left
 }
 
 inline bool cpu_has_avx512_compress() noexcept {
