@@ -247,25 +247,31 @@ BITREFIT_INLINE std::size_t fill_batch(const std::byte* base, std::size_t first,
   return nb;
 }
 
-template <class W, bool V3>
+/// A change's class from its base value's exponent field: one table load instead of testing its
+/// lane in each of the T threshold masks (8 % of encode time on AdamW items of four classes).
+/// Class j holds the exponents in [threshold j-1, threshold j) (ascending: valid_class_spec).
+/// 2^11 entries: the widest exponent field (F64).
+inline void fill_class_of_exponent(const class_thresholds& c, std::uint8_t (&out)[2048]) noexcept {
+  const unsigned T = c.T;
+  const std::size_t exponents = static_cast<std::size_t>(c.mag_mask >> c.mantissa_bits) + 1;
+  for (std::size_t j = 0, from = 0; j <= T; ++j) {
+    const std::size_t to = j < T ? std::min<std::size_t>(static_cast<std::size_t>(c.t[j] >> c.mantissa_bits), exponents) : exponents;
+    if (to > from) std::memset(out + from, static_cast<int>(j), to - from), from = to;
+  }
+}
+
+template <class W>
 BITREFIT_INLINE void rank_impl(const std::byte* base, std::size_t m, const class_thresholds& c, const std::uint32_t* positions,
                                const std::byte* at_positions, std::size_t n_pos, std::uint8_t* classes_out, std::uint32_t* ranks_out,
                                std::uint64_t* totals) {
   const unsigned T = c.T, X = T + 2;
   std::uint64_t running[max_base_classes + 1] = {};
   block_batch bb;
-  // A change's class from its base value's exponent field: one table load instead of testing its
-  // lane in each of the T threshold masks (8 % of encode time on AdamW items of four classes).
-  // Class j holds the exponents in [threshold j-1, threshold j) (ascending: valid_class_spec).
-  std::uint8_t class_of_exponent[2048];  // 2^11: the widest exponent field (F64)
-  const std::size_t exponents = static_cast<std::size_t>(c.mag_mask >> c.mantissa_bits) + 1;
-  for (std::size_t j = 0, from = 0; j <= T; ++j) {
-    const std::size_t to = j < T ? std::min<std::size_t>(static_cast<std::size_t>(c.t[j] >> c.mantissa_bits), exponents) : exponents;
-    if (to > from) std::memset(class_of_exponent + from, static_cast<int>(j), to - from), from = to;
-  }
+  std::uint8_t class_of_exponent[2048];
+  fill_class_of_exponent(c, class_of_exponent);
   std::size_t k = 0;
   for (std::size_t first = 0; first < m; first += block_batch::blocks * 64) {
-    const std::size_t nb = fill_batch<W, V3>(base, first, m, c, running, bb);
+    const std::size_t nb = fill_batch<W, false>(base, first, m, c, running, bb);
     const std::uint64_t end = first + nb * 64;
     // every change in the batch, without data-dependent branches: class = number of threshold
     // words with the lane's bit; rank = (ext[cls] count below) - (ext[cls+1] count below)
@@ -317,12 +323,8 @@ BITREFIT_TARGET_V3 void rank_v3(const std::byte* base, std::size_t m, const clas
   std::uint64_t running[S] = {};
   for (unsigned k = 0; k < K; ++k) running[k] = totals[k];
   class_batch cb;
-  std::uint8_t class_of_exponent[2048];  // as in rank_impl
-  const std::size_t exponents = static_cast<std::size_t>(c.mag_mask >> c.mantissa_bits) + 1;
-  for (std::size_t j = 0, from = 0; j <= T; ++j) {
-    const std::size_t to = j < T ? std::min<std::size_t>(static_cast<std::size_t>(c.t[j] >> c.mantissa_bits), exponents) : exponents;
-    if (to > from) std::memset(class_of_exponent + from, static_cast<int>(j), to - from), from = to;
-  }
+  std::uint8_t class_of_exponent[2048];
+  fill_class_of_exponent(c, class_of_exponent);
   // the threshold masks of a block at lanes[1 .. T], turned into class lanes [0 .. T] in place
   auto own_lanes = [T](std::uint64_t* l, std::uint64_t valid) {
     std::uint64_t lo = valid;
@@ -365,7 +367,7 @@ template <class W>
 void rank_generic(const std::byte* base, std::size_t m, const class_thresholds& c, const std::uint32_t* positions,
                   const std::byte* at_positions, std::size_t n, std::uint8_t* classes_out, std::uint32_t* ranks_out,
                   std::uint64_t* totals) {
-  rank_impl<W, false>(base, m, c, positions, at_positions, n, classes_out, ranks_out, totals);
+  rank_impl<W>(base, m, c, positions, at_positions, n, classes_out, ranks_out, totals);
 }
 
 #ifdef BITREFIT_CODEC_X86

@@ -441,7 +441,6 @@ __attribute__((target("avx512f,avx512bw,avx512cd,avx512vl"))) inline std::size_t
 // Pass 1 with AVX2 (x86-64-v3 CPUs without AVX-512), eight changes per step: the same outputs as
 // code_changes (tests/codec: Kernels.PassOneOfEveryVariantEqualsTheScalarOne). On an AVX2-only
 // Zen 3 VM the scalar pass 1 was about 1.2 memcmp units of the adamw encode.
-#define BITREFIT_V3_INLINE __attribute__((target("avx2,bmi,bmi2,popcnt,lzcnt"), always_inline)) inline
 /// code_value() of eight changes of a 2-byte format (patterns zero-extended), packed as in vcode:
 /// value_codes16_avx512 with AVX2. Magnitudes and `special` are below 2^15: signed compares.
 BITREFIT_V3_INLINE __m256i value_codes8_v3(const float_format& f, __m256i ow, __m256i nw) noexcept {

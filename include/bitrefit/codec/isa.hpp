@@ -15,6 +15,9 @@
 #define BITREFIT_CODEC_X86 1
 #define BITREFIT_TARGET_V3 __attribute__((target("avx2,bmi,bmi2,popcnt,lzcnt"), flatten))
 #define BITREFIT_INLINE __attribute__((always_inline)) inline
+// The AVX2 kernels' helpers (x86-64-v3 CPUs without AVX-512): inlined into their callers, which
+// carry the same target (GCC 12 refuses to inline a helper whose target the caller lacks).
+#define BITREFIT_V3_INLINE __attribute__((target("avx2,bmi,bmi2,popcnt,lzcnt"), always_inline)) inline
 #include <immintrin.h>
 #else
 #define BITREFIT_TARGET_V3

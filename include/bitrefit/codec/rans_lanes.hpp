@@ -185,7 +185,6 @@ BITREFIT_RANS_LANES_TARGET void put_raw16(__m512i& x, __m512i v, __m512i bits, s
 /// lanes 0-7 and 8-15, each operation's words stored lanes 0-7 first: the scalar encoder's bytes.
 /// AVX2 has no compress; an operation's words are narrowed to sixteen 16-bit lanes and each half
 /// is packed by a byte shuffle looked up by its 8-bit mask (isa.hpp, compress16x8).
-#define BITREFIT_RANS_LANES_V3 __attribute__((target("avx2,bmi,bmi2,popcnt,lzcnt"), always_inline)) inline
 
 struct lanes16_v3 {
   __m256i lo, hi;  // lanes 0-7, 8-15
@@ -193,12 +192,12 @@ struct lanes16_v3 {
 
 /// The eight 16-bit lanes of v that mask m selects, packed, stored at out (16 bytes), which advances
 /// past them.
-BITREFIT_RANS_LANES_V3 void store_packed8(__m128i v, unsigned m, std::byte*& out) noexcept {
+BITREFIT_V3_INLINE void store_packed8(__m128i v, unsigned m, std::byte*& out) noexcept {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_shuffle_epi8(v, _mm_load_si128(reinterpret_cast<const __m128i*>(compress16x8.at[m].data()))));
   out += 2 * static_cast<unsigned>(__builtin_popcount(m));
 }
 /// emit() of the lanes where `need` is all ones: their low words in lane order, then x >>= 16 there.
-BITREFIT_RANS_LANES_V3 void emit16_v3(lanes16_v3& x, lanes16_v3 need, std::byte*& out) noexcept {
+BITREFIT_V3_INLINE void emit16_v3(lanes16_v3& x, lanes16_v3 need, std::byte*& out) noexcept {
   const unsigned mlo = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(need.lo)));
   const unsigned mhi = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(need.hi)));
   if ((mlo | mhi) == 0) return;  // most operations of a +-1 ULP stream emit nothing
@@ -217,11 +216,11 @@ struct fields8 {
 };
 /// Row a in the low half, row b in the high one. (Helpers, not lambdas: a lambda does not take
 /// its enclosing function's target attribute in GCC 12.)
-BITREFIT_RANS_LANES_V3 __m256i two_rows(const std::array<std::uint32_t, 4>& a, const std::array<std::uint32_t, 4>& b) noexcept {
+BITREFIT_V3_INLINE __m256i two_rows(const std::array<std::uint32_t, 4>& a, const std::array<std::uint32_t, 4>& b) noexcept {
   return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a.data()))),
                                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.data())), 1);
 }
-BITREFIT_RANS_LANES_V3 fields8 lookup8(const enc_table& t, __m256i s) noexcept {
+BITREFIT_V3_INLINE fields8 lookup8(const enc_table& t, __m256i s) noexcept {
   alignas(32) std::uint32_t sym[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(sym), s);
   const auto* rows = t.rows.data();
@@ -232,21 +231,21 @@ BITREFIT_RANS_LANES_V3 fields8 lookup8(const enc_table& t, __m256i s) noexcept {
   return {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
 }
 /// put() of eight lanes' states x given their symbols' fields; `need` out: the lanes that emit.
-BITREFIT_RANS_LANES_V3 __m256i code8_v3(__m256i x, const fields8& e) noexcept {
+BITREFIT_V3_INLINE __m256i code8_v3(__m256i x, const fields8& e) noexcept {
   const __m256i even = _mm256_srli_epi64(_mm256_mul_epu32(x, e.rcp), 32);
   const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(x, 32), _mm256_srli_epi64(e.rcp, 32));
   const __m256i q = _mm256_srlv_epi32(_mm256_blend_epi32(even, odd, 0xAA), _mm256_srli_epi32(e.cmpl_shift, 16));
   return _mm256_add_epi32(_mm256_add_epi32(x, e.bias), _mm256_mullo_epi32(q, _mm256_and_si256(e.cmpl_shift, _mm256_set1_epi32(0xFFFF))));
 }
 /// put() of sixteen lanes: symbol s[l] in lane l.
-BITREFIT_RANS_LANES_V3 void put16_v3(lanes16_v3& x, const enc_table& t, lanes16_v3 s, std::byte*& out) noexcept {
+BITREFIT_V3_INLINE void put16_v3(lanes16_v3& x, const enc_table& t, lanes16_v3 s, std::byte*& out) noexcept {
   const fields8 a = lookup8(t, s.lo), b = lookup8(t, s.hi);
   // states and limits are below 2^31: the signed compare is the unsigned one
   emit16_v3(x, {_mm256_cmpgt_epi32(x.lo, a.x_limit), _mm256_cmpgt_epi32(x.hi, b.x_limit)}, out);
   x.lo = code8_v3(x.lo, a), x.hi = code8_v3(x.hi, b);
 }
 /// put_raw() of sixteen lanes: bits[l] (0..15) raw bits of v[l] (v below 2^bits).
-BITREFIT_RANS_LANES_V3 void put_raw16_v3(lanes16_v3& x, lanes16_v3 v, lanes16_v3 bits, std::byte*& out) noexcept {
+BITREFIT_V3_INLINE void put_raw16_v3(lanes16_v3& x, lanes16_v3 v, lanes16_v3 bits, std::byte*& out) noexcept {
   // no lane takes a bit (the common case, as in put_raw16): nothing is emitted and x stays
   if (_mm256_testz_si256(_mm256_or_si256(bits.lo, bits.hi), _mm256_or_si256(bits.lo, bits.hi))) return;
   const __m256i k31 = _mm256_set1_epi32(31), zero = _mm256_setzero_si256();
@@ -256,10 +255,10 @@ BITREFIT_RANS_LANES_V3 void put_raw16_v3(lanes16_v3& x, lanes16_v3 v, lanes16_v3
   x.lo = _mm256_or_si256(_mm256_sllv_epi32(x.lo, bits.lo), v.lo);
   x.hi = _mm256_or_si256(_mm256_sllv_epi32(x.hi, bits.hi), v.hi);
 }
-BITREFIT_RANS_LANES_V3 lanes16_v3 load_states_v3(const std::array<std::uint32_t, 16>& a) noexcept {
+BITREFIT_V3_INLINE lanes16_v3 load_states_v3(const std::array<std::uint32_t, 16>& a) noexcept {
   return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.data())), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.data() + 8))};
 }
-BITREFIT_RANS_LANES_V3 void store_states_v3(std::array<std::uint32_t, 16>& a, lanes16_v3 x) noexcept {
+BITREFIT_V3_INLINE void store_states_v3(std::array<std::uint32_t, 16>& a, lanes16_v3 x) noexcept {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(a.data()), x.lo);
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(a.data() + 8), x.hi);
 }
