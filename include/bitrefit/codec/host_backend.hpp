@@ -146,14 +146,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,bmi,popcnt"))) std:
   return collect_tail<T, WantXor, WantNew>(a, b, i, nbytes, pos, c, xo, no);  // fewer than 64 bytes left
 }
 
-// AVX2 variant of the above for x86-64-v3 CPUs without AVX-512 (the branchy per-element emit of
-// core/bit_diff.hpp took ~2x a memcmp at AdamW-like rates on a Zen 3 VM): no data-dependent
-// branch either; compress by table (isa.hpp). 2-byte elements: per 64-byte block the changed
-// lanes' 32-bit mask (two 16-lane compares packed to bytes), then per group of eight lanes its
-// 16-bit lane numbers in the run, XOR words and new values packed by one byte shuffle each and
-// stored whole (16 bytes) at the output cursor; widened once per run as above. 4-byte elements:
-// per 32-byte half, one permutation of eight lanes for positions, XOR words and new values.
-// The stores of a group reach at most its own slots of the outputs, so they never pass m.
 // One group of eight 2-byte lanes of collect_avx2: the lanes of mask mk packed (lane numbers
 // `lane`, XOR words x, new values nb) and stored at the cursors, n advanced past them.
 // n + 8 <= the run's elements before this group + 8 <= run16: inside `lanes`.
@@ -168,6 +160,14 @@ __attribute__((target("avx2,bmi,popcnt"), always_inline)) inline void pack_group
   n += static_cast<unsigned>(__builtin_popcount(mk));
 }
 
+// AVX2 variant of collect_avx512 for x86-64-v3 CPUs without AVX-512 (the branchy per-element emit of
+// core/bit_diff.hpp took ~2x a memcmp at AdamW-like rates on a Zen 3 VM): no data-dependent
+// branch either; compress by table (isa.hpp). 2-byte elements: per 64-byte block the changed
+// lanes' 32-bit mask (two 16-lane compares packed to bytes), then per group of eight lanes its
+// 16-bit lane numbers in the run, XOR words and new values packed by one byte shuffle each and
+// stored whole (16 bytes) at the output cursor; widened once per run as above. 4-byte elements:
+// per 32-byte half, one permutation of eight lanes for positions, XOR words and new values.
+// The stores of a group reach at most its own slots of the outputs, so they never pass m.
 template <class T, bool WantXor, bool WantNew>
 __attribute__((target("avx2,bmi,popcnt"))) std::size_t collect_avx2(const std::byte* a, const std::byte* b, std::size_t m, std::uint32_t* pos,
                                                                     std::byte* xo, std::byte* no) noexcept {

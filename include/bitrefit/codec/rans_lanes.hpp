@@ -230,7 +230,8 @@ BITREFIT_V3_INLINE fields8 lookup8(const enc_table& t, __m256i s) noexcept {
   const __m256i t2 = _mm256_unpacklo_epi32(r2, r3), t3 = _mm256_unpackhi_epi32(r2, r3);
   return {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
 }
-/// put() of eight lanes' states x given their symbols' fields; `need` out: the lanes that emit.
+/// The coding step of put() for eight lanes' states x (already renormalised) given their symbols'
+/// fields: the new states.
 BITREFIT_V3_INLINE __m256i code8_v3(__m256i x, const fields8& e) noexcept {
   const __m256i even = _mm256_srli_epi64(_mm256_mul_epu32(x, e.rcp), 32);
   const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(x, 32), _mm256_srli_epi64(e.rcp, 32));
