@@ -42,6 +42,10 @@
  *    process is gone (finding H1) or its target is not above the baseline (finding B3); one that
  *    passes both is its own transition's, whose image the owner holds, so it changes nothing the
  *    model tracks. The two mutations below drop those guards.
+ *  - Claim faults (CFAULTS, default 0): a coordinator's claim of its epoch (the first one's, or a
+ *    failover's) takes effect in the log and its reply is lost. The coordinator reads the log's
+ *    epoch back and finds its own: the claim took effect, and it goes on as after a plain claim
+ *    (coordinator.hpp, finding B4), so the fault changes nothing else the model tracks.
  *  - Faults are budgeted: CRASHES receiver crashes, FAILOVERS coordinator failovers, DROPS lost copies,
  *    DUPS duplicated copies, EVICTS evictions. A fault that forces a retry is only enabled while the transition has
  *    attempts left (natt < MAXA): the "eventually reliable delivery and stable members" assumption
@@ -92,6 +96,12 @@
  *                          to, so a late prepare of a dead sender freezes the trainer's current bits
  *                          (needs OCRASHES and SRESTARTS; the twin of the C++
  *                          owner_forgets_sender_epoch, finding H1)
+ *   MUT_UNFENCED_ABORT     the coordinator tells an abort's members without persisting the abort
+ *                          (needs ABORTS; the twin of the C++ unfenced_abort, finding B6)
+ *   MUT_RECLAIM_UNKNOWN_EPOCH after a claim whose reply was lost the coordinator claims the same
+ *                          epoch again, which the log fences: it deposes itself, and with no
+ *                          failover left nothing ever ends (caught by the liveness formula; needs
+ *                          CFAULTS; the twin of the C++ reclaim_unknown_epoch, finding B4)
  * and, for the trace check's drift tests only (no exhaustive run reaches what they change: the
  * exhaustive runs have NOVW = 0 and restore a receiver not waited for at once):
  *   MUT_OVW_AS_XOR         an overwrite payload riding in an XOR attempt is applied as XOR
@@ -137,6 +147,9 @@
 #endif
 #ifndef OCRASHES
 #define OCRASHES 0 /* owner crashes (see the header): none unless asked for */
+#endif
+#ifndef CFAULTS
+#define CFAULTS 0 /* claims whose reply is lost after the log applied them (see the header) */
 #endif
 #ifndef NOVW
 #define NOVW 0 /* the last NOVW payloads of every owner are coded as overwrite even in an XOR attempt */
@@ -230,6 +243,7 @@
 #define STOPPING 3
 #define RECOVERING 4
 #define ABORTING 5 /* stop_and_wait, then the abort is persisted and the transition is over */
+#define DEPOSED 6  /* fenced by the log: takes no step (only MUT_RECLAIM_UNKNOWN_EPOCH gets here) */
 /* commit-log replies */
 #define R_NONE 0
 #define R_SUCCESS 1
@@ -371,6 +385,7 @@ byte crashes = 0, failovers = 0, drops = 0, dups = 0, evicts = 0, aborts = 0;
                         * crash and looks new to it (late_prepare)                                 */
 #define E_STALE_JOIN 18 /* the roster takes a join that receiver x's incarnation y back sent (a dead
                          * one: STALE_JOIN_STEP)                                                    */
+#define E_CLAIM_UNKNOWN 19 /* the claim just made took effect, and its reply was lost (CLAIM_FAULT) */
 #ifdef TRACE_GOAL
 #define TRACE_REACH
 #define TRACE_FREE_TAIL
@@ -398,10 +413,21 @@ byte tp = 0;
 #define EVICT_OK (evicts < EVICTS || tp >= TLEN)
 #else
 #define CAN_FAIL (tp < TLEN || natt < MAXA)
+/* No roll call is answered in the tail: the run's own are its events. Unbounded, the answers
+ * (each restarts a receiver in an attempt, whose newer incarnation's join makes the attempt
+ * obsolete) let the tail retry past the NATT attempts the arrays hold, and pan's depth-first
+ * search stopped there ("invalid array index") before any assertion of the protocol; bounded like
+ * a fault (natt < MAXA) they made it search 14.6 million states (257 s) for one counterexample's
+ * violation, 0.37 million (6 s) without them. Fewer continuations can only hide a violation (a
+ * disagreement), never make one up. */
+#define ROLL_CALL_OK (tp < TLEN)
 #endif
 #else
 #define TAIL false
 #define CAN_FAIL 1
+#endif
+#ifndef ROLL_CALL_OK
+#define ROLL_CALL_OK 1
 #endif
 #define EV(k, x, y) (TAIL || (tp < TLEN && ev_k[tp] == (k) && ev_x[tp] == (x) && ev_y[tp] == (y)))
 #define EVK(k, x) (TAIL || (tp < TLEN && ev_k[tp] == (k) && ev_x[tp] == (x)))
@@ -663,7 +689,15 @@ end:
 #ifdef MUT_ABORT_KEEPS_MEMBERS
 #define ABANDON(r) skip
 #else
-#define ABANDON(r) if :: a_mem[cur] & (1 << (r)) -> FENCE(r) :: else -> skip fi
+/* A live member told of the abort (the incarnation it names) must find it in the log: an abort
+ * is a decision like a commit, and one the log does not hold may be undone by a coordinator that
+ * takes over and recovers the attempt (finding B6; the C++ monitor's "aborted ... on an abort the
+ * commit log does not hold"). */
+#define ABANDON(r) \
+  if \
+  :: a_mem[cur] & (1 << (r)) -> CHECK(cur_aborted || inc[r] != a_inc[cur * NR + (r)]); FENCE(r) \
+  :: else -> skip \
+  fi
 #endif
 /* The recovered attempt is stopped: read_commit closes it in the log and tells whether it
  * committed (then the transition is over; else the next attempt retries it). */
@@ -671,7 +705,14 @@ end:
   log_closed = cur; \
   if :: Katt == cur -> ntrans++; natt = 0 :: else -> skip fi; \
   phase = IDLE
-#define ABORT_DONE cur_aborted = 1; SEQ_R(ABANDON); natt = 0; phase = IDLE
+#ifdef MUT_UNFENCED_ABORT
+/* broken (the twin of the C++ unfenced_abort): the members are told at once, and the log never
+ * learns of the abort */
+#define PERSIST_ABORT skip
+#else
+#define PERSIST_ABORT cur_aborted = 1 /* persisted (fenced by epoch: only this coordinator's) first */
+#endif
+#define ABORT_DONE PERSIST_ABORT; SEQ_R(ABANDON); natt = 0; phase = IDLE
 #define ALL_STOPPED ALL_R(STOPPED)
 
 /* The deadline of stop_and_wait can pass only while someone has not stopped (in trace mode the
@@ -793,8 +834,38 @@ end:
 #define COUNT_ABORT aborts++
 #endif
 
+/* A claim just made (the first coordinator's, or a failover's) may take effect in the log and lose
+ * its reply (a claim fault, CFAULTS). The coordinator reads the log's epoch back, finds its own and
+ * goes on as claimed: nothing else changes. The mutation claims the same epoch again instead, which
+ * the log fences (the epoch is no longer above the log's): the coordinator deposes itself. In
+ * trace mode the run says which (E_CLAIM_UNKNOWN right after the claim's own event, if any). */
+#if CFAULTS > 0
+byte cfaults = 0;
+bit started = 0; /* init has loaded the trace: the first coordinator's claim may now be judged */
+#ifdef MUT_RECLAIM_UNKNOWN_EPOCH
+#define CLAIM_UNKNOWN phase = DEPOSED
+#else
+#define CLAIM_UNKNOWN skip
+#endif
+#ifdef TRACE
+#define NOT_NEXT_EV(k) (TAIL || !(tp < TLEN && ev_k[tp] == (k)))
+#else
+#define NOT_NEXT_EV(k) true
+#endif
+#define CLAIM_FAULT \
+  if \
+  :: cfaults < CFAULTS && EV(E_CLAIM_UNKNOWN, 0, 0) -> NEXT; cfaults++; CLAIM_UNKNOWN \
+  :: NOT_NEXT_EV(E_CLAIM_UNKNOWN) -> skip \
+  fi
+#else
+#define CLAIM_FAULT skip
+#endif
+
 /* ---------------------------------------------------------------------------------------- */
 active proctype coordinator() {
+#if CFAULTS > 0
+  atomic { started -> CLAIM_FAULT }; /* the first coordinator's claim */
+#endif
 end:
   do
   /* prepare: persist the attempt (mode, target, bound incarnations), fenced by epoch */
@@ -1047,7 +1118,7 @@ end:
 #ifdef TRACE
   :: atomic { behind[r] -> RESTART(r) }
   /* a new coordinator's roll call arrives (JOIN_STEP above) */
-  :: atomic { EV(E_ROLL_CALL, r, 0) -> NEXT; ANSWER_ROLL_CALL(r) }
+  :: atomic { ROLL_CALL_OK && EV(E_ROLL_CALL, r, 0) -> NEXT; ANSWER_ROLL_CALL(r) }
 #endif
   od
 }
@@ -1092,7 +1163,7 @@ end:
   OPT_R(CRASH)
   /* coordinator failover */
   :: atomic { failovers < FAILOVERS && CAN_FAIL && phase != IDLE && EV(E_FAILOVER, 0, 0) ->
-       NEXT; failovers++; NEW_COORDINATOR }
+       NEXT; failovers++; NEW_COORDINATOR; CLAIM_FAULT }
 #if SRESTARTS > 0
 #ifdef TRACE
   /* the sender restarts as the run says: which owners kept the named image; its new coordinator's
@@ -1107,13 +1178,13 @@ end:
        srestarts++; tflav++;
        if :: skip :: !req -> SEQ_O(LOSE_IMAGE) fi;
        OWNERS_RESTART;
-       NEW_COORDINATOR }
+       NEW_COORDINATOR; CLAIM_FAULT }
 #endif
 #endif
 #ifdef TRACE
   /* a failover while no attempt is in progress only fences the old epoch */
   :: atomic { failovers < FAILOVERS && phase == IDLE && EV(E_FAILOVER, 0, 0) ->
-       NEXT; failovers++; epoch++; log_epoch = epoch; SEQ_R(RECALL) }
+       NEXT; failovers++; epoch++; log_epoch = epoch; SEQ_R(RECALL); CLAIM_FAULT }
 #endif
   od
 }
@@ -1133,7 +1204,12 @@ init {
     trace_init();
 #endif
     SEQ_O(RUN_OWNER);
-    SEQ_R(RUN_RECEIVER)
+    SEQ_R(RUN_RECEIVER);
+#if CFAULTS > 0
+    started = 1
+#else
+    skip
+#endif
   }
 }
 

@@ -25,8 +25,9 @@
 // attempt: the model's NOVW), sync or async gate (the model has no gate), every fault kind (an
 // owner crash the loss of its highest_seen, and a prepare copy that then looks new to it a late
 // prepare; a conflicting copy no event of its own, a sender restart the images it left
-// (E_SRESTART) and then a failover, a commit-log fault
-// on a claim, prepare or read at most a failover or prepare event, a corrupt copy a drop, a
+// (E_SRESTART) and then a failover, a commit-log fault on a claim at most a failover and a claim
+// fault (E_CLAIM_UNKNOWN: applied, reply lost), one on a prepare or read at most a prepare event,
+// a corrupt copy a drop, a
 // member's failure report a deadline: see step()), a drop,
 // duplicate or corruption of a payload only of the current attempt,
 // and mutations only where the model has the same one. A run outside it is
@@ -54,7 +55,7 @@ namespace bitrefit::proofs::spin {
 enum class event_kind : std::uint8_t {
   prep = 1, admit = 2, ingest = 3, ack = 4, deadline = 5, cas = 6, crash = 7, failover = 8, drop = 9, dup = 10,
   rejoin = 11, evict = 12, abort = 13, roll_call = 14, sender_restart = 15, owner_crash = 16, late_prepare = 17,
-  stale_join = 18
+  stale_join = 18, claim_unknown = 19
 };
 
 /// THE mapping: C++ move (and what it did) -> Promela step. One row per event kind; every other
@@ -90,8 +91,8 @@ inline constexpr mapping_row mapping[] = {
      "(E_REJOIN); under MUT_OLD_INCARNATION_ACKS it stays live and the newer incarnation is restored at the join's K"},
     {"`abort` (operator), or `deliver oO->c frozen_lost` (an owner lost the frozen change set), that takes the "
      "coordinator from collecting to stopping",
-     "coordinator: abort (E_ABORT): mark_obsolete, stop_and_wait, then the abort is persisted (a free step that "
-     "fences every member) and the transition starts afresh"},
+     "coordinator: abort (E_ABORT): mark_obsolete, stop_and_wait, then the abort is persisted and every member "
+     "fenced (one free step; under MUT_UNFENCED_ABORT fenced only) and the transition starts afresh"},
     {"`drop oO->rR payload τ/O/S` or `corrupt oO->rR payload τ/O/S` (the copy fails verification and counts as "
      "undelivered: the receiver is not stepped), τ the current attempt",
      "env: DROP(r, O*NS+S) (E_DROP; DROPS counts drops and corruptions)"},
@@ -107,6 +108,11 @@ inline constexpr mapping_row mapping[] = {
      "roster holds that the model's recovery does not restore (a receiver the persisted attempt does not name)",
      "coordinator: the roster names r's incarnation y back (E_STALE_JOIN r y; trace mode only: the model's own join "
      "step takes the live incarnation)"},
+    {"`log unknown-applied claim_epoch eN` that takes effect (the log applied the claim, its reply is lost): after the "
+     "failover event for N > 1, alone for the first coordinator's claim",
+     "coordinator: the claim fault (E_CLAIM_UNKNOWN) right after that claim (the first one's at the coordinator's "
+     "start, a failover's in its step): nothing changes (it reads its epoch back); under MUT_RECLAIM_UNKNOWN_EPOCH it "
+     "is deposed"},
     {"`crash oO`", "owner(o): its crash (E_OCRASH o): highest_seen is gone (ocrashed); broken, the sender epoch too"},
     {"`deliver c->oO prepare τ`, τ persisted before o's last crash (and after the last sender restart), that passes "
      "o's highest_seen check (a late or duplicated copy that looks new to it)",
@@ -176,6 +182,8 @@ inline std::optional<std::string> promela_mutation(protocol::protocol_mutation m
     case M::refreeze_at_restart: return std::string("-DMUT_REFREEZE_AT_RESTART");
     case M::freeze_stale_prepare: return std::string("-DMUT_FREEZE_STALE_PREPARE");
     case M::owner_forgets_sender_epoch: return std::string("-DMUT_OWNER_FORGETS_SENDER_EPOCH");
+    case M::unfenced_abort: return std::string("-DMUT_UNFENCED_ABORT");
+    case M::reclaim_unknown_epoch: return std::string("-DMUT_RECLAIM_UNKNOWN_EPOCH");
     default: return std::nullopt;
   }
 }
@@ -354,9 +362,15 @@ struct translator {
           // prepare persisted after the `failover` move could not be followed). A claim that
           // fails, or whose reply is lost, is the same event if the log applied it (the
           // coordinator reads the epoch back), and nothing if it did not (it claims again).
-          if (applied && claim->epoch > 1 && claim->epoch > cw.log.state.epoch) {
-            add(event_kind::failover, 0, 0, text);
-            claim_took_effect = true;
+          // A claim the log applied whose reply is lost is the claim fault too, after its failover
+          // (the first coordinator's claim has no event of its own): the coordinator learns only
+          // from the read that follows that the epoch is its own (finding B4).
+          if (applied && claim->epoch > cw.log.state.epoch) {
+            if (claim->epoch > 1) {
+              add(event_kind::failover, 0, 0, text);
+              claim_took_effect = true;
+            }
+            if (m.kind == move_kind::log_unknown_applied) add(event_kind::claim_unknown, 0, 0, text);
           }
         } else if (std::holds_alternative<protocol::compare_and_set_request>(req)) {
           const std::uint32_t y = m.kind == move_kind::log_ok ? 1 : m.kind == move_kind::log_unknown_applied ? 2
@@ -579,15 +593,17 @@ inline translation translate_scenario(const std::string& text) {
   auto go = [&](auto tr) {
     for (const auto& c : commands) tr.command(c);
     if (!tr.w) tr.skip("no world line");
-    // Evictions and aborts are budgeted by the run itself (the world line has no bound for them):
+    // Evictions, aborts and claim faults are budgeted by the run itself (the world line has no bound for them):
     // exactly as many as it took, so a free tail after a C++ violation stays within them too.
-    std::size_t evicts = 0, aborts = 0;
+    std::size_t evicts = 0, aborts = 0, claim_faults = 0;
     for (const auto& e : tr.t.events) {
       evicts += e.kind == event_kind::evict;
       aborts += e.kind == event_kind::abort;
+      claim_faults += e.kind == event_kind::claim_unknown;
     }
     tr.t.defines.push_back("-DEVICTS=" + std::to_string(evicts));
     tr.t.defines.push_back("-DABORTS=" + std::to_string(aborts));
+    tr.t.defines.push_back("-DCFAULTS=" + std::to_string(claim_faults));
     if (tr.w && !tr.t.cpp_violation && !tr.t.skip) {
       auto end = *tr.w;  // the run's last state; the run itself is not changed
       // The harness's settle phase: the fair scheduler, no fault, until settled (or why not),
