@@ -98,6 +98,11 @@
  *                          owner_forgets_sender_epoch, finding H1)
  *   MUT_UNFENCED_ABORT     the coordinator tells an abort's members without persisting the abort
  *                          (needs ABORTS; the twin of the C++ unfenced_abort, finding B6)
+ *   MUT_JOIN_CONFIRMED_BY_ANY_ANNOUNCE a receiver whose join was lost takes an announce that does not
+ *                          name it for its join's confirmation and never joins again as that
+ *                          incarnation: the roster keeps the dead one (caught by the liveness
+ *                          formula; needs CRASHES and DROPS; the twin of the C++
+ *                          join_confirmed_by_any_announce, finding B2)
  *   MUT_RECLAIM_UNKNOWN_EPOCH after a claim whose reply was lost the coordinator claims the same
  *                          epoch again, which the log fences: it deposes itself, and with no
  *                          failover left nothing ever ends (caught by the liveness formula; needs
@@ -338,6 +343,12 @@ byte crashes = 0, failovers = 0, drops = 0, dups = 0, evicts = 0, aborts = 0;
 #define BAG(a, r, p) bag[((a) * NR + (r)) * NP + (p)]
 #define PEND(a, r) pend[(a) * NR + (r)]
 
+#ifdef MUT_JOIN_CONFIRMED_BY_ANY_ANNOUNCE
+bit jgone[NR]; /* this incarnation gave its join up (see JOINS) */
+#define JOIN_AFRESH(r) ; jgone[r] = 0
+#else
+#define JOIN_AFRESH(r)
+#endif
 /* Receiver r starts again as a newer incarnation with nothing (a crash, or a dense restore): it
  * restores K.v at its next admission (stale). What it had heard is cleared: no attempt up to cur
  * names the new incarnation, and every later one is newer than anything it heard. */
@@ -347,7 +358,7 @@ byte crashes = 0, failovers = 0, drops = 0, dups = 0, evicts = 0, aborts = 0;
   do :: i <= NATT -> PEND(i, r) = 0; i++ :: else -> break od; \
   i = 0; \
   do :: i < NP -> reg[(r) * NP + i] = LOST; i++ :: else -> break od; \
-  i = 0
+  i = 0 JOIN_AFRESH(r)
 
 /* Receiver r's incarnation was evicted, or left out of a commit: it restores K densely under a new
  * incarnation before it joins again. In C++ it does so once told (an announcement), and may still
@@ -386,6 +397,7 @@ byte crashes = 0, failovers = 0, drops = 0, dups = 0, evicts = 0, aborts = 0;
 #define E_STALE_JOIN 18 /* the roster takes a join that receiver x's incarnation y back sent (a dead
                          * one: STALE_JOIN_STEP)                                                    */
 #define E_CLAIM_UNKNOWN 19 /* the claim just made took effect, and its reply was lost (CLAIM_FAULT) */
+#define E_JOIN_LOST 20 /* receiver x's join is lost while it waits for the confirmation (JOIN_LOST)  */
 #ifdef TRACE_GOAL
 #define TRACE_REACH
 #define TRACE_FREE_TAIL
@@ -741,6 +753,11 @@ end:
 #elif defined(MUT_KEEP_DEAD_INCARNATION)
 /* broken: a newer incarnation of a receiver the roster knows is ignored (every copy of its join) */
 #define JOINS(r) (!behind[r] && (rinc[r] != inc[r] || !rok[r]) && !(rknown[r] && rinc[r] < inc[r]))
+#elif defined(MUT_JOIN_CONFIRMED_BY_ANY_ANNOUNCE)
+/* broken: a receiver whose join was lost takes the next announce of the K it holds, whoever it
+ * names, for the join's confirmation (finding B2's old rule), and stops joining (jgone, set at the
+ * loss: JOIN_LOST) until it restarts */
+#define JOINS(r) (!behind[r] && !jgone[r] && (rinc[r] != inc[r] || !rok[r]))
 #else
 #define JOINS(r) (!behind[r] && (rinc[r] != inc[r] || !rok[r]))
 #endif
@@ -1130,6 +1147,19 @@ end:
   :: atomic { dups < DUPS && (p) < NP && BAG(cur, r, p) > 0 && EV(E_DUP, r, p) -> NEXT; BAG(cur, r, p)++; dups++ }
 #define DROPS_TO(r) DROP(r, 0) DROP(r, 1) DROP(r, 2) DROP(r, 3)
 #define DUPS_TO(r) DUP(r, 0) DUP(r, 1) DUP(r, 2) DUP(r, 3)
+/* A receiver's join is lost (a drop) while it waits for the confirmation. The shipped receiver
+ * joins again when an announce does not name it (receiver.hpp): JOINS still holds, nothing to
+ * model, so only trace mode has the step (to follow the run's event). The mutation takes that
+ * announce (the commit's, or the next one) for the confirmation: the model gives the join up at its
+ * loss. */
+#ifdef MUT_JOIN_CONFIRMED_BY_ANY_ANNOUNCE
+#define JOIN_LOST(r) \
+  :: atomic { drops < DROPS && CAN_FAIL && JOINS(r) && EV(E_JOIN_LOST, r, 0) -> NEXT; drops++; jgone[r] = 1 }
+#elif defined(TRACE)
+#define JOIN_LOST(r) :: atomic { JOINS(r) && EV(E_JOIN_LOST, r, 0) -> NEXT }
+#else
+#define JOIN_LOST(r)
+#endif
 #define CRASH(r) \
   :: atomic { crashes < CRASHES && CAN_FAIL && FAULT_PHASE_OK && EV(E_CRASH, r, 0) -> \
        NEXT; crashes++; RESTART(r) }
@@ -1161,6 +1191,7 @@ end:
   OPT_R(DROPS_TO)
   OPT_R(DUPS_TO)
   OPT_R(CRASH)
+  OPT_R(JOIN_LOST)
   /* coordinator failover */
   :: atomic { failovers < FAILOVERS && CAN_FAIL && phase != IDLE && EV(E_FAILOVER, 0, 0) ->
        NEXT; failovers++; NEW_COORDINATOR; CLAIM_FAULT }

@@ -55,7 +55,7 @@ namespace bitrefit::proofs::spin {
 enum class event_kind : std::uint8_t {
   prep = 1, admit = 2, ingest = 3, ack = 4, deadline = 5, cas = 6, crash = 7, failover = 8, drop = 9, dup = 10,
   rejoin = 11, evict = 12, abort = 13, roll_call = 14, sender_restart = 15, owner_crash = 16, late_prepare = 17,
-  stale_join = 18, claim_unknown = 19
+  stale_join = 18, claim_unknown = 19, join_lost = 20
 };
 
 /// THE mapping: C++ move (and what it did) -> Promela step. One row per event kind; every other
@@ -113,6 +113,10 @@ inline constexpr mapping_row mapping[] = {
      "coordinator: the claim fault (E_CLAIM_UNKNOWN) right after that claim (the first one's at the coordinator's "
      "start, a failover's in its step): nothing changes (it reads its epoch back); under MUT_RECLAIM_UNKNOWN_EPOCH it "
      "is deposed"},
+    {"`drop rR->c join rR#n` of r's live incarnation while it is joining (its join is lost)",
+     "env: JOIN_LOST(r) (E_JOIN_LOST r): nothing changes (the receiver joins again when an announce does not name it); "
+     "under MUT_JOIN_CONFIRMED_BY_ANY_ANNOUNCE it takes that announce for the join's confirmation and never joins "
+     "again as that incarnation"},
     {"`crash oO`", "owner(o): its crash (E_OCRASH o): highest_seen is gone (ocrashed); broken, the sender epoch too"},
     {"`deliver c->oO prepare τ`, τ persisted before o's last crash (and after the last sender restart), that passes "
      "o's highest_seen check (a late or duplicated copy that looks new to it)",
@@ -184,6 +188,7 @@ inline std::optional<std::string> promela_mutation(protocol::protocol_mutation m
     case M::owner_forgets_sender_epoch: return std::string("-DMUT_OWNER_FORGETS_SENDER_EPOCH");
     case M::unfenced_abort: return std::string("-DMUT_UNFENCED_ABORT");
     case M::reclaim_unknown_epoch: return std::string("-DMUT_RECLAIM_UNKNOWN_EPOCH");
+    case M::join_confirmed_by_any_announce: return std::string("-DMUT_JOIN_CONFIRMED_BY_ANY_ANNOUNCE");
     default: return std::nullopt;
   }
 }
@@ -395,6 +400,16 @@ struct translator {
           }
           add(m.kind == move_kind::duplicate ? event_kind::dup : event_kind::drop, e.to.index,
               p->id.owner * cfg.chunks_per_owner + p->id.seq, text);
+        } else if (const auto* jn = std::get_if<protocol::join_msg>(&e.msg)) {
+          // The live incarnation's join, lost while it waits for the confirmation: finding B2's
+          // point (the shipped receiver joins again when an announce does not name it; the old
+          // rule took any announce of its K for the confirmation). A dead incarnation's join, or
+          // a duplicate, is no event.
+          const auto r = jn->from.receiver;
+          const auto& rx = cw.receivers.at(r);
+          if (m.kind == move_kind::drop && rx && rx->incarnation == jn->from.incarnation &&
+              rx->phase == protocol::receiver_phase::joining)
+            add(event_kind::join_lost, r, 0, text);
         } else if (const auto* ak = std::get_if<protocol::ack_msg>(&e.msg)) {
           if (m.kind == move_kind::drop) ack_arrives(*ak, true, text);
           else if (!ack_emitted.count(key_of(*ak))) ++ack_extra_copies[key_of(*ak)];
