@@ -9,6 +9,12 @@ function(bitrefit_add_test)
     set(T_TIMEOUT 600)
   endif()
   add_executable(${T_NAME} ${T_SOURCES})
+  # One translation unit per test executable (CMake's unity build): the library is header-only, so
+  # each source file of a test compiled on its own instantiates and generates the same library code
+  # again. Measured on the AddressSanitizer tree (clang -O0): test_codec's four files took 108 s
+  # of CPU apart and 38 s as one. The price: a test file's file-local names must not clash with
+  # another file's of the same test (the compiler says so when they do).
+  set_target_properties(${T_NAME} PROPERTIES UNITY_BUILD ON)
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main rapidcheck rapidcheck_gtest)
   target_compile_options(${T_NAME} PRIVATE -Wall -Wextra)
   target_compile_definitions(${T_NAME} PRIVATE BITREFIT_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

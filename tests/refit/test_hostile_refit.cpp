@@ -249,9 +249,9 @@ class hostile_transport {
   std::shared_ptr<state> st_;
 };
 
-using net_t = hostile_transport<transport::inprocess_transport>;
-using sender_t = refit::sender<net_t, durability::memory_commit_log, durability::memory_baseline_store>;
-using receiver_t = refit::receiver<layout::canonical_store, net_t, durability::memory_commit_log>;
+using hostile_net_t = hostile_transport<transport::inprocess_transport>;
+using hostile_sender_t = refit::sender<hostile_net_t, durability::memory_commit_log, durability::memory_baseline_store>;
+using hostile_receiver_t = refit::receiver<layout::canonical_store, hostile_net_t, durability::memory_commit_log>;
 
 /// What the engine refused, by name, from every hook (threads: receivers and the sender).
 struct refusals {
@@ -289,7 +289,7 @@ TEST(HostileRefit, EveryHostileInputIsRefusedByNameAndEveryRefitCommitsBitExact)
   }
   auto source = refit::copy_from([&truth](const tensor_info& t) { return std::span<const std::byte>(truth.at(t.name)); });
 
-  net_t net{transport::inprocess_transport{}};
+  hostile_net_t net{transport::inprocess_transport{}};
   durability::memory_commit_log log;
   refusals refused;
   refit::sender_options so;
@@ -301,7 +301,7 @@ TEST(HostileRefit, EveryHostileInputIsRefusedByNameAndEveryRefitCommitsBitExact)
   so.poll = 1ms;
   so.transition_timeout = 30s;  // a refit that cannot commit fails the test in 30 s (a normal run takes ~0.2 s)
   so.on_refused = [&](const error& e) { refused.add(e); };
-  sender_t tx(m, net, log, std::vector<durability::memory_baseline_store>(2), so);
+  hostile_sender_t tx(m, net, log, std::vector<durability::memory_baseline_store>(2), so);
   tx.start(source);
 
   std::atomic<bool> stop{false};
@@ -320,7 +320,7 @@ TEST(HostileRefit, EveryHostileInputIsRefusedByNameAndEveryRefitCommitsBitExact)
       o.on_commit = [&, r](const protocol::commit_record& k) { at[r] = k.version; };
       o.on_refused = [&](const error& e) { refused.add(e); };
       try {
-        receiver_t rcv(*stores[r], net, log, o);
+        hostile_receiver_t rcv(*stores[r], net, log, o);
         rcv.start();
         while (!stop) rcv.step(1ms);
       } catch (const std::exception& e) {

@@ -191,13 +191,15 @@ struct cluster {
   }
 };
 
-class Refit : public ::testing::TestWithParam<protocol::gate_policy> {};
-
 std::string gate_name(const ::testing::TestParamInfo<protocol::gate_policy>& i) {
   return i.param == protocol::gate_policy::synchronous ? "sync" : "async";
 }
 
 }  // namespace
+
+// Outside the anonymous namespace: the tests derive from it, and in the unity build this file is
+// an included one, where g++ warns about a derived type whose base has internal linkage.
+class Refit : public ::testing::TestWithParam<protocol::gate_policy> {};
 
 TEST_P(Refit, HappyPathEveryCommitBitExact) {
   cluster c(GetParam());

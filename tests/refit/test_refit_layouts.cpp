@@ -66,7 +66,7 @@ class recording_transport {
 };
 static_assert(transport::Transport<recording_transport>);
 
-using net_t = recording_transport;
+using recording_net_t = recording_transport;
 using log_t = durability::memory_commit_log;
 using store_t = durability::memory_baseline_store;
 
@@ -143,7 +143,7 @@ struct engine_slot {
 };
 
 struct rig {
-  net_t net;
+  recording_net_t net;
   log_t log;
   std::vector<store_t> stores{2};
   bitrefit::testing::crash_points faults;
@@ -180,7 +180,7 @@ struct rig {
     slot.thread = std::thread([this, &slot, index, make] {
       while (!stop) {
         std::unique_ptr<Ld> loader = make();
-        std::unique_ptr<refit::receiver<Ld, net_t, log_t, bitrefit::testing::crash_points>> r;
+        std::unique_ptr<refit::receiver<Ld, recording_net_t, log_t, bitrefit::testing::crash_points>> r;
         {
           std::lock_guard lock(slot.mu);
           refit::receiver_options o;
@@ -191,7 +191,7 @@ struct rig {
           o.trace_dir = trace.string();
           o.persist_incarnation = [&slot](std::uint64_t n) { slot.incarnation = n; };
           o.on_commit = [&slot](const protocol::commit_record& k) { slot.at.store(k.version, std::memory_order_release); };
-          r = std::make_unique<refit::receiver<Ld, net_t, log_t, bitrefit::testing::crash_points>>(*loader, net, log, o, faults);
+          r = std::make_unique<refit::receiver<Ld, recording_net_t, log_t, bitrefit::testing::crash_points>>(*loader, net, log, o, faults);
           slot.check = [l = loader.get(), rp = r.get()](const canonical_truth& truth) { return holds_exactly(*l, truth, rp->attest()); };
         }
         try {
@@ -287,7 +287,7 @@ TEST(RefitLayouts, MegatronShardedTrainerProjectsToBitExactReceivers) {
   trainer.export_from(truth);
 
   using projection_t = refit::sharded_projection<layout::megatron_projection>;
-  using sender_t = refit::sender<net_t, log_t, store_t, projection_t>;
+  using sender_t = refit::sender<recording_net_t, log_t, store_t, projection_t>;
   rig g;
   sender_t tx(projection_t(trainer.ranks), g.net, g.log, g.stores, g.options(3));
   tx.start(trainer.input());
@@ -360,7 +360,7 @@ TEST(RefitLayouts, NonBitPreservingTensorsGoAsOverwriteOthersAsXor) {
   rig g;
   auto so = g.options(3);
   so.placements = {refit::declare(*make_vllm()), {}, {}};
-  refit::sender<net_t, log_t, store_t> tx(truth.m, g.net, g.log, g.stores, so);
+  refit::sender<recording_net_t, log_t, store_t> tx(truth.m, g.net, g.log, g.stores, so);
   tx.start(truth.source());
   g.add_receiver(make_vllm);
   for (int r = 0; r < 2; ++r) g.add_receiver([&] { return std::make_unique<layout::canonical_store>(truth.m); });
@@ -418,7 +418,7 @@ TEST(RefitLayouts, PartialHoldersApplyAndAttestTheirHeldRangesOnly) {
   rig g;
   auto so = g.options(3);
   so.placements = {half0, half1, {}};
-  refit::sender<net_t, log_t, store_t> tx(truth.m, g.net, g.log, g.stores, so);
+  refit::sender<recording_net_t, log_t, store_t> tx(truth.m, g.net, g.log, g.stores, so);
   tx.start(truth.source());
   g.add_receiver(make_rank(0));
   g.add_receiver(make_rank(1));
@@ -446,7 +446,7 @@ TEST(RefitLayouts, AMisconfiguredPlacementIsRefusedByName) {
   auto canonical = std::make_shared<const model_manifest>(truth.m);
   rig g;
   auto so = g.options(1);  // placements left empty: the sender assumes a full, bit-preserving holder
-  refit::sender<net_t, log_t, store_t> tx(truth.m, g.net, g.log, g.stores, so);
+  refit::sender<recording_net_t, log_t, store_t> tx(truth.m, g.net, g.log, g.stores, so);
   tx.start(truth.source());
   g.add_receiver([&] { return std::make_unique<layout::vllm_rank_loader>(canonical, spec, layout::serving_parallel{.tp = 2}, 1); });
   ASSERT_TRUE(tx.wait_for_members(60s));  // it announced its placement before it joined
@@ -470,7 +470,7 @@ TEST(RefitLayouts, XorDeltasOffSendsEveryChangedElementAsOverwrite) {
   rig g;
   auto so = g.options(2);
   so.xor_deltas = false;
-  refit::sender<net_t, log_t, store_t> tx(truth.m, g.net, g.log, g.stores, so);
+  refit::sender<recording_net_t, log_t, store_t> tx(truth.m, g.net, g.log, g.stores, so);
   tx.start(truth.source());
   for (int r = 0; r < 2; ++r) g.add_receiver([&] { return std::make_unique<layout::canonical_store>(truth.m); });
   ASSERT_TRUE(tx.wait_for_members(60s));
