@@ -8,6 +8,10 @@
 # after. Exits with ctest's status (non-zero too when the sanitizer runs fail) and ends with
 # ctest's summary line.
 # CTEST_PARALLEL_LEVEL=N in the environment runs N tests at a time (default: one at a time).
+# On 2 cores the CI run is CPU-bound from start to end (its wall time is about its total CPU / 2),
+# so cutting its time means cutting CPU. Ninja's logs show wall time per file, which the niced
+# background build distorts (one translation unit "took" 1 159 s for 26 s of CPU): measure CPU with
+# -DCMAKE_CXX_COMPILER_LAUNCHER=<a script running /usr/bin/time -a -o LOG -f '%U %S %e' "$@">.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/configure.sh
