@@ -51,8 +51,8 @@ class reference_source {
  public:
   reference_source(const model_spec& m, const trainer_parallel& p, const trainer_rank& r, const megatron_projection& proj,
                    const std::string& name)
-      : m_(m), p_(p), r_(r) {
-    parse(proj, name);
+      : m_(m), p_(p), r_(r), etp_rank_(proj.etp_rank()) {
+    parse(m, p, r, proj, name);
   }
 
   source operator()(std::uint64_t i) const;
@@ -60,10 +60,8 @@ class reference_source {
  private:
   enum class rule { vocab, same_index, qkv, attention_out, fc1, fc2, expert_fc1, expert_fc2, none };
 
-  void parse(const megatron_projection& proj, const std::string& name) {
-    const model_spec& m = m_;
-    const trainer_parallel& p = p_;
-    const trainer_rank& r = r_;
+  void parse(const model_spec& m, const trainer_parallel& p, const trainer_rank& r, const megatron_projection& proj,
+             const std::string& name) {
     if (name == "embedding.word_embeddings.weight" || name == "output_layer.weight") {
       const bool lm = name == "output_layer.weight" && !m.tied_embeddings;
       set(rule::vocab, {lm ? hf_lm_head : hf_embed});
@@ -84,18 +82,16 @@ class reference_source {
     if (rest == "self_attention.linear_proj.weight") return set(rule::attention_out, {hp + "self_attn.o_proj.weight"});
     if (rest == "mlp.linear_fc1.weight") return set(rule::fc1, {hp + "mlp.gate_proj.weight", hp + "mlp.up_proj.weight"});
     if (rest == "mlp.linear_fc2.weight") return set(rule::fc2, {hp + "mlp.down_proj.weight"});
-    El_ = m.experts / p.ep;
-    Iml_ = m.moe_intermediate / p.etp;
-    etp_rank_ = proj.etp_rank();
     const bool fc1 = rest == "mlp.experts.linear_fc1.weight";
     if (!fc1 && rest != "mlp.experts.linear_fc2.weight") {
       ADD_FAILURE() << "unexpected local tensor " << name;
       return set(rule::none, {});
     }
     // local expert j is global expert ep_rank * El + j: names_[2j] gate (fc1) or down (fc2), names_[2j + 1] up
+    const std::uint64_t El = m.experts / p.ep;
     std::vector<std::string> names;
-    for (std::uint64_t j = 0; j < El_; ++j) {
-      const std::string x = hf_expert(g, proj.ep_rank() * El_ + j);
+    for (std::uint64_t j = 0; j < El; ++j) {
+      const std::string x = hf_expert(g, proj.ep_rank() * El + j);
       names.push_back(x + (fc1 ? "gate_proj.weight" : "down_proj.weight"));
       names.push_back(x + "up_proj.weight");
     }
@@ -117,9 +113,9 @@ class reference_source {
   model_spec m_;
   trainer_parallel p_;
   trainer_rank r_;
+  std::uint64_t etp_rank_;
   rule kind_ = rule::none;
   std::vector<std::string> names_;
-  std::uint64_t El_ = 0, Iml_ = 0, etp_rank_ = 0;
 };
 
 source reference_source::operator()(std::uint64_t i) const {
@@ -151,11 +147,13 @@ source reference_source::operator()(std::uint64_t i) const {
       return at(0, row * m_.intermediate + col);
     }
     case rule::expert_fc1: {
-      const std::uint64_t j = i / (2 * Iml_ * H), w = i % (2 * Iml_ * H), row = w / H, col = w % H;
-      return at(2 * j + (row >= Iml_ ? 1 : 0), (etp_rank_ * Iml_ + row % Iml_) * H + col);
+      const std::uint64_t Iml = m_.moe_intermediate / p_.etp;
+      const std::uint64_t j = i / (2 * Iml * H), w = i % (2 * Iml * H), row = w / H, col = w % H;
+      return at(2 * j + (row >= Iml ? 1 : 0), (etp_rank_ * Iml + row % Iml) * H + col);
     }
     case rule::expert_fc2: {
-      const std::uint64_t j = i / (H * Iml_), w = i % (H * Iml_), row = w / Iml_, col = etp_rank_ * Iml_ + w % Iml_;
+      const std::uint64_t Iml = m_.moe_intermediate / p_.etp;
+      const std::uint64_t j = i / (H * Iml), w = i % (H * Iml), row = w / Iml, col = etp_rank_ * Iml + w % Iml;
       return at(2 * j, row * m_.moe_intermediate + col);
     }
     case rule::none: break;
