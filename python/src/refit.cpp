@@ -410,7 +410,10 @@ class py_receiver {
     engine::receiver_settings s = settings_;
     s.on_gate = [this](bool open) { gate_changed(open); };
     s.drain = [this] { call_python(drain_); };
-    s.on_commit = [this](std::uint64_t v) { call_python(on_commit_, v); };
+    s.on_commit = [this](std::uint64_t v) {
+      call_python(on_commit_, v);
+      finish_opening();
+    };
     engine_ = engine::make_receiver(deployment_, *store_, incarnation_, s, [this](std::uint64_t n) { persist_incarnation(n); });
     {
       py::gil_scoped_release nogil;
@@ -550,14 +553,25 @@ class py_receiver {
   }
 
   /// The engine's gate actions: close waits for the requests inside serving() blocks to leave
-  /// BEFORE the first apply; open lets requests in AFTER the Python callback saw the new version.
+  /// BEFORE the first apply; open lets requests in AFTER the Python callbacks saw the new version.
+  /// The engine's open action calls on_gate(true) and then, on a committed version, on_commit(v):
+  /// the opening finishes after both (finish_opening), so that neither a request nor wait(v) sees
+  /// version v before on_commit(v) has returned.
   void gate_changed(bool open) {
-    if (!open) gate_.close();
-    call_python(on_gate_, open);
-    if (open) {
-      publish();  // a request that enters now must already see the version it is served
-      gate_.open();
+    if (!open) {
+      opening_ = false;
+      gate_.close();
     }
+    call_python(on_gate_, open);
+    if (open) opening_ = true;
+  }
+  /// Called with the engine lock held: after on_commit, and after every engine step (a restore
+  /// that reopens the gate calls no on_commit).
+  void finish_opening() {
+    if (!opening_) return;
+    opening_ = false;
+    publish();  // a request that enters now must already see the version it is served
+    gate_.open();
   }
 
   template <class... Args>
@@ -577,6 +591,7 @@ class py_receiver {
     if (failure_) std::rethrow_exception(failure_);
     try {
       f();
+      finish_opening();
     } catch (...) {
       failure_ = std::current_exception();
       std::lock_guard l(snap_mu_);
@@ -638,6 +653,7 @@ class py_receiver {
   std::mutex snap_mu_;
   snapshot snap_;
   request_gate gate_;
+  bool opening_ = false;  // under mu_: on_gate(true) was called, the request gate is not open yet
   std::atomic<bool> stop_{false};
   bool closed_ = false;
   std::thread stepper_;
@@ -709,7 +725,8 @@ index < the Sender's receivers). gate: 'sync' or 'async' (None: the Sender's). C
 from the thread that steps the receiver: on_gate(open) when the request gate closes (before any
 apply) and reopens (after a commit or restore; invalidate KV caches then); drain() in 'async' mode
 once the gate closed (requests of the old version must have finished when it returns);
-on_commit(version) whenever the gate reopens on a committed version (the first restore included). A callback that raises fails the Receiver (as a crash).
+on_commit(version) whenever the gate reopens on a committed version (the first restore included);
+requests (serving()) and wait() see that version only after on_commit has returned. A callback that raises fails the Receiver (as a crash).
 Each start() is a new incarnation: a restarted process restores the committed version densely
 from the trainer and rejoins at the next refit.)doc")
       .def(py::init<py::object, const fs::path&, std::uint32_t, std::optional<std::string>, bool, double, py::object, py::object,

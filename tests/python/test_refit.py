@@ -268,6 +268,33 @@ class Refit(unittest.TestCase):
                 self.assertEqual(st["version"], 1)
                 r.close()
 
+    def test_wait_and_requests_see_a_version_only_after_its_commit_callback_returned(self):
+        # A slow on_commit widens the window between the engine's two open-gate callbacks
+        # (on_gate(True), then on_commit(v)): neither wait(v) nor a request may see v inside it.
+        state = {"w": torch.randn(32, 32).to(torch.bfloat16)}
+        with tempfile.TemporaryDirectory() as dir_:
+            with bitrefit.Sender(state, dir_, receivers=1) as s:
+                model = {"w": torch.zeros(32, 32, dtype=torch.bfloat16)}
+                events = []
+
+                def on_commit(v):
+                    time.sleep(0.3)
+                    events.append(("commit", v))
+
+                r = bitrefit.Receiver(model, dir_, index=0, on_gate=lambda open_: events.append(("gate", open_)),
+                                      on_commit=on_commit)
+                r.start(background=True)
+                self.assertTrue(r.wait(0, timeout=30))
+                self.assertEqual(events[-2:], [("gate", True), ("commit", 0)])
+                state["w"].add_(1)
+                s.refit()
+                with r.serving(timeout=30):
+                    self.assertEqual(events[-3:], [("gate", False), ("gate", True), ("commit", 1)])
+                    self.assertTrue(torch.equal(bits(model["w"]), bits(state["w"])))
+                self.assertTrue(r.wait(1, timeout=30))
+                self.assertEqual(events[-1], ("commit", 1))
+                r.close()
+
     def test_async_gate_drains_and_a_restarted_receiver_restores_and_rejoins(self):
         state = {"a": torch.randn(128, 32).to(torch.bfloat16), "b": torch.randn(7).to(torch.float16)}
         with tempfile.TemporaryDirectory() as dir_:
