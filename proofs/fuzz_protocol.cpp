@@ -65,6 +65,7 @@ int run(const fz::options& o, const std::string& scenario_file, const std::strin
   nlohmann::ordered_json f;
   for (std::size_t i = 0; i < std::size(t.faults); ++i) f[fz::fault_names[i]] = t.faults[i];
   j["faults"] = f;
+  j["live_joins_dropped"] = t.live_joins_dropped;
   nlohmann::ordered_json byr;
   for (std::size_t i = 1; i < std::size(t.by_receivers); ++i)
     if (t.by_receivers[i]) byr[std::to_string(i)] = t.by_receivers[i];

@@ -17,7 +17,8 @@
 // Prints one line per run (AGREE / DISAGREE / SKIP with the reason) and a summary. --table prints
 // the move -> Promela step table. --random=N adds N random schedules of the harness
 // (random_schedules.hpp) drawn inside the shared abstraction (--receivers, default 2-2; --owners,
-// default 1-2; 1 chunk, 1-2 transitions, every fault kind);
+// default 1-2; 1 chunk, 1-2 transitions, every fault kind; the summary counts the judged runs that
+// lost a live receiver's join);
 // schedules the translation still finds outside it are passed over (--keep-outside writes each to
 // DIR/outside_<i>.txt, its reason in the first line), and one that fails in the C++ world is listed
 // as FAILING (with --keep-outside shrunk and written to DIR/failing_<i>.txt, outputs included).
@@ -297,7 +298,7 @@ int main(int argc, char** argv) {
     o.attest_off_probability = 0;
     o.async_gate = false;
     // o.fault_kinds keeps its default: every fault kind (the model judges them all since 2026-12-05).
-    int judged = 0, failing = 0, outside = 0;
+    int judged = 0, failing = 0, outside = 0, lost_join_runs = 0;
     std::map<std::string, int> outside_reasons;
     std::uint64_t i = 0;
     for (; judged < int(random_runs) && i < 50 * random_runs; ++i) {
@@ -323,11 +324,13 @@ int main(int argc, char** argv) {
         continue;
       }
       ++judged;
+      lost_join_runs += stt.live_joins_dropped > 0;
       std::ofstream(t.workdir / ("random_" + std::to_string(i) + ".txt")) << scenario;
       judge(t, "random_seed" + std::to_string(random_seed) + "_" + std::to_string(i), tr, n);
     }
-    std::printf("random: %d judged of %llu drawn (%d outside the shared abstraction, %d failing in the C++ world)\n",
-                judged, (unsigned long long)i, outside, failing);
+    std::printf("random: %d judged of %llu drawn (%d outside the shared abstraction, %d failing in the C++ world); "
+                "%d judged runs lost a live receiver's join\n",
+                judged, (unsigned long long)i, outside, failing, lost_join_runs);
     for (const auto& [why, count] : outside_reasons) std::printf("  outside %4d x %s\n", count, why.c_str());
   }
   std::printf("summary: %d agree, %d disagree, %d skipped (outside the shared abstraction), %d errors\n", n.agree,

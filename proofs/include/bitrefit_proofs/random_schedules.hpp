@@ -43,6 +43,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "bitrefit/protocol/model/script.hpp"
@@ -168,6 +169,17 @@ std::optional<fault> fault_of(const W& w, const protocol::model::move& m) {
   }
 }
 
+/// `m` drops the join of a live receiver's incarnation while it waits to be confirmed (finding B2's
+/// point: the receiver must join again, or the roster keeps its dead incarnation for ever).
+template <class W>
+bool drops_a_live_join(const W& w, const protocol::model::move& m) {
+  if (m.kind != protocol::model::move_kind::drop) return false;
+  const auto* jn = std::get_if<protocol::join_msg>(&w.inflight.at(m.index).msg);
+  if (!jn) return false;
+  const auto& rx = w.receivers.at(jn->from.receiver);
+  return rx && rx->incarnation == jn->from.incarnation && rx->phase == protocol::receiver_phase::joining;
+}
+
 /// A distinct-state estimate (HyperLogLog, 2^12 registers: about 1.6 % standard error) over the
 /// worlds' 64-bit fingerprints: "states touched" without keeping the states.
 struct distinct_estimate {
@@ -207,6 +219,7 @@ struct stats {
   std::uint64_t max_settle_moves = 0;  // the most fair moves a schedule that settled needed
   std::uint64_t transitions_committed = 0;  // K.v reached, summed
   std::uint64_t faults[std::size_t(fault::count_)] = {};
+  std::uint64_t live_joins_dropped = 0;  // drops that lost a live receiver's join (drops_a_live_join)
   std::uint64_t by_receivers[6] = {};  // schedules per receiver count (index = receivers, capped at 5)
   distinct_estimate distinct;
   void merge(const stats& o) {
@@ -219,6 +232,7 @@ struct stats {
     max_settle_moves = std::max(max_settle_moves, o.max_settle_moves);
     transitions_committed += o.transitions_committed;
     for (std::size_t i = 0; i < std::size(faults); ++i) faults[i] += o.faults[i];
+    live_joins_dropped += o.live_joins_dropped;
     for (std::size_t i = 0; i < std::size(by_receivers); ++i) by_receivers[i] += o.by_receivers[i];
     distinct.merge(o.distinct);
   }
@@ -381,6 +395,7 @@ std::optional<failure> run_schedule(const options& o, std::uint64_t index, stats
     if (auto f = fault_of(w, m)) {
       ++st.faults[std::size_t(*f)];
       ++st.fault_moves;
+      st.live_joins_dropped += drops_a_live_join(w, m);
     }
     path.push_back(m);
     w.apply(m);

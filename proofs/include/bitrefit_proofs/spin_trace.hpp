@@ -405,11 +405,7 @@ struct translator {
           // point (the shipped receiver joins again when an announce does not name it; the old
           // rule took any announce of its K for the confirmation). A dead incarnation's join, or
           // a duplicate, is no event.
-          const auto r = jn->from.receiver;
-          const auto& rx = cw.receivers.at(r);
-          if (m.kind == move_kind::drop && rx && rx->incarnation == jn->from.incarnation &&
-              rx->phase == protocol::receiver_phase::joining)
-            add(event_kind::join_lost, r, 0, text);
+          if (fuzz::drops_a_live_join(cw, m)) add(event_kind::join_lost, jn->from.receiver, 0, text);
         } else if (const auto* ak = std::get_if<protocol::ack_msg>(&e.msg)) {
           if (m.kind == move_kind::drop) ack_arrives(*ak, true, text);
           else if (!ack_emitted.count(key_of(*ak))) ++ack_extra_copies[key_of(*ak)];
