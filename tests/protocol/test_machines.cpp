@@ -331,7 +331,7 @@ TEST_F(ReceiverTest, ObsoleteWaitsForTheDeviceBeforeStopped) {
 
 TEST(Receiver, MissedCommitMeansDenseRestoreUnderANewIncarnation) {
   receiver r(1, 3, two_by_two());
-  auto a = r.step(from_coord(1, announce_msg{commit_record{1, baseline_id{42}}, std::nullopt, false}));
+  auto a = r.step(from_coord(1, announce_msg{commit_record{1, baseline_id{42}}, std::nullopt, false, false}));
   ASSERT_EQ(count_of<persist_incarnation_action>(a), 1u);
   EXPECT_EQ(r.incarnation, 4u);
   EXPECT_EQ(count_of<dense_restore_action>(a), 1u);
@@ -341,6 +341,18 @@ TEST(Receiver, MissedCommitMeansDenseRestoreUnderANewIncarnation) {
   ASSERT_EQ(j.size(), 1u);
   EXPECT_EQ(j[0].from, (member{1, 4}));
   EXPECT_EQ(j[0].at, (commit_record{1, baseline_id{42}}));
+}
+
+TEST(Receiver, AnswersAnAnnouncementThatAsksItToConfirm) {
+  // Finding B7: a coordinator that took over holds this incarnation only because the log named it;
+  // the receiver says it is alive (a join at its K). Otherwise an announcement naming it is silent.
+  receiver r(1, 3, two_by_two());
+  EXPECT_TRUE(sent<join_msg>(r.step(from_coord(1, announce_msg{commit_record{}, member{1, 3}, false, false}))).empty());
+  const auto j = sent<join_msg>(r.step(from_coord(1, announce_msg{commit_record{}, member{1, 3}, false, true})));
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0].from, (member{1, 3}));
+  EXPECT_EQ(j[0].at, commit_record{});
+  EXPECT_EQ(r.phase, receiver_phase::serving);
 }
 
 // ----- coordinator ------------------------------------------------------------------------------
@@ -390,6 +402,35 @@ TEST_F(CoordinatorTest, CommitsOnlyWithEveryMembersAckOfThisIncarnation) {
   auto after = feed_log(acts);
   EXPECT_EQ(sent<announce_msg>(after).size(), 4u);
   EXPECT_EQ(log.state.record, (commit_record{1, baseline_of(tau)}));
+}
+
+TEST_F(CoordinatorTest, ATakeoverAsksTheRosterItRebuiltFromTheLogToConfirm) {
+  // Finding B7: the successor's roster comes from the log's last attempt (r0#0, r1#0), which may
+  // name incarnations that are dead; each entry is a guess (it lags, and is announced to with
+  // `confirm`) until that receiver answers, and a newer incarnation's answer replaces a dead one.
+  admit();
+  const attempt_id tau = c.attempt->attempt;
+  c.step(to_coord(ack_msg{tau, member{0, 0}, std::nullopt}));
+  feed_log(c.step(to_coord(ack_msg{tau, member{1, 0}, std::nullopt}, endpoint::receiver_(1))));
+  const commit_record k{1, baseline_of(tau)};
+  ASSERT_EQ(log.state.record, k);
+  EXPECT_TRUE(c.roster[0].confirmed && c.roster[1].confirmed);  // given to the first coordinator
+  c = coordinator{two_by_two(), 2};
+  const auto acts = feed_log(c.step(start_event{}));
+  std::vector<announce_msg> to_receivers;
+  for (const auto& a : sent<announce_msg>(acts))
+    if (a.roster) to_receivers.push_back(a);
+  ASSERT_EQ(to_receivers.size(), 2u);
+  for (const auto& a : to_receivers) EXPECT_TRUE(a.confirm && !a.evicted && a.roster->incarnation == 0u);
+  EXPECT_TRUE(!c.roster[0].confirmed && !c.roster[1].confirmed);
+  const auto answer = sent<announce_msg>(c.step(to_coord(join_msg{member{0, 0}, k})));
+  ASSERT_EQ(answer.size(), 1u);
+  EXPECT_FALSE(answer[0].confirm);  // heard from: nothing more to ask
+  EXPECT_TRUE(c.roster[0].confirmed);
+  EXPECT_FALSE(c.roster[1].confirmed);  // r1 has not answered
+  c.step(to_coord(join_msg{member{1, 2}, k}, endpoint::receiver_(1)));
+  EXPECT_EQ(c.roster[1].incarnation, 2u);
+  EXPECT_TRUE(c.roster[1].confirmed);
 }
 
 TEST_F(CoordinatorTest, MessagesOfAFencedOrReplacedIncarnationCountForNothing) {
@@ -449,10 +490,10 @@ TEST(Owner, FreezesOnceAdvancesOnlyOnTheCommitRecord) {
   o.step(encode_finished_event{{1, 2}, 1});
   EXPECT_EQ(o.baseline, commit_record{});  // B^v unchanged until commit
   const commit_record k{1, baseline_of({1, 2})};
-  auto c = o.step(message_event{envelope{endpoint::coord(), endpoint::owner_(0), announce_msg{k, std::nullopt, false}}});
+  auto c = o.step(message_event{envelope{endpoint::coord(), endpoint::owner_(0), announce_msg{k, std::nullopt, false, false}}});
   EXPECT_EQ(count_of<advance_baseline_action>(c), 1u);
   EXPECT_EQ(o.baseline, k);
-  auto d = o.step(message_event{envelope{endpoint::coord(), endpoint::owner_(0), announce_msg{k, std::nullopt, false}}});
+  auto d = o.step(message_event{envelope{endpoint::coord(), endpoint::owner_(0), announce_msg{k, std::nullopt, false, false}}});
   EXPECT_EQ(count_of<advance_baseline_action>(d), 0u);  // idempotent
 }
 

@@ -125,6 +125,11 @@ struct roster_entry {
   bool evicted = false;  // this incarnation is fenced; only a join from a newer one readmits r
   std::uint64_t incarnation = 0;
   commit_record at{};    // the K it holds outside attempts (eligible iff at == committed)
+  /// Heard from this incarnation (its join), or given at construction. False for an entry a
+  /// coordinator that took over rebuilt from the log's last attempt: the receiver may have
+  /// restarted since, its new incarnation admitted by the predecessor only (finding B7). Such an
+  /// entry lags until the incarnation answers an announcement asking it to (announce_msg::confirm).
+  bool confirmed = true;
   friend auto operator<=>(const roster_entry&, const roster_entry&) = default;
 };
 
@@ -162,7 +167,7 @@ struct basic_coordinator {
                     commit_record initial = {}, Mut m = {})
       : config(cfg), epoch(epoch_), committed(initial), roster(cfg.receivers), owner_at(cfg.owners, initial), mutation(m) {
     for (const auto& m : initial_roster)
-      if (m.receiver < roster.size()) roster[m.receiver] = roster_entry{true, false, m.incarnation, initial};
+      if (m.receiver < roster.size()) roster[m.receiver] = roster_entry{true, false, m.incarnation, initial, true};
   }
 
   friend auto operator<=>(const basic_coordinator&, const basic_coordinator&) = default;
@@ -262,18 +267,20 @@ struct basic_coordinator {
     for (const auto& o : owner_at)
       if (o != committed) return true;
     for (const auto& r : roster)
-      if (!r.known || r.evicted || r.at != committed) return true;
+      if (!r.known || r.evicted || r.at != committed || !r.confirmed) return true;
     return false;
   }
 
   /// K, addressed to receiver r with the roster's view of it (see announce_msg): names the
-  /// incarnation the roster admits (confirming its join) or marks it evicted (it must restore).
+  /// incarnation the roster admits (confirming its join) or marks it evicted (it must restore);
+  /// an entry taken over from the log asks that incarnation to answer.
   void announce_to(out_t& out, std::uint32_t r) const {
     const roster_entry& e = roster[r];
-    announce_msg a{committed, std::nullopt, false};
+    announce_msg a{committed, std::nullopt, false, false};
     if (e.known) {
       a.roster = member{r, e.incarnation};
       a.evicted = e.evicted;
+      a.confirm = !e.evicted && !e.confirmed;
     }
     send(out, endpoint::receiver_(r), a);
   }
@@ -282,10 +289,10 @@ struct basic_coordinator {
   /// incarnation the roster does not hold. Idempotent.
   void reannounce(out_t& out) {
     for (std::uint32_t o = 0; o < owner_at.size(); ++o)
-      if (owner_at[o] != committed) send(out, endpoint::owner_(o), announce_msg{committed, std::nullopt, false});
+      if (owner_at[o] != committed) send(out, endpoint::owner_(o), announce_msg{committed, std::nullopt, false, false});
     for (std::uint32_t r = 0; r < roster.size(); ++r) {
       if (!roster[r].known) send(out, endpoint::receiver_(r), roll_call_msg{epoch});
-      else if (roster[r].evicted || roster[r].at != committed) announce_to(out, r);
+      else if (roster[r].evicted || roster[r].at != committed || !roster[r].confirmed) announce_to(out, r);
     }
   }
 
@@ -362,7 +369,7 @@ struct basic_coordinator {
       // they never heard (idempotent).
       for (const auto& m : p->members) {
         auto& r = roster[m.receiver];
-        if (!r.known || r.incarnation <= m.incarnation) r = roster_entry{true, true, m.incarnation, p->base};
+        if (!r.known || r.incarnation <= m.incarnation) r = roster_entry{true, true, m.incarnation, p->base, false};
         send(out, endpoint::receiver_(m.receiver), abort_msg{epoch, p->attempt});
       }
       for (std::uint32_t r = 0; r < config.receivers; ++r)
@@ -378,7 +385,7 @@ struct basic_coordinator {
       for (const auto& m : p->members) {
         auto& r = roster[m.receiver];
         if (!r.known || r.incarnation <= m.incarnation)
-          r = roster_entry{true, false, m.incarnation, done ? committed : p->base};
+          r = roster_entry{true, false, m.incarnation, done ? committed : p->base, false};  // from the log: a guess
       }
     }
     // Roll call: receivers this coordinator does not know report their incarnation and record.
@@ -403,7 +410,7 @@ struct basic_coordinator {
     if (p && committed.baseline == p->next) {
       // It committed, but announcements may have been lost (failover between compare-and-set and
       // announcement): announce again, idempotently.
-      send_owners(out, announce_msg{committed, std::nullopt, false});
+      send_owners(out, announce_msg{committed, std::nullopt, false, false});
       for (const auto& m : p->members) announce_to(out, m.receiver);
     }
     if (p) owner_at.assign(config.owners, commit_record{~version_t{0}, {}});  // unknown until they report
@@ -510,6 +517,10 @@ struct basic_coordinator {
       return;
     }
     acked[*i] = 1;
+    // An ack of this coordinator's own attempt comes from an incarnation alive since the takeover:
+    // any later one joins this coordinator, so the entry taken over from the log is no guess now.
+    auto& e = roster[m.from.receiver];
+    if (attempt->attempt.epoch == epoch && e.known && e.incarnation == m.from.incarnation) e.confirmed = true;
     maybe_commit(out);
   }
 
@@ -563,7 +574,7 @@ struct basic_coordinator {
     // One incarnation's K only moves forward: a delayed copy of its earlier join must not set the
     // roster back (it would stay "lagging" forever while the receiver, named, never rejoins).
     const commit_record at = !newer && e.at.version > m.at.version ? e.at : m.at;
-    e = roster_entry{true, false, m.from.incarnation, at};
+    e = roster_entry{true, false, m.from.incarnation, at, true};  // heard from it
     announce_to(out, r);  // names this incarnation: confirms the join (and asks to restore if K moved)
     idle_timer(out);
     if (!newer || !attempt) return;
@@ -648,7 +659,7 @@ struct basic_coordinator {
 
   /// K is durable: tell everyone (owners advance their baseline, receivers reopen the gate).
   void finish_transition(out_t& out) {
-    send_owners(out, announce_msg{committed, std::nullopt, false});
+    send_owners(out, announce_msg{committed, std::nullopt, false, false});
     for (std::uint32_t r = 0; r < config.receivers; ++r) announce_to(out, r);
     out.push_back(committed_action{committed});
     out.push_back(arm_deadline_action{});  // until every owner and receiver confirmed K (see reannounce)
@@ -738,7 +749,7 @@ BITREFIT_FIELDS(committed_action, record)
 BITREFIT_NO_FIELDS(deposed_action)
 BITREFIT_FIELDS(aborted_action, attempt, why)
 BITREFIT_FIELDS(needs_operator_action, why)
-BITREFIT_FIELDS(roster_entry, known, evicted, incarnation, at)
+BITREFIT_FIELDS(roster_entry, known, evicted, incarnation, at, confirmed)
 BITREFIT_FIELDS_T(template <class M>, basic_coordinator<M>, config, epoch, phase, counter, committed, roster, owner_at, target,
                   xor_allowed, expected, frozen, attempts, dirty, attempt, manifests, arrived, acked, stopped, then,
                   lost_owner, mutation)

@@ -73,7 +73,8 @@ inline std::string str(const obsolete_msg& m) { return "obsolete " + str(m.attem
 inline std::string str(const open_msg& m) { return "open " + str(m.attempt) + " chunks=" + list(m.chunks); }
 inline std::string str(const flush_msg& m) { return "flush " + str(m.attempt); }
 inline std::string str(const announce_msg& m) {
-  return "announce " + str(m.record) + (m.roster ? " to=" + str(*m.roster) : std::string()) + (m.evicted ? " evicted" : "");
+  return "announce " + str(m.record) + (m.roster ? " to=" + str(*m.roster) : std::string()) + (m.evicted ? " evicted" : "") +
+         (m.confirm ? " confirm" : "");
 }
 inline std::string str(const roll_call_msg& m) { return "roll_call e" + num(m.epoch); }
 inline std::string str(const abort_msg& m) { return "abort " + str(m.attempt) + " e" + num(m.epoch); }

@@ -65,11 +65,16 @@ struct flush_msg {
 /// mistaken for an accepted one, finding B2): `roster` is the incarnation the roster admits for
 /// this receiver (nullopt: it knows none), `evicted` that this incarnation is fenced and only a
 /// new one, after a dense restore, can be admitted. A receiver that is not the incarnation named
-/// joins again; one named as evicted restores.
+/// joins again; one named as evicted restores. `confirm`: the roster's entry was not heard from the
+/// receiver but taken over from the log (a coordinator that took over): the incarnation named
+/// answers with a join, so that the entry stops being a guess (finding B7: the receiver may have
+/// restarted, and a join its predecessor admitted, or a late copy of that predecessor's
+/// announcement naming it, never reaches this coordinator).
 struct announce_msg {
   commit_record record{};
   std::optional<member> roster;
   bool evicted = false;
+  bool confirm = false;
   friend auto operator<=>(const announce_msg&, const announce_msg&) = default;
 };
 
@@ -235,7 +240,7 @@ BITREFIT_FIELDS(prepare_msg, record)
 BITREFIT_FIELDS(obsolete_msg, attempt)
 BITREFIT_FIELDS(open_msg, attempt, chunks)
 BITREFIT_FIELDS(flush_msg, attempt)
-BITREFIT_FIELDS(announce_msg, record, roster, evicted)
+BITREFIT_FIELDS(announce_msg, record, roster, evicted, confirm)
 BITREFIT_FIELDS(roll_call_msg, epoch)
 BITREFIT_FIELDS(abort_msg, epoch, attempt)
 BITREFIT_FIELDS(payload_msg, id, base, target, mode, content)

@@ -380,6 +380,10 @@ struct basic_receiver {
     if (m.roster == self()) {
       if (m.evicted) restore(committed, out);  // fenced: only a new incarnation is admitted
       else if (phase == receiver_phase::joining) confirm_join(out);
+      // A coordinator that took over holds this incarnation only because the log named it: say
+      // so, or a later incarnation's join lost at the takeover leaves its roster wrong for ever
+      // (finding B7). The join of an incarnation it holds changes nothing else there.
+      else if (m.confirm) to_coord(out, join_msg{self(), committed});
       return;
     }
     // The roster holds no incarnation of this receiver, or an older one (a lost join, a

@@ -174,6 +174,7 @@ struct message_to_json {
     json x{{"type", "announce"}, {"record", to_json(m.record)}};
     if (m.roster) x["roster"] = to_json(*m.roster);
     if (m.evicted) x["evicted"] = true;
+    if (m.confirm) x["confirm"] = true;
     return x;
   }
   json operator()(const protocol::roll_call_msg& m) const { return {{"type", "roll_call"}, {"epoch", m.epoch}}; }
@@ -215,8 +216,9 @@ inline protocol::message message_from(const json& x) {
   if (t == "open") return protocol::open_msg{attempt_from(member(x, "attempt")), detail::u32_list(member(x, "chunks"), "chunks")};
   if (t == "flush") return protocol::flush_msg{attempt_from(member(x, "attempt"))};
   if (t == "announce") {
-    protocol::announce_msg m{record_from(member(x, "record")), std::nullopt, false};
+    protocol::announce_msg m{record_from(member(x, "record")), std::nullopt, false, false};
     if (x.contains("evicted")) m.evicted = detail::boolean(x.at("evicted"), "evicted");
+    if (x.contains("confirm")) m.confirm = detail::boolean(x.at("confirm"), "confirm");
     if (x.contains("roster")) m.roster = member_from(x.at("roster"));
     return m;
   }

@@ -342,11 +342,12 @@ inline void hash_renamed(hasher& h, const renaming& q, const protocol::message& 
         using protocol::detail::hash_all;
         if constexpr (std::is_same_v<T, protocol::prepare_msg>) hash_renamed(h, q, x.record);
         else if constexpr (std::is_same_v<T, protocol::announce_msg>) {
-          static_assert(field_count<protocol::announce_msg> == 3);
+          static_assert(field_count<protocol::announce_msg> == 4);
           hash_all(h, x.record);
           h.mix(x.roster.has_value());
           if (x.roster) hash_renamed(h, q, *x.roster);
           hash_all(h, x.evicted);
+          hash_all(h, x.confirm);
         } else if constexpr (std::is_same_v<T, protocol::ack_msg>) hash_renamed(h, q, x);
         else if constexpr (std::is_same_v<T, protocol::arrived_msg> || std::is_same_v<T, protocol::stopped_msg>) {
           static_assert(field_count<T> == 2);
