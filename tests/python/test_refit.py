@@ -5,6 +5,7 @@ compared as integers (torch.equal on same-size integer views), never as values: 
 infinities and subnormals are in every floating tensor. The killed-process case is
 test_example.py.
 """
+import contextlib
 import pathlib
 import sys
 import tempfile
@@ -127,6 +128,15 @@ class Deployment:
             assert r.wait(version, timeout=30), r.stats()
 
 
+@contextlib.contextmanager
+def one_bf16_slot(rows, cols):
+    """A trainer's one BF16 tensor, its Sender with one rollout slot, and that slot's zeroed model."""
+    state = {"w": torch.randn(rows, cols).to(torch.bfloat16)}
+    with tempfile.TemporaryDirectory() as dir_:
+        with bitrefit.Sender(state, dir_, receivers=1) as s:
+            yield state, dir_, s, {"w": torch.zeros(rows, cols, dtype=torch.bfloat16)}
+
+
 class Refit(unittest.TestCase):
     def test_every_dtype_round_trips_bit_exactly(self):
         d = Deployment(model_state())
@@ -232,69 +242,63 @@ class Refit(unittest.TestCase):
             d.close()
 
     def test_serving_gate_holds_refits_back_and_callbacks_come_in_order(self):
-        state = {"w": torch.randn(64, 64).to(torch.bfloat16)}
-        with tempfile.TemporaryDirectory() as dir_:
-            with bitrefit.Sender(state, dir_, receivers=1) as s:
-                model = {"w": torch.zeros(64, 64, dtype=torch.bfloat16)}
-                events = []
-                r = bitrefit.Receiver(model, dir_, index=0, on_gate=lambda open_: events.append(("gate", open_)),
-                                      on_commit=lambda v: events.append(("commit", v)))
-                r.start(background=True)
-                self.assertTrue(r.wait(0, timeout=30))
-                events.clear()
-                inside = threading.Event()
-                seen = []
-                leaving = []
+        with one_bf16_slot(64, 64) as (state, dir_, s, model):
+            events = []
+            r = bitrefit.Receiver(model, dir_, index=0, on_gate=lambda open_: events.append(("gate", open_)),
+                                  on_commit=lambda v: events.append(("commit", v)))
+            r.start(background=True)
+            self.assertTrue(r.wait(0, timeout=30))
+            events.clear()
+            inside = threading.Event()
+            seen = []
+            leaving = []
 
-                def request():
-                    with r.serving():
-                        inside.set()
-                        seen.append(model["w"].clone())
-                        time.sleep(0.4)
-                        seen.append(model["w"].clone())
-                        leaving.append(time.monotonic())
+            def request():
+                with r.serving():
+                    inside.set()
+                    seen.append(model["w"].clone())
+                    time.sleep(0.4)
+                    seen.append(model["w"].clone())
+                    leaving.append(time.monotonic())
 
-                t = threading.Thread(target=request)
-                t.start()
-                inside.wait(10)
-                state["w"].add_(1)
-                st = s.refit()
-                returned = time.monotonic()
-                t.join()
-                self.assertTrue(r.wait(1, timeout=30))
-                self.assertTrue(torch.equal(bits(seen[0]), bits(seen[1])))  # no apply during the request
-                self.assertGreater(returned, leaving[0])  # the refit waited for the request to leave
-                self.assertTrue(torch.equal(bits(model["w"]), bits(state["w"])))
-                self.assertEqual(events, [("gate", False), ("gate", True), ("commit", 1)])
-                self.assertEqual(st["version"], 1)
-                r.close()
+            t = threading.Thread(target=request)
+            t.start()
+            inside.wait(10)
+            state["w"].add_(1)
+            st = s.refit()
+            returned = time.monotonic()
+            t.join()
+            self.assertTrue(r.wait(1, timeout=30))
+            self.assertTrue(torch.equal(bits(seen[0]), bits(seen[1])))  # no apply during the request
+            self.assertGreater(returned, leaving[0])  # the refit waited for the request to leave
+            self.assertTrue(torch.equal(bits(model["w"]), bits(state["w"])))
+            self.assertEqual(events, [("gate", False), ("gate", True), ("commit", 1)])
+            self.assertEqual(st["version"], 1)
+            r.close()
 
     def test_wait_and_requests_see_a_version_only_after_its_commit_callback_returned(self):
         # A slow on_commit widens the window between the engine's two open-gate callbacks
         # (on_gate(True), then on_commit(v)): neither wait(v) nor a request may see v inside it.
-        state = {"w": torch.randn(32, 32).to(torch.bfloat16)}
-        with tempfile.TemporaryDirectory() as dir_:
-            with bitrefit.Sender(state, dir_, receivers=1) as s:
-                model = {"w": torch.zeros(32, 32, dtype=torch.bfloat16)}
-                events = []
+        with one_bf16_slot(32, 32) as (state, dir_, s, model):
+            events = []
 
-                def on_commit(v):
-                    time.sleep(0.3)
-                    events.append(("commit", v))
+            def on_commit(v):
+                time.sleep(0.3)
+                events.append(("commit", v))
 
-                r = bitrefit.Receiver(model, dir_, index=0, on_gate=lambda open_: events.append(("gate", open_)),
-                                      on_commit=on_commit)
-                r.start(background=True)
-                self.assertTrue(r.wait(0, timeout=30))
-                self.assertEqual(events[-2:], [("gate", True), ("commit", 0)])
-                state["w"].add_(1)
-                s.refit()
-                with r.serving(timeout=30):
-                    self.assertEqual(events[-3:], [("gate", False), ("gate", True), ("commit", 1)])
-                    self.assertTrue(torch.equal(bits(model["w"]), bits(state["w"])))
-                self.assertTrue(r.wait(1, timeout=30))
-                self.assertEqual(events[-1], ("commit", 1))
-                r.close()
+            r = bitrefit.Receiver(model, dir_, index=0, on_gate=lambda open_: events.append(("gate", open_)),
+                                  on_commit=on_commit)
+            r.start(background=True)
+            self.assertTrue(r.wait(0, timeout=30))
+            self.assertEqual(events[-2:], [("gate", True), ("commit", 0)])
+            state["w"].add_(1)
+            s.refit()
+            with r.serving(timeout=30):
+                self.assertEqual(events[-3:], [("gate", False), ("gate", True), ("commit", 1)])
+                self.assertTrue(torch.equal(bits(model["w"]), bits(state["w"])))
+            self.assertTrue(r.wait(1, timeout=30))
+            self.assertEqual(events[-1], ("commit", 1))
+            r.close()
 
     def test_async_gate_drains_and_a_restarted_receiver_restores_and_rejoins(self):
         state = {"a": torch.randn(128, 32).to(torch.bfloat16), "b": torch.randn(7).to(torch.float16)}
