@@ -267,9 +267,13 @@ struct basic_coordinator {
     for (const auto& o : owner_at)
       if (o != committed) return true;
     for (const auto& r : roster)
-      if (!r.known || r.evicted || r.at != committed || !r.confirmed) return true;
+      if (!r.known || needs_announcement(r)) return true;
     return false;
   }
+
+  /// A known receiver's entry the idle coordinator keeps announcing to: fenced (it must restore),
+  /// not at K, or taken over from the log and not yet answered.
+  bool needs_announcement(const roster_entry& e) const { return e.evicted || e.at != committed || !e.confirmed; }
 
   /// K, addressed to receiver r with the roster's view of it (see announce_msg): names the
   /// incarnation the roster admits (confirming its join) or marks it evicted (it must restore);
@@ -292,7 +296,7 @@ struct basic_coordinator {
       if (owner_at[o] != committed) send(out, endpoint::owner_(o), announce_msg{committed, std::nullopt, false, false});
     for (std::uint32_t r = 0; r < roster.size(); ++r) {
       if (!roster[r].known) send(out, endpoint::receiver_(r), roll_call_msg{epoch});
-      else if (roster[r].evicted || roster[r].at != committed || !roster[r].confirmed) announce_to(out, r);
+      else if (needs_announcement(roster[r])) announce_to(out, r);
     }
   }
 
