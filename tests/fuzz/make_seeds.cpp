@@ -199,7 +199,7 @@ void wire_messages() {
                           open_msg{a, {3, 0, 2}},
                           flush_msg{a},
                           announce_msg{k},
-                          announce_msg{k, member{1, 3}, true},
+                          announce_msg{k, member{1, 3}, true, false, 2},
                           roll_call_msg{2},
                           abort_msg{2, a},
                           manifest_msg{a, 1, 3},
@@ -208,7 +208,7 @@ void wire_messages() {
                           ack_msg{a, {0, 1}, std::nullopt},
                           stopped_msg{a, {1, 3}},
                           failed_msg{a, {1, 3}, failure_reason{}},
-                          join_msg{{2, 7}, k},
+                          join_msg{{2, 7}, k, 2},
                           baseline_msg{1, k},
                           frozen_lost_msg{a, 1, 5},
                           payload_msg{payload_id{a, 1, 2}, 4, 5, mode::xor_mask, digest128{7, 8}}};

@@ -355,6 +355,31 @@ TEST(Receiver, AnswersAnAnnouncementThatAsksItToConfirm) {
   EXPECT_EQ(r.phase, receiver_phase::serving);
 }
 
+TEST(Receiver, ItsJoinsNameTheNewestCoordinatorItKnowsAndOnlyThatOneConfirmsThem) {
+  // Finding B7b: a join proves the incarnation alive to the coordinator of the epoch it names.
+  const commit_record k{1, baseline_id{42}};
+  auto r = receiver::restarted(1, 4, two_by_two());
+  r.step(boot_event{});
+  r.step(commit_read_event{k, 2});  // the log's epoch: coordinator 1 is fenced
+  auto j = sent<join_msg>(r.step(restored_event{k}));
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0].epoch, 2u);
+  // A late announcement of fenced coordinator 1 naming this incarnation does not confirm the join.
+  r.step(from_coord(1, announce_msg{k, member{1, 4}, false, false, 1}));
+  EXPECT_EQ(r.phase, receiver_phase::joining);
+  EXPECT_EQ(sent<join_msg>(r.step(deadline_event{})).size(), 1u);  // joins again
+  // Coordinator 3 took over and holds it as a guess: confirmed, and it answers under epoch 3.
+  j = sent<join_msg>(r.step(from_coord(1, announce_msg{k, member{1, 4}, false, true, 3})));
+  EXPECT_EQ(r.phase, receiver_phase::serving);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0].epoch, 3u);
+  // Coordinator 4 names a dead incarnation (a late join's): this one joins, under epoch 4.
+  j = sent<join_msg>(r.step(from_coord(1, announce_msg{k, member{1, 3}, false, true, 4})));
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0].from, (member{1, 4}));
+  EXPECT_EQ(j[0].epoch, 4u);
+}
+
 // ----- coordinator ------------------------------------------------------------------------------
 
 struct CoordinatorTest : ::testing::Test {
@@ -423,14 +448,47 @@ TEST_F(CoordinatorTest, ATakeoverAsksTheRosterItRebuiltFromTheLogToConfirm) {
   ASSERT_EQ(to_receivers.size(), 2u);
   for (const auto& a : to_receivers) EXPECT_TRUE(a.confirm && !a.evicted && a.roster->incarnation == 0u);
   EXPECT_TRUE(!c.roster[0].confirmed && !c.roster[1].confirmed);
-  const auto answer = sent<announce_msg>(c.step(to_coord(join_msg{member{0, 0}, k})));
+  const auto answer = sent<announce_msg>(c.step(to_coord(join_msg{member{0, 0}, k, 2})));
   ASSERT_EQ(answer.size(), 1u);
   EXPECT_FALSE(answer[0].confirm);  // heard from: nothing more to ask
+  EXPECT_EQ(answer[0].epoch, 2u);
   EXPECT_TRUE(c.roster[0].confirmed);
   EXPECT_FALSE(c.roster[1].confirmed);  // r1 has not answered
-  c.step(to_coord(join_msg{member{1, 2}, k}, endpoint::receiver_(1)));
+  c.step(to_coord(join_msg{member{1, 2}, k, 2}, endpoint::receiver_(1)));
   EXPECT_EQ(c.roster[1].incarnation, 2u);
   EXPECT_TRUE(c.roster[1].confirmed);
+}
+
+TEST_F(CoordinatorTest, AJoinOfAnOlderEpochIsAGuessUntilItsIncarnationAnswers) {
+  // Finding B7b: a join proves its incarnation alive only to the coordinator whose epoch it names.
+  // A copy sent under epoch 1 may reach coordinator 2 after that incarnation died, while the live
+  // one was answered by coordinator 1 only and never joins again by itself.
+  admit();
+  const attempt_id tau = c.attempt->attempt;
+  c.step(to_coord(ack_msg{tau, member{0, 0}, std::nullopt}));
+  feed_log(c.step(to_coord(ack_msg{tau, member{1, 0}, std::nullopt}, endpoint::receiver_(1))));
+  const commit_record k{1, baseline_of(tau)};
+  c = coordinator{two_by_two(), 2};
+  c.step(start_event{});  // claim_epoch in flight
+  ASSERT_EQ(c.phase, coordinator_phase::claiming);
+  // Not the coordinator yet: K and the roster are unknown, so nothing answers (the receiver joins
+  // again at its deadline, or answers the roll call).
+  EXPECT_TRUE(c.step(to_coord(join_msg{member{0, 5}, k, 1})).empty());
+  EXPECT_EQ(c.roster[0].incarnation, 0u);
+  feed_log(std::vector<coordinator_action>{log_action{claim_epoch_request{2}}});
+  ASSERT_EQ(c.phase, coordinator_phase::idle);
+  const auto answer = sent<announce_msg>(c.step(to_coord(join_msg{member{0, 5}, k, 1})));
+  ASSERT_EQ(answer.size(), 1u);
+  EXPECT_TRUE(answer[0].confirm);  // a guess: that incarnation must answer this epoch
+  EXPECT_EQ(c.roster[0].incarnation, 5u);
+  EXPECT_FALSE(c.roster[0].confirmed);
+  bool asked_again = false;  // the idle timer keeps asking
+  for (const auto& a : sent<announce_msg>(c.step(deadline_event{}))) asked_again |= a.roster == member{0, 5} && a.confirm;
+  EXPECT_TRUE(asked_again);
+  c.step(to_coord(join_msg{member{0, 5}, k, 2}));  // the answer, sent under epoch 2
+  EXPECT_TRUE(c.roster[0].confirmed);
+  c.step(to_coord(join_msg{member{0, 5}, k, 1}));  // a late copy of the first changes nothing
+  EXPECT_TRUE(c.roster[0].confirmed);
 }
 
 TEST_F(CoordinatorTest, MessagesOfAFencedOrReplacedIncarnationCountForNothing) {

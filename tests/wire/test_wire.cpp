@@ -47,7 +47,7 @@ TEST(Wire, EveryMessageRoundTripsAndGarbageIsRefused) {
       protocol::announce_msg{{8, baseline_id{12}}, std::nullopt, false, false},
       protocol::announce_msg{{8, baseline_id{12}}, protocol::member{2, 6}, false, false},
       protocol::announce_msg{{8, baseline_id{12}}, protocol::member{2, 5}, true, false},
-      protocol::announce_msg{{8, baseline_id{12}}, protocol::member{2, 6}, false, true},
+      protocol::announce_msg{{8, baseline_id{12}}, protocol::member{2, 6}, false, true, 3},
       protocol::roll_call_msg{9},
       protocol::abort_msg{2, {3, 4}},
       protocol::manifest_msg{{3, 4}, 1, 17},
@@ -57,6 +57,7 @@ TEST(Wire, EveryMessageRoundTripsAndGarbageIsRefused) {
       protocol::stopped_msg{{3, 4}, {2, 5}},
       protocol::failed_msg{{3, 4}, {2, 5}, protocol::failure_reason::conflicting_payload},
       protocol::join_msg{{2, 6}, {8, baseline_id{12}}},
+      protocol::join_msg{{2, 6}, {8, baseline_id{12}}, 3},
       protocol::baseline_msg{1, {8, baseline_id{12}}},
       protocol::payload_msg{payload_id{{3, 4}, 1, 2}, 7, 8, protocol::mode::overwrite, digest128{7, 8}},
   };
@@ -96,7 +97,7 @@ TEST(Wire, EveryEventAndActionRoundTripsThroughTheTraceForm) {
                                               protocol::encode_finished_event{{1, 2}, 7}};
   const std::vector<protocol::receiver_event> re{protocol::boot_event{}, protocol::message_event{env}, protocol::drained_event{},
                                                  protocol::device_synced_event{digest128{1, 1}}, protocol::device_synced_event{},
-                                                 protocol::commit_read_event{{3, baseline_id{4}}}, protocol::restored_event{{3, baseline_id{4}}},
+                                                 protocol::commit_read_event{{3, baseline_id{4}}, 2}, protocol::restored_event{{3, baseline_id{4}}},
                                                  protocol::deadline_event{}};
   const std::vector<protocol::coordinator_action> ca{
       protocol::log_action{protocol::persist_prepare_request{2, p}}, protocol::send_action{env}, protocol::arm_deadline_action{},

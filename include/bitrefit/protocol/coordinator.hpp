@@ -125,10 +125,12 @@ struct roster_entry {
   bool evicted = false;  // this incarnation is fenced; only a join from a newer one readmits r
   std::uint64_t incarnation = 0;
   commit_record at{};    // the K it holds outside attempts (eligible iff at == committed)
-  /// Heard from this incarnation (its join), or given at construction. False for an entry a
-  /// coordinator that took over rebuilt from the log's last attempt: the receiver may have
-  /// restarted since, its new incarnation admitted by the predecessor only (finding B7). Such an
-  /// entry lags until the incarnation answers an announcement asking it to (announce_msg::confirm).
+  /// Heard from this incarnation since this coordinator's epoch began (a join of this epoch, an
+  /// ack of its own attempt), or given at construction. False for an entry a coordinator that
+  /// took over rebuilt from the log's last attempt (finding B7) or took from a join of an older
+  /// epoch (B7b): the receiver may have restarted since, its new incarnation admitted by the
+  /// predecessor only. Such an entry lags until the incarnation answers an announcement asking it
+  /// to (announce_msg::confirm).
   bool confirmed = true;
   friend auto operator<=>(const roster_entry&, const roster_entry&) = default;
 };
@@ -275,12 +277,15 @@ struct basic_coordinator {
   /// not at K, or taken over from the log and not yet answered.
   bool needs_announcement(const roster_entry& e) const { return e.evicted || e.at != committed || !e.confirmed; }
 
+  /// K, as this coordinator announces it (to owners; receivers get announce_to's).
+  announce_msg announcement() const { return announce_msg{committed, std::nullopt, false, false, epoch}; }
+
   /// K, addressed to receiver r with the roster's view of it (see announce_msg): names the
   /// incarnation the roster admits (confirming its join) or marks it evicted (it must restore);
   /// an entry taken over from the log asks that incarnation to answer.
   void announce_to(out_t& out, std::uint32_t r) const {
     const roster_entry& e = roster[r];
-    announce_msg a{committed, std::nullopt, false, false};
+    announce_msg a = announcement();
     if (e.known) {
       a.roster = member{r, e.incarnation};
       a.evicted = e.evicted;
@@ -293,7 +298,7 @@ struct basic_coordinator {
   /// incarnation the roster does not hold. Idempotent.
   void reannounce(out_t& out) {
     for (std::uint32_t o = 0; o < owner_at.size(); ++o)
-      if (owner_at[o] != committed) send(out, endpoint::owner_(o), announce_msg{committed, std::nullopt, false, false});
+      if (owner_at[o] != committed) send(out, endpoint::owner_(o), announcement());
     for (std::uint32_t r = 0; r < roster.size(); ++r) {
       if (!roster[r].known) send(out, endpoint::receiver_(r), roll_call_msg{epoch});
       else if (needs_announcement(roster[r])) announce_to(out, r);
@@ -414,7 +419,7 @@ struct basic_coordinator {
     if (p && committed.baseline == p->next) {
       // It committed, but announcements may have been lost (failover between compare-and-set and
       // announcement): announce again, idempotently.
-      send_owners(out, announce_msg{committed, std::nullopt, false, false});
+      send_owners(out, announcement());
       for (const auto& m : p->members) announce_to(out, m.receiver);
     }
     if (p) owner_at.assign(config.owners, commit_record{~version_t{0}, {}});  // unknown until they report
@@ -567,6 +572,12 @@ struct basic_coordinator {
   void on_msg(const join_msg& m, out_t& out) {
     const std::uint32_t r = m.from.receiver;
     if (r >= roster.size()) return;
+    // Not (or no longer) the coordinator: K and the roster are unknown until the claim (and its
+    // roll call), so an answer would name a K the log may have left. The receiver joins again at
+    // its deadline, or answers the roll call.
+    if (phase == coordinator_phase::booting || phase == coordinator_phase::claiming ||
+        phase == coordinator_phase::deposed)
+      return;
     auto& e = roster[r];
     if (e.known && m.from.incarnation < e.incarnation) return;  // an older incarnation: counts for nothing
     if (e.known && m.from.incarnation > e.incarnation && mutated(protocol_mutation::keep_dead_incarnation)) return;
@@ -578,7 +589,12 @@ struct basic_coordinator {
     // One incarnation's K only moves forward: a delayed copy of its earlier join must not set the
     // roster back (it would stay "lagging" forever while the receiver, named, never rejoins).
     const commit_record at = !newer && e.at.version > m.at.version ? e.at : m.at;
-    e = roster_entry{true, false, m.from.incarnation, at, true};  // heard from it
+    // Heard from it in this epoch only if no other coordinator can have answered a later
+    // incarnation since the join was sent: a join of an older epoch may be a late copy from an
+    // incarnation that died after it (finding B7b), so it is asked again. Epoch 0 is the log's
+    // before any claim, never a coordinator's: a join sent then is fresh to the first one.
+    const bool confirmed = std::max<std::uint64_t>(m.epoch, 1) >= epoch || (!newer && e.confirmed);
+    e = roster_entry{true, false, m.from.incarnation, at, confirmed};
     announce_to(out, r);  // names this incarnation: confirms the join (and asks to restore if K moved)
     idle_timer(out);
     if (!newer || !attempt) return;
@@ -663,7 +679,7 @@ struct basic_coordinator {
 
   /// K is durable: tell everyone (owners advance their baseline, receivers reopen the gate).
   void finish_transition(out_t& out) {
-    send_owners(out, announce_msg{committed, std::nullopt, false, false});
+    send_owners(out, announcement());
     for (std::uint32_t r = 0; r < config.receivers; ++r) announce_to(out, r);
     out.push_back(committed_action{committed});
     out.push_back(arm_deadline_action{});  // until every owner and receiver confirmed K (see reannounce)

@@ -74,7 +74,7 @@ inline std::string str(const open_msg& m) { return "open " + str(m.attempt) + " 
 inline std::string str(const flush_msg& m) { return "flush " + str(m.attempt); }
 inline std::string str(const announce_msg& m) {
   return "announce " + str(m.record) + (m.roster ? " to=" + str(*m.roster) : std::string()) + (m.evicted ? " evicted" : "") +
-         (m.confirm ? " confirm" : "");
+         (m.confirm ? " confirm" : "") + " e" + num(m.epoch);
 }
 inline std::string str(const roll_call_msg& m) { return "roll_call e" + num(m.epoch); }
 inline std::string str(const abort_msg& m) { return "abort " + str(m.attempt) + " e" + num(m.epoch); }
@@ -94,7 +94,7 @@ inline std::string str(const failed_msg& m) {
   return "failed " + str(m.attempt) + " " + str(m.from) + " " + std::string(to_string(m.reason));
 }
 inline std::string str(const baseline_msg& m) { return "baseline o" + num(m.owner) + " at=" + str(m.at); }
-inline std::string str(const join_msg& m) { return "join " + str(m.from) + " at=" + str(m.at); }
+inline std::string str(const join_msg& m) { return "join " + str(m.from) + " at=" + str(m.at) + " e" + num(m.epoch); }
 inline std::string str(const frozen_lost_msg& m) {
   return "frozen_lost " + str(m.attempt) + " o" + num(m.owner) + " v" + num(m.target);
 }
@@ -182,7 +182,7 @@ inline std::string str(const drained_event&) { return "drained"; }
 inline std::string str(const device_synced_event& e) {
   return "device_synced" + (e.attestation ? " att=" + str(*e.attestation) : std::string());
 }
-inline std::string str(const commit_read_event& e) { return "commit_read " + str(e.record); }
+inline std::string str(const commit_read_event& e) { return "commit_read " + str(e.record) + " e" + num(e.epoch); }
 inline std::string str(const restored_event& e) { return "restored " + str(e.record); }
 
 // Any closed event/action set (after every alternative's overload is declared).

@@ -69,12 +69,14 @@ struct flush_msg {
 /// receiver but taken over from the log (a coordinator that took over): the incarnation named
 /// answers with a join, so that the entry stops being a guess (finding B7: the receiver may have
 /// restarted, and a join its predecessor admitted, or a late copy of that predecessor's
-/// announcement naming it, never reaches this coordinator).
+/// announcement naming it, never reaches this coordinator). `epoch`: the sender's; the receiver
+/// learns the current coordinator from it, and its joins say so (join_msg::epoch).
 struct announce_msg {
   commit_record record{};
   std::optional<member> roster;
   bool evicted = false;
   bool confirm = false;
+  std::uint64_t epoch = 0;
   friend auto operator<=>(const announce_msg&, const announce_msg&) = default;
 };
 
@@ -185,9 +187,16 @@ struct frozen_lost_msg {
 };
 
 /// A (re)started or restored receiver holds exactly `at` and asks to be admitted at the next prepare.
+/// `epoch`: the newest coordinator epoch the receiver had heard of when it sent this (from the log
+/// at boot, a prepare, roll call, abort or announcement). A join proves its incarnation alive to
+/// the coordinator of that epoch only: a copy can be delayed past a takeover and past the
+/// incarnation's death, and a later incarnation that only the predecessor answered never joins
+/// the new coordinator by itself (finding B7b). So a coordinator takes a join of an older epoch
+/// as a guess it asks to confirm (announce_msg::confirm), as it does an entry rebuilt from the log.
 struct join_msg {
   member from{};
   commit_record at{};
+  std::uint64_t epoch = 0;
   friend auto operator<=>(const join_msg&, const join_msg&) = default;
 };
 
@@ -240,7 +249,7 @@ BITREFIT_FIELDS(prepare_msg, record)
 BITREFIT_FIELDS(obsolete_msg, attempt)
 BITREFIT_FIELDS(open_msg, attempt, chunks)
 BITREFIT_FIELDS(flush_msg, attempt)
-BITREFIT_FIELDS(announce_msg, record, roster, evicted, confirm)
+BITREFIT_FIELDS(announce_msg, record, roster, evicted, confirm, epoch)
 BITREFIT_FIELDS(roll_call_msg, epoch)
 BITREFIT_FIELDS(abort_msg, epoch, attempt)
 BITREFIT_FIELDS(payload_msg, id, base, target, mode, content)
@@ -250,7 +259,7 @@ BITREFIT_FIELDS(ack_msg, attempt, from, attestation)
 BITREFIT_FIELDS(stopped_msg, attempt, from)
 BITREFIT_FIELDS(failed_msg, attempt, from, reason)
 BITREFIT_FIELDS(baseline_msg, owner, at)
-BITREFIT_FIELDS(join_msg, from, at)
+BITREFIT_FIELDS(join_msg, from, at, epoch)
 BITREFIT_FIELDS(frozen_lost_msg, attempt, owner, target)
 BITREFIT_FIELDS(envelope, from, to, msg)
 BITREFIT_FIELDS(send_action, env)

@@ -7,7 +7,7 @@
 //                         a copy that does not verify counts as undelivered and is not stepped.
 //   drained_event         in-flight requests of v finished after drain_requests_action
 //   device_synced_event   every apply issued so far took effect; carries the attestation when asked
-//   commit_read_event     the commit record, answering read_commit_action
+//   commit_read_event     the commit record and the log's epoch, answering read_commit_action
 //   restored_event        dense_restore_action finished: parameters are exactly K.v
 //   deadline_event        the armed timer expired (joining: join again; otherwise read K)
 // Actions (receiver_action), performed in list order:
@@ -63,6 +63,7 @@ struct device_synced_event {
 };
 struct commit_read_event {
   commit_record record{};
+  std::uint64_t epoch = 0;  // the log's coordinator epoch: every older coordinator is fenced
   friend auto operator<=>(const commit_read_event&, const commit_read_event&) = default;
 };
 struct restored_event {
@@ -182,7 +183,8 @@ struct basic_receiver {
   commit_record committed{};              // the K its parameters hold outside attempts
   bool gate_open = true;
   attempt_id highest_seen{};              // attempts at or below this that are not active are dead
-  std::uint64_t epoch_seen = 0;           // newest coordinator epoch heard from (prepare, roll call, abort)
+  std::uint64_t epoch_seen = 0;           // newest coordinator epoch heard of (boot's log read, prepare,
+                                          // roll call, abort); its joins carry it (join_msg::epoch)
   std::optional<receiver_attempt> attempt;
   std::optional<commit_record> completed; // parameters are exactly this (acked attempt's target, g')
   bool unsynced = false;                  // applies issued since the last device sync
@@ -228,10 +230,13 @@ struct basic_receiver {
 
   void on(const commit_read_event& e, out_t& out) {
     if (phase == receiver_phase::restoring) {
+      // A fresh process joins next: under the log's epoch, so that the coordinator holding the
+      // log takes its join for a sign of life (join_msg::epoch). Later reads only look at K.
+      epoch_seen = std::max(epoch_seen, e.epoch);
       out.push_back(dense_restore_action{e.record});
       return;
     }
-    commit_news(e.record, out);
+    commit_news(e.record, e.epoch, out);
   }
 
   void on(const restored_event& e, out_t& out) {
@@ -248,9 +253,14 @@ struct basic_receiver {
       gate_open = true;
       out.push_back(open_gate_action{});
     }
-    to_coord(out, join_msg{self(), committed});
+    join(out);
     out.push_back(arm_deadline_action{});
   }
+
+  /// Ask to be admitted: this incarnation holds exactly K and has heard of coordinator `epoch`
+  /// (join_msg::epoch; an announcement's sender when it answers one).
+  void join(out_t& out, std::uint64_t epoch) const { to_coord(out, join_msg{self(), committed, epoch}); }
+  void join(out_t& out) const { join(out, epoch_seen); }
 
   /// The coordinator's roster holds this incarnation: the join is confirmed.
   void confirm_join(out_t& out) {
@@ -262,10 +272,11 @@ struct basic_receiver {
   }
 
   /// Join again, or (after an abort: the parameters are a mix) restore first.
-  void rejoin(out_t& out) {
-    if (phase == receiver_phase::aborted) restore(committed, out);
-    else to_coord(out, join_msg{self(), committed});
+  void rejoin(out_t& out, std::uint64_t epoch) {
+    if (phase == receiver_phase::aborted) restore(committed, epoch, out);
+    else join(out, epoch);
   }
+  void rejoin(out_t& out) { rejoin(out, epoch_seen); }
 
   /// Between admission and the end of its transition: the parameters may differ from K.v.
   bool in_attempt() const noexcept {
@@ -278,7 +289,7 @@ struct basic_receiver {
   /// its gate closed. Reading K is idempotent: news older than or equal to K changes nothing.
   void on(const deadline_event&, out_t& out) {
     if (phase == receiver_phase::booting || phase == receiver_phase::restoring) return;
-    if (phase == receiver_phase::joining) to_coord(out, join_msg{self(), committed});
+    if (phase == receiver_phase::joining) join(out);
     else out.push_back(read_commit_action{});
     out.push_back(arm_deadline_action{});
   }
@@ -322,7 +333,9 @@ struct basic_receiver {
 
   /// The commit record is K (announcement, read, or a prepare's base): adopt, or restore if stale.
   /// Returns false if this receiver went to restore.
-  bool commit_news(const commit_record& k, out_t& out) {
+  /// `epoch`: the coordinator's (or the log's) that told it; a restore's new incarnation joins
+  /// under it.
+  bool commit_news(const commit_record& k, std::uint64_t epoch, out_t& out) {
     if (k == committed) {
       // A join is confirmed only by a message naming this incarnation (announce_msg::roster or a
       // prepare's members), never by K alone (finding B2; the mutation replays the old rule).
@@ -345,14 +358,18 @@ struct basic_receiver {
     }
     if (k.version > committed.version) {
       // K moved on without this receiver's parameters reaching it: rejoin as a new incarnation.
-      restore(k, out);
+      restore(k, epoch, out);
       return false;
     }
     return true;  // older news
   }
 
   /// Dense refit to K under a new incarnation, then join (after an abort, or when stale).
-  void restore(const commit_record& k, out_t& out) {
+  /// `epoch`: the newest coordinator epoch the news that sent it here came from: the new
+  /// incarnation's join names it (join_msg::epoch), so the coordinator that asked takes it as a
+  /// sign of life.
+  void restore(const commit_record& k, std::uint64_t epoch, out_t& out) {
+    epoch_seen = std::max(epoch_seen, epoch);
     {
       if (attempt) out.push_back(discard_staged_action{attempt->attempt});
       attempt.reset();
@@ -375,20 +392,30 @@ struct basic_receiver {
   }
 
   void on_msg(const announce_msg& m, out_t& out) {
-    if (!commit_news(m.record, out)) return;  // restoring
+    // Only the newest coordinator this receiver heard of can confirm its join: an older one is
+    // fenced, and the newer one may hold a dead incarnation of it (finding B7b). An answer names
+    // the sender's epoch; epoch_seen itself stays (states that differ only in an epoch heard
+    // from an announcement would split the checker's space for nothing).
+    const bool from_current = m.epoch >= epoch_seen;
+    const std::uint64_t answer_epoch = std::max(epoch_seen, m.epoch);
+    if (!commit_news(m.record, m.epoch, out)) return;  // restoring
     if (mutated(protocol_mutation::join_confirmed_by_any_announce)) return;
     if (m.roster == self()) {
-      if (m.evicted) restore(committed, out);  // fenced: only a new incarnation is admitted
-      else if (phase == receiver_phase::joining) confirm_join(out);
-      // A coordinator that took over holds this incarnation only because the log named it: say
-      // so, or a later incarnation's join lost at the takeover leaves its roster wrong for ever
-      // (finding B7). The join of an incarnation it holds changes nothing else there.
-      else if (m.confirm) to_coord(out, join_msg{self(), committed});
+      if (m.evicted) {
+        restore(committed, m.epoch, out);  // fenced: only a new incarnation is admitted
+        return;
+      }
+      if (phase == receiver_phase::joining && from_current) confirm_join(out);
+      // The coordinator holds this incarnation only as a guess (rebuilt from the log after a
+      // takeover, or from a join of an older epoch): answer, or a later incarnation's join lost
+      // at the takeover leaves its roster wrong for ever (findings B7, B7b). The join of an
+      // incarnation it holds changes nothing else there.
+      if (m.confirm) join(out, answer_epoch);
       return;
     }
     // The roster holds no incarnation of this receiver, or an older one (a lost join, a
     // coordinator that took over): join again, so that it converges to this live incarnation.
-    if (!m.roster || m.roster->incarnation < incarnation) rejoin(out);
+    if (!m.roster || m.roster->incarnation < incarnation) rejoin(out, answer_epoch);
   }
 
   void on_msg(const roll_call_msg& m, out_t& out) {
@@ -402,7 +429,7 @@ struct basic_receiver {
     // from an older coordinator, and restoring on it would throw away a live membership (the 2-
     // receiver drop + duplicate run grew from 93 185 classes past 3 million when it did). The
     // mutation replays the old rule.
-    if (in_attempt() && !mutated(protocol_mutation::join_mid_attempt)) restore(committed, out);
+    if (in_attempt() && !mutated(protocol_mutation::join_mid_attempt)) restore(committed, epoch_seen, out);
     else rejoin(out);
   }
 
@@ -418,11 +445,11 @@ struct basic_receiver {
     epoch_seen = std::max(epoch_seen, p.attempt.epoch);    // a prepare is sent by its attempt's coordinator
     if (phase == receiver_phase::aborted) {                // only a dense refit brings it back
       highest_seen = p.attempt;
-      if (committed == p.base) restore(p.base, out);
-      else commit_news(p.base, out);
+      if (committed == p.base) restore(p.base, epoch_seen, out);
+      else commit_news(p.base, epoch_seen, out);
       return;
     }
-    if (!commit_news(p.base, out)) return;                 // the base is a commit record too
+    if (!commit_news(p.base, epoch_seen, out)) return;                 // the base is a commit record too
     const bool named = std::find(p.members.begin(), p.members.end(), self()) != p.members.end();
     if (early && (early->attempt < p.attempt || (early->attempt == p.attempt && !named)))
       drop_early(out);  // passed, or this member was not admitted to it
@@ -664,7 +691,7 @@ using receiver = basic_receiver<>;
 BITREFIT_NO_FIELDS(boot_event)
 BITREFIT_NO_FIELDS(drained_event)
 BITREFIT_FIELDS(device_synced_event, attestation)
-BITREFIT_FIELDS(commit_read_event, record)
+BITREFIT_FIELDS(commit_read_event, record, epoch)
 BITREFIT_FIELDS(restored_event, record)
 BITREFIT_FIELDS(persist_incarnation_action, incarnation)
 BITREFIT_NO_FIELDS(close_gate_action)

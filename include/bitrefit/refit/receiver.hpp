@@ -319,7 +319,7 @@ class receiver {
       read_retry_ = clock::now() + opt_.poll * 10;
       return std::nullopt;
     }
-    return protocol::commit_read_event{r.snapshot.record};
+    return protocol::commit_read_event{r.snapshot.record, r.snapshot.epoch};
   }
 
   // ---- dense restore from the owners' committed baseline ----

@@ -171,7 +171,7 @@ struct message_to_json {
   json operator()(const protocol::open_msg& m) const { return {{"type", "open"}, {"attempt", to_json(m.attempt)}, {"chunks", m.chunks}}; }
   json operator()(const protocol::flush_msg& m) const { return {{"type", "flush"}, {"attempt", to_json(m.attempt)}}; }
   json operator()(const protocol::announce_msg& m) const {
-    json x{{"type", "announce"}, {"record", to_json(m.record)}};
+    json x{{"type", "announce"}, {"record", to_json(m.record)}, {"epoch", m.epoch}};
     if (m.roster) x["roster"] = to_json(*m.roster);
     if (m.evicted) x["evicted"] = true;
     if (m.confirm) x["confirm"] = true;
@@ -192,7 +192,9 @@ struct message_to_json {
   json operator()(const protocol::failed_msg& m) const {
     return {{"type", "failed"}, {"attempt", to_json(m.attempt)}, {"from", to_json(m.from)}, {"reason", static_cast<int>(m.reason)}};
   }
-  json operator()(const protocol::join_msg& m) const { return {{"type", "join"}, {"from", to_json(m.from)}, {"at", to_json(m.at)}}; }
+  json operator()(const protocol::join_msg& m) const {
+    return {{"type", "join"}, {"from", to_json(m.from)}, {"at", to_json(m.at)}, {"epoch", m.epoch}};
+  }
   json operator()(const protocol::baseline_msg& m) const { return {{"type", "baseline"}, {"owner", m.owner}, {"at", to_json(m.at)}}; }
   json operator()(const protocol::frozen_lost_msg& m) const {
     return {{"type", "frozen_lost"}, {"attempt", to_json(m.attempt)}, {"owner", m.owner}, {"target", m.target}};
@@ -216,7 +218,8 @@ inline protocol::message message_from(const json& x) {
   if (t == "open") return protocol::open_msg{attempt_from(member(x, "attempt")), detail::u32_list(member(x, "chunks"), "chunks")};
   if (t == "flush") return protocol::flush_msg{attempt_from(member(x, "attempt"))};
   if (t == "announce") {
-    protocol::announce_msg m{record_from(member(x, "record")), std::nullopt, false, false};
+    protocol::announce_msg m{record_from(member(x, "record")), std::nullopt, false, false,
+                             integer<std::uint64_t>(member(x, "epoch"), "epoch")};
     if (x.contains("evicted")) m.evicted = detail::boolean(x.at("evicted"), "evicted");
     if (x.contains("confirm")) m.confirm = detail::boolean(x.at("confirm"), "confirm");
     if (x.contains("roster")) m.roster = member_from(x.at("roster"));
@@ -239,7 +242,9 @@ inline protocol::message message_from(const json& x) {
     if (r < 0 || r > 2) throw error(errc::format, "unknown failure reason", {.file = {}, .tensor = {}, .field = "reason"});
     return protocol::failed_msg{attempt_from(member(x, "attempt")), member_from(member(x, "from")), static_cast<protocol::failure_reason>(r)};
   }
-  if (t == "join") return protocol::join_msg{member_from(member(x, "from")), record_from(member(x, "at"))};
+  if (t == "join")
+    return protocol::join_msg{member_from(member(x, "from")), record_from(member(x, "at")),
+                              integer<std::uint64_t>(member(x, "epoch"), "epoch")};
   if (t == "baseline") return protocol::baseline_msg{integer<std::uint32_t>(member(x, "owner"), "owner"), record_from(member(x, "at"))};
   if (t == "frozen_lost")
     return protocol::frozen_lost_msg{attempt_from(member(x, "attempt")), integer<std::uint32_t>(member(x, "owner"), "owner"),

@@ -342,12 +342,13 @@ inline void hash_renamed(hasher& h, const renaming& q, const protocol::message& 
         using protocol::detail::hash_all;
         if constexpr (std::is_same_v<T, protocol::prepare_msg>) hash_renamed(h, q, x.record);
         else if constexpr (std::is_same_v<T, protocol::announce_msg>) {
-          static_assert(field_count<protocol::announce_msg> == 4);
+          static_assert(field_count<protocol::announce_msg> == 5);
           hash_all(h, x.record);
           h.mix(x.roster.has_value());
           if (x.roster) hash_renamed(h, q, *x.roster);
           hash_all(h, x.evicted);
           hash_all(h, x.confirm);
+          hash_all(h, x.epoch);
         } else if constexpr (std::is_same_v<T, protocol::ack_msg>) hash_renamed(h, q, x);
         else if constexpr (std::is_same_v<T, protocol::arrived_msg> || std::is_same_v<T, protocol::stopped_msg>) {
           static_assert(field_count<T> == 2);
@@ -359,9 +360,10 @@ inline void hash_renamed(hasher& h, const renaming& q, const protocol::message& 
           hash_renamed(h, q, x.from);
           hash_all(h, x.reason);
         } else if constexpr (std::is_same_v<T, protocol::join_msg>) {
-          static_assert(field_count<T> == 2);
+          static_assert(field_count<T> == 3);
           hash_renamed(h, q, x.from);
           hash_all(h, x.at);
+          hash_all(h, x.epoch);
         } else {
           // the messages rename(p, message) leaves alone (checked there)
           hash_all(h, x);

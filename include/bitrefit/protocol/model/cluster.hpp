@@ -917,7 +917,7 @@ struct basic_cluster {
       w.maybe_synced(self.index, q);
     }
     void read_commit(const endpoint& self) {
-      q.push_back({node_ref::recv(self.index), receiver_event{commit_read_event{w.log.state.record}}});
+      q.push_back({node_ref::recv(self.index), receiver_event{commit_read_event{w.log.state.record, w.log.state.epoch}}});
     }
     void dense_restore(const endpoint& self, const commit_record& k) {
       const std::uint32_t r = self.index;
