@@ -410,6 +410,17 @@ struct CoordinatorTest : ::testing::Test {
     c.step(to_coord(manifest_msg{c.attempt->attempt, 0, 1}, endpoint::owner_(0)));
     c.step(to_coord(manifest_msg{c.attempt->attempt, 1, 1}, endpoint::owner_(1)));
   }
+  /// Both members ack the first attempt and it commits (the log holds K afterwards): the set-up
+  /// of the takeover tests, whose successor rebuilds its roster from that attempt.
+  commit_record commit_first_transition() {
+    admit();
+    const attempt_id tau = c.attempt->attempt;
+    c.step(to_coord(ack_msg{tau, member{0, 0}, std::nullopt}));
+    feed_log(c.step(to_coord(ack_msg{tau, member{1, 0}, std::nullopt}, endpoint::receiver_(1))));
+    const commit_record k{1, baseline_of(tau)};
+    EXPECT_EQ(log.state.record, k);
+    return k;
+  }
 };
 
 TEST_F(CoordinatorTest, CommitsOnlyWithEveryMembersAckOfThisIncarnation) {
@@ -433,12 +444,7 @@ TEST_F(CoordinatorTest, ATakeoverAsksTheRosterItRebuiltFromTheLogToConfirm) {
   // Finding B7: the successor's roster comes from the log's last attempt (r0#0, r1#0), which may
   // name incarnations that are dead; each entry is a guess (it lags, and is announced to with
   // `confirm`) until that receiver answers, and a newer incarnation's answer replaces a dead one.
-  admit();
-  const attempt_id tau = c.attempt->attempt;
-  c.step(to_coord(ack_msg{tau, member{0, 0}, std::nullopt}));
-  feed_log(c.step(to_coord(ack_msg{tau, member{1, 0}, std::nullopt}, endpoint::receiver_(1))));
-  const commit_record k{1, baseline_of(tau)};
-  ASSERT_EQ(log.state.record, k);
+  const commit_record k = commit_first_transition();
   EXPECT_TRUE(c.roster[0].confirmed && c.roster[1].confirmed);  // given to the first coordinator
   c = coordinator{two_by_two(), 2};
   const auto acts = feed_log(c.step(start_event{}));
@@ -463,11 +469,7 @@ TEST_F(CoordinatorTest, AJoinOfAnOlderEpochIsAGuessUntilItsIncarnationAnswers) {
   // Finding B7b: a join proves its incarnation alive only to the coordinator whose epoch it names.
   // A copy sent under epoch 1 may reach coordinator 2 after that incarnation died, while the live
   // one was answered by coordinator 1 only and never joins again by itself.
-  admit();
-  const attempt_id tau = c.attempt->attempt;
-  c.step(to_coord(ack_msg{tau, member{0, 0}, std::nullopt}));
-  feed_log(c.step(to_coord(ack_msg{tau, member{1, 0}, std::nullopt}, endpoint::receiver_(1))));
-  const commit_record k{1, baseline_of(tau)};
+  const commit_record k = commit_first_transition();
   c = coordinator{two_by_two(), 2};
   c.step(start_event{});  // claim_epoch in flight
   ASSERT_EQ(c.phase, coordinator_phase::claiming);
