@@ -449,7 +449,7 @@ struct basic_receiver {
       else commit_news(p.base, epoch_seen, out);
       return;
     }
-    if (!commit_news(p.base, epoch_seen, out)) return;                 // the base is a commit record too
+    if (!commit_news(p.base, epoch_seen, out)) return;     // the base is a commit record too
     const bool named = std::find(p.members.begin(), p.members.end(), self()) != p.members.end();
     if (early && (early->attempt < p.attempt || (early->attempt == p.attempt && !named)))
       drop_early(out);  // passed, or this member was not admitted to it
