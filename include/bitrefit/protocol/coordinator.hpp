@@ -274,7 +274,8 @@ struct basic_coordinator {
   }
 
   /// A known receiver's entry the idle coordinator keeps announcing to: fenced (it must restore),
-  /// not at K, or taken over from the log and not yet answered.
+  /// not at K, or a guess not yet answered (roster_entry::confirmed: rebuilt from the log, or
+  /// taken from a join of an older epoch).
   bool needs_announcement(const roster_entry& e) const { return e.evicted || e.at != committed || !e.confirmed; }
 
   /// K, as this coordinator announces it (to owners; receivers get announce_to's).
@@ -282,7 +283,7 @@ struct basic_coordinator {
 
   /// K, addressed to receiver r with the roster's view of it (see announce_msg): names the
   /// incarnation the roster admits (confirming its join) or marks it evicted (it must restore);
-  /// an entry taken over from the log asks that incarnation to answer.
+  /// an entry that is a guess (roster_entry::confirmed) asks that incarnation to answer.
   void announce_to(out_t& out, std::uint32_t r) const {
     const roster_entry& e = roster[r];
     announce_msg a = announcement();
