@@ -395,7 +395,8 @@ struct basic_coordinator {
       for (const auto& m : p->members) {
         auto& r = roster[m.receiver];
         if (!r.known || r.incarnation <= m.incarnation)
-          r = roster_entry{true, false, m.incarnation, done ? committed : p->base, false};  // from the log: a guess
+          r = roster_entry{true, false, m.incarnation, done ? committed : p->base,
+                           mutated(protocol_mutation::trust_rebuilt_roster)};  // from the log: a guess
       }
     }
     // Roll call: receivers this coordinator does not know report their incarnation and record.
@@ -594,7 +595,8 @@ struct basic_coordinator {
     // incarnation since the join was sent: a join of an older epoch may be a late copy from an
     // incarnation that died after it (finding B7b), so it is asked again. Epoch 0 is the log's
     // before any claim, never a coordinator's: a join sent then is fresh to the first one.
-    const bool confirmed = std::max<std::uint64_t>(m.epoch, 1) >= epoch || (!newer && e.confirmed);
+    const bool confirmed = std::max<std::uint64_t>(m.epoch, 1) >= epoch || (!newer && e.confirmed) ||
+                           mutated(protocol_mutation::join_proves_life);
     e = roster_entry{true, false, m.from.incarnation, at, confirmed};
     announce_to(out, r);  // names this incarnation: confirms the join (and asks to restore if K moved)
     idle_timer(out);

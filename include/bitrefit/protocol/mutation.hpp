@@ -42,6 +42,10 @@ enum class protocol_mutation : std::uint8_t {
                                    // prepare of a dead sender's coordinator may freeze newer trainer bits (H1)
   join_mid_attempt,                // receiver: answers a roll call with "join at=K" while holding writes of an
                                    // attempt that will not finish (H2)
+  trust_rebuilt_roster,            // coordinator: a takeover takes the roster it rebuilt from the log's last
+                                   // attempt for a fact, never asking those incarnations to answer (B7)
+  join_proves_life,                // coordinator: any join is a sign of life in its epoch, whatever epoch the
+                                   // join names, so a late copy from a dead incarnation confirms it (B7b)
 };
 
 inline constexpr protocol_mutation all_mutations[] = {
@@ -60,6 +64,8 @@ inline constexpr protocol_mutation all_mutations[] = {
     protocol_mutation::keep_dead_incarnation,
     protocol_mutation::owner_forgets_sender_epoch,
     protocol_mutation::join_mid_attempt,
+    protocol_mutation::trust_rebuilt_roster,
+    protocol_mutation::join_proves_life,
 };
 
 constexpr std::string_view to_string(protocol_mutation m) noexcept {
@@ -80,6 +86,8 @@ constexpr std::string_view to_string(protocol_mutation m) noexcept {
     case protocol_mutation::keep_dead_incarnation: return "keep_dead_incarnation";
     case protocol_mutation::owner_forgets_sender_epoch: return "owner_forgets_sender_epoch";
     case protocol_mutation::join_mid_attempt: return "join_mid_attempt";
+    case protocol_mutation::trust_rebuilt_roster: return "trust_rebuilt_roster";
+    case protocol_mutation::join_proves_life: return "join_proves_life";
   }
   return "?";
 }
