@@ -4,6 +4,8 @@
 // A progress line goes to stderr every 30 s of search (progress=S to change, --quiet for none).
 // keys: receivers owners chunks transitions max_attempts crashes owner_crashes sender_restarts failovers drops duplicates aborts attest=0|1
 //       corruptions conflicts log_faults early_deadlines ordered_device=0|1 causal_payloads=0|1 gate=sync|async
+//       faults_after_last_commit=0|1 (default 0: faults from the start; 1: only once K is at the last
+//       version, for membership after the transitions, e.g. across a takeover)
 //       membership=0|1 (liveness goal: the world settles, members and roster included; 0: K reached the goal)
 //       mutation=<name> max_states threads (0 = every core; the counts do not depend on it)
 //       compress_frontier=0|1 (default 1: the frontier's encodings kept zstd-compressed in blocks)
@@ -65,7 +67,9 @@ int run(const proofs::cluster_bounds& b, proofs::check_options opt, const std::s
               "\"goal_states\": %llu, \"terminal_states\": %llu, \"seconds\": %.2f, \"states_per_second\": %.0f, "
               "\"threads\": %u, \"symmetry\": %d, \"collision_bound\": %.3g, "
               "\"liveness_sweeps\": %u, \"slept\": %llu, \"counterexample_moves\": %zu",
-              protocol::model::world_line(b.world()).c_str(), proofs::to_string(r.outcome),
+              (protocol::model::world_line(b.world()) + (b.faults_after_last_commit ? " faults_after_last_commit=1" : ""))
+                  .c_str(),
+              proofs::to_string(r.outcome),
               (unsigned long long)r.states, (unsigned long long)r.transitions, r.depth,
               (unsigned long long)r.goal_states, (unsigned long long)r.terminal_states, r.seconds,
               r.seconds > 0 ? double(r.states) / r.seconds : 0.0, r.threads, b.symmetry && b.receivers >= 2 ? 1 : 0,
@@ -125,6 +129,7 @@ int main(int argc, char** argv) {
     else if (k == "early_deadlines") b.early_deadlines = n();
     else if (k == "ordered_device") b.ordered_device = n() != 0;
     else if (k == "causal_payloads") b.causal_payloads = n() != 0;
+    else if (k == "faults_after_last_commit") b.faults_after_last_commit = n() != 0;
     else if (k == "membership") b.membership_liveness = n() != 0;
     else if (k == "threads") opt.threads = n();
     else if (k == "symmetry") b.symmetry = n() != 0;

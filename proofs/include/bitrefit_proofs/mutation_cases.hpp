@@ -69,6 +69,19 @@ inline const std::vector<mutation_case>& mutation_cases() {
     // The random harness's finding H1: a late prepare of a dead sender freezes newer trainer bits.
     add(M::owner_forgets_sender_epoch,
         [](auto& b) { b.receivers = 1; b.owners = 1; b.sender_restarts = 1; b.owner_crashes = 1; });
+    // The random harness's findings B7 and B7b: a takeover's roster keeps a dead incarnation. They
+    // need a receiver crash, a sender restart and lost messages together, so the faults come after
+    // the commit (cluster_bounds::faults_after_last_commit), where only membership is at stake.
+    add(M::trust_rebuilt_roster,  // B7: the roster rebuilt from the log taken for a fact
+        [](auto& b) {
+          b.receivers = 1; b.owners = 1; b.crashes = 1; b.sender_restarts = 1; b.drops = 1;
+          b.faults_after_last_commit = true;
+        }, true);
+    add(M::join_proves_life,  // B7b: a late join of a dead incarnation taken for proof of life
+        [](auto& b) {
+          b.receivers = 1; b.owners = 1; b.crashes = 2; b.sender_restarts = 1; b.drops = 2;
+          b.faults_after_last_commit = true;
+        }, true);
     return c;
   }();
   return cases;
