@@ -8,7 +8,8 @@
 // keys: seed schedules (0 = until the time limit) seconds threads
 //       receivers=LO-HI owners=LO-HI chunks=LO-HI transitions=LO-HI   (a single number: LO=HI)
 //       max_attempts (coordinator; 0 = retry forever, the default) fault_attempts (faults only while fewer
-//       attempts of the current transition started; default 2) attest_off_p (share of worlds without
+//       attempts of the current transition started; default 2) faults_after_last_commit=0|1 (faults
+//       only once K is at the last version: membership after the transitions) attest_off_p (share of worlds without
 //       attestation) faults (each kind's budget drawn from [0, faults]) prefix (fault-phase moves, max)
 //       fault_p (chance to pick an enabled fault) settle_bound (fair moves to settle) async=0|1
 //       mutation=<name> shrink=0|1 shrink_replays progress (seconds between progress lines, 0: none)
@@ -47,6 +48,7 @@ int run(const fz::options& o, const std::string& scenario_file, const std::strin
                  {"transitions", std::to_string(o.transitions.lo) + "-" + std::to_string(o.transitions.hi)},
                  {"max_attempts", o.max_attempts},
                  {"fault_attempts", o.fault_attempts},
+                 {"faults_after_last_commit", o.faults_after_last_commit},
                  {"attest_off_probability", o.attest_off_probability},
                  {"faults_per_kind_max", o.max_faults_per_kind},
                  {"prefix_moves_max", o.prefix_moves},
@@ -147,6 +149,7 @@ int main(int argc, char** argv) {
     else if (k == "transitions") { if (!rng_arg(o.transitions)) return 2; }
     else if (k == "max_attempts") o.max_attempts = std::uint32_t(n());
     else if (k == "fault_attempts") o.fault_attempts = std::uint32_t(n());
+    else if (k == "faults_after_last_commit") o.faults_after_last_commit = n() != 0;
     else if (k == "attest_off_p") o.attest_off_probability = std::strtod(v.c_str(), nullptr);
     else if (k == "faults") o.max_faults_per_kind = std::uint32_t(n());
     else if (k == "prefix") o.prefix_moves = std::uint32_t(n());

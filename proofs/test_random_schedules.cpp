@@ -82,6 +82,28 @@ TEST(RandomSchedules, TheRosterConvergesAfterATakeover) {
   EXPECT_GT(r.totals.faults[std::size_t(fz::fault::sender_restart)] + r.totals.faults[std::size_t(fz::fault::failover)], 1000u);
 }
 
+TEST(RandomSchedules, FaultsAfterTheLastCommitReachTakeoverMembership) {
+  // With the whole fault budget spent after the last commit (options::faults_after_last_commit),
+  // the default worlds reach B7's failure at once: its mutation (trust_rebuilt_roster) fails
+  // schedule 7 of seed 1 with up to 8 faults of a kind, against schedule 1 056 with faults from
+  // the start. And the shipped protocol settles those schedules.
+  auto o = smoke(100);
+  o.max_faults_per_kind = 8;
+  o.faults_after_last_commit = true;
+  const auto shipped = fz::run<protocol::model::cluster>(o);
+  ASSERT_FALSE(shipped.first_failure) << shipped.first_failure->message << "\n" << shipped.first_failure->scenario;
+  EXPECT_EQ(shipped.totals.settled, 100u);
+  EXPECT_GT(shipped.totals.faults[std::size_t(fz::fault::receiver_crash)], 0u);
+  EXPECT_GT(shipped.totals.faults[std::size_t(fz::fault::sender_restart)], 0u);
+  o.mutation = M::trust_rebuilt_roster;
+  const auto r = fz::run<protocol::model::mutated_cluster>(o);
+  ASSERT_TRUE(r.first_failure) << "B7's mutation not found in 100 schedules";
+  EXPECT_EQ(r.first_failure->kind, fz::failure_kind::liveness) << r.first_failure->message;
+  const auto rep = replay_scenario(r.first_failure->scenario);
+  EXPECT_TRUE(rep.mismatches.empty()) << rep.mismatches.front();
+  EXPECT_NE(r.first_failure->scenario.find("\nnot settled\n"), std::string::npos) << r.first_failure->scenario;
+}
+
 TEST(RandomSchedules, DeterministicForAnyThreadCount) {
   auto o = smoke(300);
   const auto a = fz::run<protocol::model::cluster>(o);

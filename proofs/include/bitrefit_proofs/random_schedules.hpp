@@ -109,6 +109,11 @@ struct options {
   /// transition have started (the checker's bound with max_attempts = 2), so from then on delivery
   /// is reliable and members stable — DESIGN's liveness assumption.
   std::uint32_t fault_attempts = 2;
+  /// Faults only once K is at the last version (the checker's cluster_bounds::
+  /// faults_after_last_commit): the whole budget goes to membership after the transitions (crashes,
+  /// takeovers, lost joins; findings B7, B7b), which the default runs, spending their faults in the
+  /// first transition, rarely reach.
+  bool faults_after_last_commit = false;
   double attest_off_probability = 0.5;  // worlds without attestation: wrong bits commit (monitors see them)
   std::uint32_t max_faults_per_kind = 1;  // each kind's budget is drawn from [0, this]
   std::uint32_t prefix_moves = 600;       // the fault phase is [0, this] moves long
@@ -290,11 +295,15 @@ std::uint32_t attempts_of_current_transition(const W& w) {
   return n;
 }
 
-/// The moves a schedule may take in `w`: every enabled move, faults only inside the fault window.
+/// The moves a schedule may take in `w`: every enabled move, faults only inside the fault window
+/// (fewer than `o.fault_attempts` attempts of the current transition; with
+/// `o.faults_after_last_commit`, only once K is at the last version).
 template <class W>
-std::vector<protocol::model::move> allowed_moves(const W& w, std::uint32_t fault_attempts) {
+std::vector<protocol::model::move> allowed_moves(const W& w, const options& o) {
   auto all = w.enabled_moves();
-  if (attempts_of_current_transition(w) < fault_attempts) return all;
+  if (attempts_of_current_transition(w) < o.fault_attempts &&
+      (!o.faults_after_last_commit || w.log.state.record.version >= w.config.transitions))
+    return all;
   std::erase_if(all, [&](const protocol::model::move& m) { return fault_of(w, m).has_value(); });
   return all;
 }
@@ -384,7 +393,7 @@ std::optional<failure> run_schedule(const options& o, std::uint64_t index, stats
   const std::uint32_t prefix = g.between(0, o.prefix_moves);
   std::vector<move> faults, normal;
   for (std::uint32_t step = 0; step < prefix; ++step) {
-    const auto all = allowed_moves(w, o.fault_attempts);
+    const auto all = allowed_moves(w, o);
     if (all.empty()) break;
     faults.clear();
     normal.clear();
@@ -453,7 +462,7 @@ bool replay_fails(const failure& want, const std::vector<std::string>& texts, co
   W w(want.config);
   for (const auto& t : texts) {
     std::optional<protocol::model::move> hit;
-    for (const auto& m : allowed_moves(w, o.fault_attempts))
+    for (const auto& m : allowed_moves(w, o))
       if (w.describe(m) == t) { hit = m; break; }
     if (!hit) continue;
     w.apply(*hit);
