@@ -107,13 +107,32 @@ struct cluster_bounds {
   }
 };
 
+/// Attempts persisted for the transition in progress (target K.v + 1) of world `w` (a
+/// model::basic_cluster), over all coordinators.
+template <class W>
+std::uint32_t attempts_of_current_transition(const W& w) {
+  const version_t target = w.log.state.record.version + 1;
+  std::uint32_t n = 0;
+  for (const auto& a : w.attempts) n += a.target == target;
+  return n;
+}
+
+/// The fault window, one rule for the checker and the random harness: a fault is enabled only
+/// while the current transition has persisted fewer than `max_attempts` attempts (so the last
+/// one is fault-free) and, with `after_last_commit`, only once K is at the world's last version.
+template <class W>
+bool inside_fault_window(const W& w, std::uint32_t max_attempts, bool after_last_commit) {
+  return attempts_of_current_transition(w) < max_attempts &&
+         (!after_last_commit || w.log.state.record.version >= w.config.transitions);
+}
+
 /// The checker's view of a world of type W: model::cluster (the shipped protocol) or
 /// model::mutated_cluster (the machines with a mutation chosen at run time, for mutation runs).
 template <class W>
 class basic_cluster_world {
  public:
   explicit basic_cluster_world(const cluster_bounds& b)
-      : w_(b.world()), max_attempts_(b.max_attempts), transitions_(b.transitions), causal_payloads_(b.causal_payloads),
+      : w_(b.world()), max_attempts_(b.max_attempts), causal_payloads_(b.causal_payloads),
         faults_after_last_commit_(b.faults_after_last_commit),
         membership_liveness_(b.membership_liveness), symmetry_(b.symmetry && b.receivers >= 2 && b.receivers <= 5) {
     if (symmetry_) (void)permutations();  // built once, before any worker thread reads them
@@ -122,18 +141,12 @@ class basic_cluster_world {
   const W& world() const noexcept { return w_; }
 
   /// Attempts persisted for the transition in progress (target K.v + 1), over all coordinators.
-  std::uint32_t attempts_of_current_transition() const {
-    const version_t target = w_.log.state.record.version + 1;
-    std::uint32_t n = 0;
-    for (const auto& a : w_.attempts) n += a.target == target;
-    return n;
-  }
+  std::uint32_t attempts_of_current_transition() const { return proofs::attempts_of_current_transition(w_); }
 
   std::vector<protocol::model::move> enabled_moves() const {
     using protocol::model::move_kind;
     auto all = w_.enabled_moves();
-    const bool faults_ok = attempts_of_current_transition() < max_attempts_ &&
-                           (!faults_after_last_commit_ || w_.log.state.record.version >= transitions_);
+    const bool faults_ok = inside_fault_window(w_, max_attempts_, faults_after_last_commit_);
     if (faults_ok && !causal_payloads_) return all;
     const bool quiet = w_.quiet();
     std::vector<protocol::model::move> out;
@@ -666,7 +679,6 @@ class basic_cluster_world {
 
   W w_;
   std::uint32_t max_attempts_ = 2;
-  std::uint32_t transitions_ = 2;
   bool causal_payloads_ = false;
   bool faults_after_last_commit_ = false;
   bool membership_liveness_ = true;

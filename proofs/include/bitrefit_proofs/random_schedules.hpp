@@ -285,25 +285,13 @@ struct result {
   bool time_limited = false;
 };
 
-/// Attempts persisted for the transition in progress (target K.v + 1), over all coordinators (as
-/// cluster_world counts them for the checker's fault bound).
-template <class W>
-std::uint32_t attempts_of_current_transition(const W& w) {
-  const version_t target = w.log.state.record.version + 1;
-  std::uint32_t n = 0;
-  for (const auto& a : w.attempts) n += a.target == target;
-  return n;
-}
-
 /// The moves a schedule may take in `w`: every enabled move, faults only inside the fault window
 /// (fewer than `o.fault_attempts` attempts of the current transition; with
 /// `o.faults_after_last_commit`, only once K is at the last version).
 template <class W>
 std::vector<protocol::model::move> allowed_moves(const W& w, const options& o) {
   auto all = w.enabled_moves();
-  if (attempts_of_current_transition(w) < o.fault_attempts &&
-      (!o.faults_after_last_commit || w.log.state.record.version >= w.config.transitions))
-    return all;
+  if (inside_fault_window(w, o.fault_attempts, o.faults_after_last_commit)) return all;
   std::erase_if(all, [&](const protocol::model::move& m) { return fault_of(w, m).has_value(); });
   return all;
 }
