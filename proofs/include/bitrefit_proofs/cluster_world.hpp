@@ -10,7 +10,9 @@
 // reliable delivery and eventually stable members"), under which the end of the transition must stay
 // reachable from every state. The coordinator is also configured with max_attempts, so a third
 // attempt would show up as a coordinator that needs an operator (the end unreachable), not pass
-// silently. Operator abort is excluded (aborts = 0).
+// silently. Operator abort is excluded (aborts = 0). With `faults_after_last_commit` the window
+// opens only once K is at the last version (membership after the transitions; inside_fault_window is
+// the one statement of the rule, read by the random harness too).
 #pragma once
 
 #include <algorithm>
@@ -64,7 +66,7 @@ struct cluster_bounds {
   /// converge (restarted receivers readmitted, the roster holding the live incarnations, also
   /// across a takeover). A world of its own for the findings B7 and B7b, which need a receiver
   /// crash, a takeover and lost messages together: with faults during the transitions as well, such
-  /// a world needs as many attempts as faults and is far too large for a test. OFF by default.
+  /// a world needs an attempt per fault plus one and is far too large for a test. OFF by default.
   bool faults_after_last_commit = false;
   /// The liveness goal. ON (default): the world *settles* (model::cluster::settled): K reached the
   /// last version, nothing in flight, every live receiver — a restarted one included — is a member
