@@ -4,7 +4,7 @@
 //
 //   bitrefit-spin-trace --spin=SPIN --cc=CC --model=refit.pml --workdir=DIR [--mutations] [--table]
 //                       [--promela-extra=-DMUT_x] [--random=N [--seed=S] [--keep-outside]
-//                        [--receivers=LO-HI] [--owners=LO-HI]] [FILE...]
+//                        [--receivers=LO-HI] [--owners=LO-HI]] [--jobs=N] [FILE...]
 // For each run inside the shared abstraction: writes DIR/<name>/trace.pml, generates and compiles
 // pan two or three times (violation run; for a run without a C++ violation, a goal run with
 // -DTRACE_GOAL and, where that finds nothing, a reach run with -DTRACE_REACH) and compares verdicts:
@@ -25,6 +25,10 @@
 // --promela-extra adds spin flags to the model only: a drift made on purpose (a Promela mutation
 // the C++ run does not have), which the check must report. Exit status: 0 every judged run agrees,
 // 1 a disagreement or an error, 2 bad arguments.
+// --jobs=N judges N runs at a time (default: one per core). Each run has its own folder and its
+// pans are separate processes, so runs share nothing; the lines are printed in the order of the
+// runs whatever the number of jobs, so the output does not depend on it.
+#include <atomic>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -32,9 +36,11 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bitrefit_proofs/checker.hpp"
@@ -150,12 +156,34 @@ std::string reason_kind(const std::string& why) {
   return out;
 }
 
-void judge(const tools& t, const std::string& name, const st::translation& tr, tally& n) {
-  if (tr.skip) {
-    ++n.skipped;
-    std::printf("SKIP      %-52s %s\n", name.c_str(), tr.skip->c_str());
-    return;
+/// One line of the report: its kind (what it adds to the tally) and its text.
+struct report_line {
+  enum kind_t { agree, disagree, skipped, error, note } kind = note;  // note: counted by nobody
+  std::string text;
+};
+
+template <class... A>
+std::string format(const char* fmt, A... a) {
+  const int n = std::snprintf(nullptr, 0, fmt, a...);
+  std::string out(std::size_t(n) + 1, '\0');
+  std::snprintf(out.data(), out.size(), fmt, a...);
+  out.resize(std::size_t(n));
+  return out;
+}
+
+void count(const report_line& l, tally& n) {
+  switch (l.kind) {
+    case report_line::agree: ++n.agree; break;
+    case report_line::disagree: ++n.disagree; break;
+    case report_line::skipped: ++n.skipped; break;
+    case report_line::error: ++n.errors; break;
+    case report_line::note: break;
   }
+}
+
+// Judges one run (safe to call from several threads at once: a run writes only in its own folder).
+report_line judge(const tools& t, const std::string& name, const st::translation& tr) {
+  if (tr.skip) return {report_line::skipped, format("SKIP      %-52s %s\n", name.c_str(), tr.skip->c_str())};
   const fs::path dir = t.workdir / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -167,11 +195,8 @@ void judge(const tools& t, const std::string& name, const st::translation& tr, t
   // where it finds nothing does the reach run tell "followed, cannot end" from "not followed".
   const long eg = tr.cpp_violation || ev != 0 ? 0 : spin_errors(t, dir, tr, pan_run::goal, why_r);
   const long er = tr.cpp_violation ? 0 : eg != 0 ? eg : spin_errors(t, dir, tr, pan_run::reach, why_r);
-  if (ev < 0 || er < 0) {
-    ++n.errors;
-    std::printf("ERROR     %-52s %s\n", name.c_str(), (ev < 0 ? why_v : why_r).c_str());
-    return;
-  }
+  if (ev < 0 || er < 0)
+    return {report_line::error, format("ERROR     %-52s %s\n", name.c_str(), (ev < 0 ? why_v : why_r).c_str())};
   const bool spin_ends = eg > 0;
   const std::string cpp_end = !tr.cpp_settles ? ", liveness not compared (" + tr.liveness_note + ")"
                               : *tr.cpp_settles ? ", settles" : ", never settles (" + tr.liveness_note + ")";
@@ -187,11 +212,45 @@ void judge(const tools& t, const std::string& name, const st::translation& tr, t
            : er > 0 ? std::string("ok, trace followed") + (spin_ends ? ", ends" : ", cannot end (no fault after the run)")
                     : "trace NOT followed (the model cannot make these steps)";
   }
-  (ok ? n.agree : n.disagree)++;
-  std::printf("%-9s %-52s %zu moves -> %zu events; C++: %s; spin: %s\n", ok ? "AGREE" : "DISAGREE", name.c_str(),
-              tr.moves, tr.events.size(), cpp.c_str(), spin.c_str());
-  if (!ok) std::printf("          trace and pan output kept in %s\n", dir.c_str());
+  report_line line{ok ? report_line::agree : report_line::disagree,
+                   format("%-9s %-52s %zu moves -> %zu events; C++: %s; spin: %s\n", ok ? "AGREE" : "DISAGREE",
+                          name.c_str(), tr.moves, tr.events.size(), cpp.c_str(), spin.c_str())};
+  if (!ok) line.text += format("          trace and pan output kept in %s\n", dir.c_str());
+  return line;
 }
+
+/// The report in the making: runs to judge and lines already known (errors, failing random
+/// schedules), in the order they are printed.
+struct plan {
+  struct entry {
+    std::string name;
+    std::optional<st::translation> run;  // empty: `line` is the entry's whole report
+    report_line line;
+  };
+  std::vector<entry> entries;
+
+  void judge_later(std::string name, st::translation tr) { entries.push_back({std::move(name), std::move(tr), {}}); }
+  void say(report_line::kind_t k, std::string text) { entries.push_back({{}, std::nullopt, {k, std::move(text)}}); }
+
+  /// Judges every run, `jobs` at a time, then prints every line in order and adds it to `n`.
+  void run_and_print(const tools& t, unsigned jobs, tally& n) {
+    std::atomic<std::size_t> next{0};
+    auto worker = [&] {
+      for (std::size_t i; (i = next.fetch_add(1)) < entries.size();)
+        if (entries[i].run) entries[i].line = judge(t, entries[i].name, *entries[i].run);
+    };
+    std::vector<std::jthread> pool;
+    for (unsigned k = 1; k < jobs; ++k) pool.emplace_back(worker);
+    worker();
+    pool.clear();  // joins
+    for (const auto& e : entries) {
+      std::fputs(e.line.text.c_str(), stdout);
+      count(e.line, n);
+    }
+    std::fflush(stdout);
+    entries.clear();
+  }
+};
 
 // The C++ checker's counterexample of every mutation the model also has (promela_mutation), in the
 // world of its row of proofs::mutation_cases() (mutation_cases.hpp: the smallest that contains the
@@ -222,6 +281,7 @@ int main(int argc, char** argv) {
   tools t;
   bool mutations = false, table = false, keep_outside = false;
   std::uint64_t random_runs = 0, random_seed = 1;
+  unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
   proofs::fuzz::range random_receivers{2, 2}, random_owners{1, 2};
   std::vector<fs::path> files;
   for (int i = 1; i < argc; ++i) {
@@ -236,6 +296,13 @@ int main(int argc, char** argv) {
     else if (a.rfind("--random=", 0) == 0) random_runs = std::stoull(val("--random="));
     else if (a.rfind("--seed=", 0) == 0) random_seed = std::stoull(val("--seed="));
     else if (a == "--table") table = true;
+    else if (a.rfind("--jobs=", 0) == 0) {
+      jobs = unsigned(std::strtoul(val("--jobs=").c_str(), nullptr, 10));
+      if (jobs == 0 || jobs > 256) {
+        std::cerr << "bitrefit-spin-trace: " << a << ": expected a number of jobs from 1 to 256\n";
+        return 2;
+      }
+    }
     else if (a == "--keep-outside") keep_outside = true;
     else if (a.rfind("--receivers=", 0) == 0 || a.rfind("--owners=", 0) == 0) {
       const bool rec = a[2] == 'r';
@@ -261,6 +328,7 @@ int main(int argc, char** argv) {
   t.model = fs::absolute(t.model).string();
   fs::create_directories(t.workdir);
   tally n;
+  plan runs;
   std::sort(files.begin(), files.end());
   for (const auto& f : files) {
     std::vector<st::translation> trs;
@@ -271,17 +339,16 @@ int main(int argc, char** argv) {
       trs[0].skip = std::string("cannot replay: ") + e.what();
     }
     for (std::size_t k = 0; k < trs.size(); ++k)  // a file with several worlds: one run per world
-      judge(t, f.stem().string() + (trs.size() > 1 ? "#" + std::to_string(k + 1) : ""), trs[k], n);
+      runs.judge_later(f.stem().string() + (trs.size() > 1 ? "#" + std::to_string(k + 1) : ""), std::move(trs[k]));
   }
   if (mutations)
     for (const auto& [name, scenario] : mutation_counterexamples()) {
       if (scenario.empty()) {
-        ++n.errors;
-        std::printf("ERROR     %-52s the C++ checker found no counterexample\n", name.c_str());
+        runs.say(report_line::error, format("ERROR     %-52s the C++ checker found no counterexample\n", name.c_str()));
         continue;
       }
       std::ofstream(t.workdir / (name + ".txt")) << scenario;
-      judge(t, name, st::translate_scenario(scenario), n);
+      runs.judge_later(name, st::translate_scenario(scenario));
     }
   // Random schedules inside the shared abstraction's sizes and fault kinds (the harness's
   // generator, bitrefit_proofs/random_schedules.hpp): runs no scenario file was written for.
@@ -306,8 +373,9 @@ int main(int argc, char** argv) {
       std::string scenario;
       if (auto f = fz::run_schedule<protocol::model::cluster>(o, i, stt, &scenario)) {
         ++failing;  // not judged (it is the harness's finding), but never passed over in silence
-        std::printf("FAILING   %-52s C++ %s failure: %s\n", ("random_seed" + std::to_string(random_seed) + "_" + std::to_string(i)).c_str(),
-                    fz::to_string(f->kind), f->message.c_str());
+        runs.say(report_line::note, format("FAILING   %-52s C++ %s failure: %s\n",
+                                           ("random_seed" + std::to_string(random_seed) + "_" + std::to_string(i)).c_str(),
+                                           fz::to_string(f->kind), f->message.c_str()));
         if (keep_outside) {  // shrunk and rendered with outputs, as the harness does
           fz::shrink<protocol::model::cluster>(*f, o);
           std::ofstream(t.workdir / ("failing_" + std::to_string(i) + ".txt")) << fz::render_scenario<protocol::model::cluster>(*f, o);
@@ -326,13 +394,15 @@ int main(int argc, char** argv) {
       ++judged;
       lost_join_runs += stt.live_joins_dropped > 0;
       std::ofstream(t.workdir / ("random_" + std::to_string(i) + ".txt")) << scenario;
-      judge(t, "random_seed" + std::to_string(random_seed) + "_" + std::to_string(i), tr, n);
+      runs.judge_later("random_seed" + std::to_string(random_seed) + "_" + std::to_string(i), std::move(tr));
     }
+    runs.run_and_print(t, jobs, n);
     std::printf("random: %d judged of %llu drawn (%d outside the shared abstraction, %d failing in the C++ world); "
                 "%d judged runs lost a live receiver's join\n",
                 judged, (unsigned long long)i, outside, failing, lost_join_runs);
     for (const auto& [why, count] : outside_reasons) std::printf("  outside %4d x %s\n", count, why.c_str());
   }
+  runs.run_and_print(t, jobs, n);  // without --random: every run is still to judge
   std::printf("summary: %d agree, %d disagree, %d skipped (outside the shared abstraction), %d errors\n", n.agree,
               n.disagree, n.skipped, n.errors);
   return n.disagree || n.errors ? 1 : 0;
