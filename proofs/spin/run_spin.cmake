@@ -1,8 +1,11 @@
 # run_spin.cmake — one spin verification run, as a ctest test (cmake -P).
 #
 #   cmake -DSPIN=spin -DCC=gcc -DMODEL=refit.pml -DWORKDIR=<build dir> -DDEFINES="-DNS=1;..."
-#         -DPAN_CFLAGS="-DSAFETY;-DNOCLAIM" -DPAN_ARGS="-m2000000" -DEXPECT=pass|violation
-#         -P run_spin.cmake
+#         -DPAN_CFLAGS="-DSAFETY;-DNOCLAIM" [-DPAN_OPT=-O2] -DPAN_ARGS="-m2000000"
+#         -DEXPECT=pass|violation|cycle -P run_spin.cmake
+#
+# PAN_OPT is the optimisation level pan.c is compiled at (default -O2): a long search wants -O2,
+# a short one or one that stops at its first violation wants pan compiled fast (-Og, -O0).
 #
 # Generates pan.c in WORKDIR (the build tree, never the source tree), compiles it, runs it and
 # judges its output, because pan exits 0 even when it found errors:
@@ -16,6 +19,12 @@ foreach(v SPIN CC MODEL WORKDIR EXPECT)
     message(FATAL_ERROR "run_spin.cmake: ${v} is not set")
   endif()
 endforeach()
+if(NOT DEFINED PAN_OPT)
+  set(PAN_OPT -O2)
+endif()
+if(NOT PAN_OPT MATCHES "^-O([0-3gs]|fast)?$")
+  message(FATAL_ERROR "run_spin.cmake: PAN_OPT must be one optimisation flag (-O0, -Og, -O2, ...), not '${PAN_OPT}'")
+endif()
 
 file(REMOVE_RECURSE "${WORKDIR}")
 file(MAKE_DIRECTORY "${WORKDIR}")
@@ -27,7 +36,7 @@ execute_process(COMMAND ${SPIN} ${DEFINES} -a ${model_name} WORKING_DIRECTORY "$
 if(NOT rc EQUAL 0 OR NOT EXISTS "${WORKDIR}/pan.c")
   message(FATAL_ERROR "spin -a failed (${rc}):\n${out}\n${err}")
 endif()
-execute_process(COMMAND ${CC} -O2 -w ${PAN_CFLAGS} -o pan pan.c WORKING_DIRECTORY "${WORKDIR}"
+execute_process(COMMAND ${CC} ${PAN_OPT} -w ${PAN_CFLAGS} -o pan pan.c WORKING_DIRECTORY "${WORKDIR}"
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "compiling pan failed (${rc}):\n${out}\n${err}")
