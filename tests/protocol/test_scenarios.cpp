@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -119,6 +120,31 @@ TEST(Scenario, RequiredScenariosExist) {
   for (const char* r : required)
     EXPECT_TRUE(fs::exists(fs::path(BITREFIT_SOURCE_DIR) / "tests/protocol/scenarios" / (std::string(r) + ".txt")))
         << r;
+}
+
+// A world needs a receiver, an owner and a chunk per owner: a world line or a config without one
+// is refused by name, at parse time and when the world is built (check_protocol builds worlds from
+// its own arguments; owners=0 or chunks=0 crashed it and receivers=0 came out "ok").
+TEST(World, BoundsOfZeroAreRefusedByName) {
+  namespace model = bitrefit::protocol::model;
+  const auto refusal = [](auto&& make) -> std::string {
+    try {
+      make();
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  for (const std::string key : {"receivers", "owners", "chunks"}) {
+    const std::string expected = "world: " + key + "=0: must be at least 1";
+    EXPECT_EQ(refusal([&] { model::parse_world("receivers=2 owners=1 chunks=1 " + key + "=0"); }), expected);
+    model::world_config c;
+    if (key == "receivers") c.protocol.receivers = 0;
+    if (key == "owners") c.protocol.owners = 0;
+    if (key == "chunks") c.chunks_per_owner = 0;
+    EXPECT_EQ(refusal([&] { model::cluster w(c); }), expected);
+  }
+  EXPECT_EQ(refusal([] { model::cluster w(model::parse_world("receivers=1 owners=1 chunks=1")); }), "(accepted)");
 }
 
 }  // namespace

@@ -106,6 +106,18 @@ struct world_config {
   friend bool operator==(const world_config&, const world_config&) = default;
 };
 
+/// Throws std::invalid_argument naming the bound a world cannot be built with: every receiver holds
+/// owners x chunks regions, and a world with none has nothing to refit (before this check, a
+/// checker run with owners=0 or chunks=0 crashed, and one with receivers=0 reported "ok").
+inline void check_world_config(const world_config& c) {
+  const auto need_one = [](const char* key, std::uint32_t v) {
+    if (v == 0) throw std::invalid_argument(std::string("world: ") + key + "=0: must be at least 1");
+  };
+  need_one("receivers", c.protocol.receivers);
+  need_one("owners", c.protocol.owners);
+  need_one("chunks", c.chunks_per_owner);
+}
+
 enum class move_kind : std::uint8_t {
   deliver, drop, duplicate, corrupt, conflict, device, crash, restart, deadline, failover,
   log_ok, log_failed, log_unknown_applied, log_unknown_lost, abort,
@@ -213,6 +225,7 @@ struct basic_cluster {
 
   basic_cluster() = default;
   explicit basic_cluster(const world_config& cfg) : config(cfg) {
+    check_world_config(cfg);
     if (!Mut::enabled && cfg.mutation != protocol_mutation::none)
       throw std::invalid_argument("world: mutation=" + std::string(to_string(cfg.mutation)) +
                                   " needs the mutated world (model::mutated_cluster)");

@@ -91,8 +91,7 @@ inline world_config parse_world(const std::string& args) {
     else if (k == "aborts") c.aborts = n();
     else throw std::invalid_argument("world: unknown key '" + k + "'");
   }
-  if (c.protocol.receivers == 0 || c.protocol.owners == 0 || c.chunks_per_owner == 0)
-    throw std::invalid_argument("world: receivers, owners and chunks must be at least 1");
+  check_world_config(c);
   return c;
 }
 
