@@ -25,19 +25,15 @@
 // counterexample is written as a scenario file that tests/protocol's runner replays.
 // Exit status: 0 ok, 1 violation found, 2 bad arguments, 3 state limit. Every value is checked
 // (numbers whole and in range, flags 0 or 1, a world with at least one receiver, owner and chunk):
-// a bad one is named on stderr and nothing is checked (tested by check_protocol_cli.cmake).
-#include <charconv>
-#include <cmath>
+// a bad one is named on stderr and nothing is checked (bitrefit_proofs/cli_values.hpp;
+// tested by tools_cli.cmake).
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
-#include <limits>
-#include <optional>
 #include <stdexcept>
 #include <iostream>
 #include <string>
-#include <system_error>
 
+#include "bitrefit_proofs/cli_values.hpp"
 #include "bitrefit_proofs/cluster_world.hpp"
 
 using namespace bitrefit;
@@ -102,17 +98,6 @@ int run(const proofs::cluster_bounds& b, proofs::check_options opt, const std::s
   return r.ok() ? 0 : 1;
 }
 
-/// `v` as a whole decimal number of type T, nothing else (no sign, no spaces, no trailing text,
-/// in range). A bound mistyped as `crashes=one` must stop the run, not check a world with 0 crashes.
-template <class T>
-std::optional<T> whole_number(const std::string& v) {
-  T x{};
-  const char* end = v.data() + v.size();
-  const auto [p, ec] = std::from_chars(v.data(), end, x);
-  if (v.empty() || ec != std::errc{} || p != end) return std::nullopt;
-  return x;
-}
-
 int main(int argc, char** argv) {
   proofs::cluster_bounds b;
   proofs::check_options opt;
@@ -128,24 +113,10 @@ int main(int argc, char** argv) {
     if (eq == std::string::npos) { std::cerr << "check_protocol: expected key=value, got '" << a << "'\n"; return 2; }
     std::string k = a.substr(0, eq), v = a.substr(eq + 1);
     // Every value is checked before use; a bad one ends the run with exit status 2, naming it.
-    std::string bad;
-    auto refuse = [&](const std::string& what) {
-      if (bad.empty()) bad = "check_protocol: " + a + ": " + what;
-    };
-    auto n = [&]() -> std::uint32_t {
-      const auto x = whole_number<std::uint32_t>(v);
-      if (!x) refuse("expected a whole number from 0 to 4294967295");
-      return x.value_or(0);
-    };
-    auto n64 = [&]() -> std::uint64_t {
-      const auto x = whole_number<std::uint64_t>(v);
-      if (!x) refuse("expected a whole number");
-      return x.value_or(0);
-    };
-    auto flag = [&]() -> bool {
-      if (v != "0" && v != "1") refuse("expected 0 or 1");
-      return v == "1";
-    };
+    proofs::cli::value_reader value("check_protocol", a, v);
+    auto n = [&] { return value.count(); };
+    auto n64 = [&] { return value.count<std::uint64_t>(); };
+    auto flag = [&] { return value.flag(); };
     if (k == "receivers") b.receivers = n();
     else if (k == "owners") b.owners = n();
     else if (k == "chunks") b.chunks = n();
@@ -172,23 +143,18 @@ int main(int argc, char** argv) {
     else if (k == "compress_frontier") opt.compress_frontier = flag();
     else if (k == "trace") opt.trace = flag();
     else if (k == "sleep") opt.sleep_sets = flag();
-    else if (k == "progress") {
-      double x = -1;
-      const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-      if (v.empty() || ec != std::errc{} || p != v.data() + v.size() || !std::isfinite(x) || x < 0)
-        refuse("expected seconds, a number of at least 0");
-      progress_s = x;
-    } else if (k == "max_states") opt.max_states = n64();
+    else if (k == "progress") progress_s = value.seconds();
+    else if (k == "max_states") opt.max_states = n64();
     else if (k == "max_table_bytes") opt.max_table_bytes = n64();
     else if (k == "gate") {
-      if (v != "sync" && v != "async") refuse("expected sync or async");
+      if (v != "sync" && v != "async") value.refuse("expected sync or async");
       b.gate = v == "async" ? protocol::gate_policy::asynchronous : protocol::gate_policy::synchronous;
     } else if (k == "mutation") {
       auto m = protocol::mutation_from_string(v);
       if (!m) { std::cerr << "check_protocol: unknown mutation '" << v << "'\n"; return 2; }
       b.mutation = *m;
     } else { std::cerr << "check_protocol: unknown key '" << k << "'\n"; return 2; }
-    if (!bad.empty()) { std::cerr << bad << "\n"; return 2; }
+    if (value.refusal()) { std::cerr << *value.refusal() << "\n"; return 2; }
   }
   // The shipped protocol's world, or the machines with a run-time mutation (mutation.hpp).
   return b.mutation == protocol::protocol_mutation::none ? run<protocol::model::cluster>(b, opt, scenario_file, progress_s)

@@ -27,6 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bitrefit_proofs/cli_values.hpp"
 #include "bitrefit_proofs/random_schedules.hpp"
 
 using namespace bitrefit;
@@ -133,38 +134,41 @@ int main(int argc, char** argv) {
     const auto eq = a.find('=');
     if (eq == std::string::npos) { std::cerr << "bitrefit-fuzz-protocol: expected key=value, got '" << a << "'\n"; return 2; }
     const std::string k = a.substr(0, eq), v = a.substr(eq + 1);
-    auto n = [&] { return std::strtoull(v.c_str(), nullptr, 10); };
+    // Every value is checked before use (bitrefit_proofs/cli_values.hpp); a bad one ends the run
+    // with exit status 2, naming it.
+    proofs::cli::value_reader value("bitrefit-fuzz-protocol", a, v);
+    auto n = [&] { return value.count(); };
+    auto n64 = [&] { return value.count<std::uint64_t>(); };
     auto rng_arg = [&](fz::range& r) {
-      if (fz::parse_range(v, r)) return true;
-      std::cerr << "bitrefit-fuzz-protocol: " << k << " wants N or LO-HI (>= 1), got '" << v << "'\n";
-      return false;
+      if (!fz::parse_range(v, r)) value.refuse("expected N or LO-HI with 1 <= LO <= HI");
     };
-    if (k == "seed") o.seed = n();
-    else if (k == "schedules") o.schedules = n();
-    else if (k == "seconds") o.seconds = std::strtod(v.c_str(), nullptr);
-    else if (k == "threads") o.threads = unsigned(std::max(1ull, n()));
-    else if (k == "receivers") { if (!rng_arg(o.receivers)) return 2; }
-    else if (k == "owners") { if (!rng_arg(o.owners)) return 2; }
-    else if (k == "chunks") { if (!rng_arg(o.chunks)) return 2; }
-    else if (k == "transitions") { if (!rng_arg(o.transitions)) return 2; }
-    else if (k == "max_attempts") o.max_attempts = std::uint32_t(n());
-    else if (k == "fault_attempts") o.fault_attempts = std::uint32_t(n());
-    else if (k == "faults_after_last_commit") o.faults_after_last_commit = n() != 0;
-    else if (k == "attest_off_p") o.attest_off_probability = std::strtod(v.c_str(), nullptr);
-    else if (k == "faults") o.max_faults_per_kind = std::uint32_t(n());
-    else if (k == "prefix") o.prefix_moves = std::uint32_t(n());
-    else if (k == "fault_p") o.fault_probability = std::strtod(v.c_str(), nullptr);
-    else if (k == "settle_bound") o.settle_bound = std::uint32_t(n());
-    else if (k == "async") o.async_gate = n() != 0;
-    else if (k == "shrink") o.shrink = n() != 0;
-    else if (k == "keep_going") o.keep_going = n() != 0;
-    else if (k == "shrink_replays") o.shrink_replays = std::uint32_t(n());
-    else if (k == "progress") o.progress_seconds = std::strtod(v.c_str(), nullptr);
+    if (k == "seed") o.seed = n64();
+    else if (k == "schedules") o.schedules = n64();
+    else if (k == "seconds") o.seconds = value.seconds();
+    else if (k == "threads") o.threads = std::max(1u, n());
+    else if (k == "receivers") rng_arg(o.receivers);
+    else if (k == "owners") rng_arg(o.owners);
+    else if (k == "chunks") rng_arg(o.chunks);
+    else if (k == "transitions") rng_arg(o.transitions);
+    else if (k == "max_attempts") o.max_attempts = n();
+    else if (k == "fault_attempts") o.fault_attempts = n();
+    else if (k == "faults_after_last_commit") o.faults_after_last_commit = value.flag();
+    else if (k == "attest_off_p") o.attest_off_probability = value.probability();
+    else if (k == "faults") o.max_faults_per_kind = n();
+    else if (k == "prefix") o.prefix_moves = n();
+    else if (k == "fault_p") o.fault_probability = value.probability();
+    else if (k == "settle_bound") o.settle_bound = n();
+    else if (k == "async") o.async_gate = value.flag();
+    else if (k == "shrink") o.shrink = value.flag();
+    else if (k == "keep_going") o.keep_going = value.flag();
+    else if (k == "shrink_replays") o.shrink_replays = n();
+    else if (k == "progress") o.progress_seconds = value.seconds();
     else if (k == "mutation") {
       auto m = protocol::mutation_from_string(v);
       if (!m) { std::cerr << "bitrefit-fuzz-protocol: unknown mutation '" << v << "'\n"; return 2; }
       o.mutation = *m;
     } else { std::cerr << "bitrefit-fuzz-protocol: unknown key '" << k << "'\n"; return 2; }
+    if (value.refusal()) { std::cerr << *value.refusal() << "\n"; return 2; }
   }
   if (o.schedules == 0 && o.seconds <= 0) {
     std::cerr << "bitrefit-fuzz-protocol: schedules=0 (no limit) needs seconds=N\n";

@@ -42,11 +42,13 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <variant>
 #include <vector>
 
 #include "bitrefit/protocol/model/script.hpp"
+#include "bitrefit_proofs/cli_values.hpp"
 #include "bitrefit_proofs/cluster_world.hpp"
 
 namespace bitrefit::proofs::fuzz {
@@ -80,17 +82,12 @@ struct range {
 
 /// "N" or "LO-HI" with 1 <= LO <= HI (the command-line form of a range); false for anything else.
 inline bool parse_range(const std::string& v, range& r) {
-  char* end = nullptr;
-  r.lo = std::uint32_t(std::strtoul(v.c_str(), &end, 10));
-  if (end == v.c_str()) return false;
-  if (*end == '-') {
-    const char* s = end + 1;
-    r.hi = std::uint32_t(std::strtoul(s, &end, 10));
-    if (end == s) return false;
-  } else {
-    r.hi = r.lo;
-  }
-  return *end == 0 && r.lo <= r.hi && r.lo >= 1;
+  const auto dash = v.find('-');
+  const auto lo = cli::whole_number<std::uint32_t>(std::string_view(v).substr(0, dash));
+  const auto hi = dash == std::string::npos ? lo : cli::whole_number<std::uint32_t>(std::string_view(v).substr(dash + 1));
+  if (!lo || !hi || *lo < 1 || *lo > *hi) return false;
+  r.lo = *lo, r.hi = *hi;
+  return true;
 }
 
 struct options {

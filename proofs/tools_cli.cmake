@@ -1,25 +1,28 @@
-# check_protocol_cli.cmake — the command line of proofs/check_protocol, as a ctest test (cmake -P).
+# tools_cli.cmake — the command lines of the proofs tools check_protocol and bitrefit-fuzz-protocol,
+# as a ctest test (cmake -P).
 #
-#   cmake -DCHECKER=<path of check_protocol> -DWORKDIR=<build dir> -P check_protocol_cli.cmake
+#   cmake -DCHECKER=<check_protocol> -DFUZZER=<bitrefit-fuzz-protocol> -DWORKDIR=<build dir> -P tools_cli.cmake
 #
-# The library behind the tool is tested by test_proofs; this checks what only the tool does: its
-# exit status (0 ok, 1 violation, 2 bad arguments, 3 state limit), its JSON line, the scenario file
-# it writes for a counterexample, and that a mistyped or impossible bound stops it with a message
-# naming the argument instead of checking some other world (before, `receivers=abc` ran a world of
-# 0 receivers and printed "ok", and `owners=0` crashed).
-foreach(v CHECKER WORKDIR)
+# What the tools run is tested by test_proofs and test_random_schedules; this checks what only the
+# tools do: their exit statuses (check_protocol: 0 ok, 1 violation, 2 bad arguments, 3 state limit;
+# the fuzzer: 0 no failure, 1 failure, 2 bad arguments), their JSON output, the scenario file of a
+# counterexample, and that a mistyped or impossible bound stops them with a message naming the
+# argument instead of running some other world (before 2026-12-07, check_protocol ran
+# `receivers=abc` as a world of 0 receivers and printed "ok", crashed on `owners=0`, and the fuzzer
+# ran `schedules=1e6` as 1 schedule).
+foreach(v CHECKER FUZZER WORKDIR)
   if(NOT DEFINED ${v})
-    message(FATAL_ERROR "check_protocol_cli.cmake: ${v} is not set")
+    message(FATAL_ERROR "tools_cli.cmake: ${v} is not set")
   endif()
 endforeach()
 file(REMOVE_RECURSE "${WORKDIR}")
 file(MAKE_DIRECTORY "${WORKDIR}")
 
 set(failures 0)
-# expect(NAME RC STDOUT_REGEX STDERR_REGEX ARGS...): runs the checker with ARGS and requires the exit
-# status RC and both outputs to match (an empty regex requires an empty output).
+# expect(NAME RC STDOUT_REGEX STDERR_REGEX ARGS...): runs the tool (TOOL) with ARGS and requires
+# the exit status RC and both outputs to match (an empty regex requires an empty output).
 function(expect name rc out_regex err_regex)
-  execute_process(COMMAND "${CHECKER}" ${ARGN} WORKING_DIRECTORY "${WORKDIR}"
+  execute_process(COMMAND "${TOOL}" ${ARGN} WORKING_DIRECTORY "${WORKDIR}"
                   RESULT_VARIABLE got_rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
   set(problems "")
   if(NOT got_rc STREQUAL "${rc}")
@@ -36,7 +39,7 @@ function(expect name rc out_regex err_regex)
   endforeach()
   if(problems)
     string(JOIN " " command ${ARGN})
-    message("FAIL ${name}: check_protocol ${command}${problems}\n  stdout: ${out}\n  stderr: ${err}")
+    message("FAIL ${name}: ${TOOL} ${command}${problems}\n  stdout: ${out}\n  stderr: ${err}")
     math(EXPR n "${failures} + 1")
     set(failures ${n} PARENT_SCOPE)
   else()
@@ -44,6 +47,8 @@ function(expect name rc out_regex err_regex)
   endif()
 endfunction()
 
+# ---- check_protocol
+set(TOOL "${CHECKER}")
 set(w1 receivers=1 owners=1 chunks=1 transitions=1)
 set(w2 receivers=2 owners=1 chunks=1 transitions=1)
 # Counts as test_proofs pins them for the same worlds (1 receiver: no symmetry; 2: one state per
@@ -85,6 +90,24 @@ expect(unknown_key 2 "" "check_protocol: unknown key 'colour'" ${w2} colour=red)
 expect(unknown_mutation 2 "" "check_protocol: unknown mutation 'none_such'" ${w2} mutation=none_such)
 expect(sleep_with_liveness 2 "" "check_protocol: .*liveness" ${w2} sleep=1 --quiet)
 
+# ---- bitrefit-fuzz-protocol
+set(TOOL "${FUZZER}")
+set(small receivers=2 owners=1 transitions=1 threads=1 progress=0 --json=${WORKDIR}/fuzz.json --scenario=${WORKDIR}/fuzz_failure.txt)
+expect(fuzz_ok 0 "\"schedules\":20,.*\"verdict\":\"ok\"" "" seed=3 schedules=20 ${small})
+expect(fuzz_mutation_found 1 "\"verdict\":\"failure\".*\"kind\":\"safety\"" "\nVIOLATION: " seed=1 schedules=200 mutation=commit_before_all_acks ${small})
+if(NOT EXISTS "${WORKDIR}/fuzz_failure.txt" OR NOT EXISTS "${WORKDIR}/fuzz.json")
+  message("FAIL fuzz_mutation_found: no scenario file or JSON file written")
+  math(EXPR failures "${failures} + 1")
+endif()
+expect(fuzz_scientific_count 2 "" "bitrefit-fuzz-protocol: schedules=1e6: expected a whole number" schedules=1e6 ${small})
+expect(fuzz_bad_range 2 "" "bitrefit-fuzz-protocol: receivers=0-2: expected N or LO-HI with 1 <= LO <= HI" receivers=0-2)
+expect(fuzz_reversed_range 2 "" "bitrefit-fuzz-protocol: owners=3-1: expected N or LO-HI" owners=3-1)
+expect(fuzz_range_junk 2 "" "bitrefit-fuzz-protocol: chunks=1-2x: expected N or LO-HI" chunks=1-2x)
+expect(fuzz_not_a_probability 2 "" "bitrefit-fuzz-protocol: fault_p=1.5: expected a probability from 0 to 1" fault_p=1.5)
+expect(fuzz_not_a_flag 2 "" "bitrefit-fuzz-protocol: shrink=yes: expected 0 or 1" shrink=yes)
+expect(fuzz_bad_seconds 2 "" "bitrefit-fuzz-protocol: seconds=soon: expected seconds" seconds=soon)
+expect(fuzz_unknown_key 2 "" "bitrefit-fuzz-protocol: unknown key 'colour'" colour=red)
+
 if(failures GREATER 0)
-  message(FATAL_ERROR "${failures} check_protocol command line case(s) failed")
+  message(FATAL_ERROR "${failures} command line case(s) of the proofs tools failed")
 endif()
