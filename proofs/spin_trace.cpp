@@ -43,6 +43,7 @@
 #include <thread>
 #include <vector>
 
+#include "bitrefit_proofs/cli_values.hpp"
 #include "bitrefit_proofs/checker.hpp"
 #include "bitrefit_proofs/cluster_world.hpp"
 #include "bitrefit_proofs/mutation_cases.hpp"
@@ -293,15 +294,23 @@ int main(int argc, char** argv) {
     else if (a.rfind("--workdir=", 0) == 0) t.workdir = val("--workdir=");
     else if (a.rfind("--promela-extra=", 0) == 0) t.promela_extra = val("--promela-extra=");
     else if (a == "--mutations") mutations = true;
-    else if (a.rfind("--random=", 0) == 0) random_runs = std::stoull(val("--random="));
-    else if (a.rfind("--seed=", 0) == 0) random_seed = std::stoull(val("--seed="));
+    else if (a.rfind("--random=", 0) == 0 || a.rfind("--seed=", 0) == 0) {
+      const bool runs = a[2] == 'r';
+      const auto x = proofs::cli::whole_number<std::uint64_t>(val(runs ? "--random=" : "--seed="));
+      if (!x) {
+        std::cerr << "bitrefit-spin-trace: " << a << ": expected a whole number\n";
+        return 2;
+      }
+      (runs ? random_runs : random_seed) = *x;
+    }
     else if (a == "--table") table = true;
     else if (a.rfind("--jobs=", 0) == 0) {
-      jobs = unsigned(std::strtoul(val("--jobs=").c_str(), nullptr, 10));
-      if (jobs == 0 || jobs > 256) {
+      const auto x = proofs::cli::whole_number<unsigned>(val("--jobs="));
+      if (!x || *x == 0 || *x > 256) {
         std::cerr << "bitrefit-spin-trace: " << a << ": expected a number of jobs from 1 to 256\n";
         return 2;
       }
+      jobs = *x;
     }
     else if (a == "--keep-outside") keep_outside = true;
     else if (a.rfind("--receivers=", 0) == 0 || a.rfind("--owners=", 0) == 0) {

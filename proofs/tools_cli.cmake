@@ -1,7 +1,8 @@
-# tools_cli.cmake — the command lines of the proofs tools check_protocol and bitrefit-fuzz-protocol,
-# as a ctest test (cmake -P).
+# tools_cli.cmake — the command lines of the proofs tools check_protocol, bitrefit-fuzz-protocol and
+# bitrefit-spin-trace (its options only: its runs are spin_trace_agreement's), as a ctest test (cmake -P).
 #
-#   cmake -DCHECKER=<check_protocol> -DFUZZER=<bitrefit-fuzz-protocol> -DWORKDIR=<build dir> -P tools_cli.cmake
+#   cmake -DCHECKER=<check_protocol> -DFUZZER=<bitrefit-fuzz-protocol> -DSPIN_TRACE=<bitrefit-spin-trace>
+#         -DWORKDIR=<build dir> -P tools_cli.cmake
 #
 # What the tools run is tested by test_proofs and test_random_schedules; this checks what only the
 # tools do: their exit statuses (check_protocol: 0 ok, 1 violation, 2 bad arguments, 3 state limit;
@@ -10,7 +11,7 @@
 # argument instead of running some other world (before 2026-12-07, check_protocol ran
 # `receivers=abc` as a world of 0 receivers and printed "ok", crashed on `owners=0`, and the fuzzer
 # ran `schedules=1e6` as 1 schedule).
-foreach(v CHECKER FUZZER WORKDIR)
+foreach(v CHECKER FUZZER SPIN_TRACE WORKDIR)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "tools_cli.cmake: ${v} is not set")
   endif()
@@ -107,6 +108,14 @@ expect(fuzz_not_a_probability 2 "" "bitrefit-fuzz-protocol: fault_p=1.5: expecte
 expect(fuzz_not_a_flag 2 "" "bitrefit-fuzz-protocol: shrink=yes: expected 0 or 1" shrink=yes)
 expect(fuzz_bad_seconds 2 "" "bitrefit-fuzz-protocol: seconds=soon: expected seconds" seconds=soon)
 expect(fuzz_unknown_key 2 "" "bitrefit-fuzz-protocol: unknown key 'colour'" colour=red)
+
+# ---- bitrefit-spin-trace: its numeric options (read before anything runs)
+set(TOOL "${SPIN_TRACE}")
+expect(trace_bad_jobs 2 "" "bitrefit-spin-trace: --jobs=2x: expected a number of jobs from 1 to 256" --jobs=2x)
+expect(trace_zero_jobs 2 "" "bitrefit-spin-trace: --jobs=0: expected a number of jobs from 1 to 256" --jobs=0)
+expect(trace_bad_random 2 "" "bitrefit-spin-trace: --random=ten: expected a whole number" --random=ten)
+expect(trace_bad_seed 2 "" "bitrefit-spin-trace: --seed=-1: expected a whole number" --seed=-1)
+expect(trace_bad_receivers 2 "" "bitrefit-spin-trace: --receivers=0-2: expected LO-HI within 1-5" --receivers=0-2)
 
 if(failures GREATER 0)
   message(FATAL_ERROR "${failures} command line case(s) of the proofs tools failed")
