@@ -125,7 +125,7 @@ TEST(Scenario, RequiredScenariosExist) {
 // A world needs a receiver, an owner and a chunk per owner: a world line or a config without one
 // is refused by name, at parse time and when the world is built (check_protocol builds worlds from
 // its own arguments; owners=0 or chunks=0 crashed it and receivers=0 came out "ok").
-TEST(World, BoundsOfZeroAreRefusedByName) {
+TEST(World, BadBoundsAreRefusedByName) {
   namespace model = bitrefit::protocol::model;
   const auto refusal = [](auto&& make) -> std::string {
     try {
@@ -145,6 +145,10 @@ TEST(World, BoundsOfZeroAreRefusedByName) {
     EXPECT_EQ(refusal([&] { model::cluster w(c); }), expected);
   }
   EXPECT_EQ(refusal([] { model::cluster w(model::parse_world("receivers=1 owners=1 chunks=1")); }), "(accepted)");
+  // Counts are read whole: a sign, trailing text or a value past 32 bits is refused, not wrapped round.
+  for (const std::string v : {"-1", "+2", "2x", "4294967296", ""})
+    EXPECT_EQ(refusal([&] { model::parse_world("receivers=" + v); }),
+              "world: key 'receivers' needs a whole number from 0 to 4294967295, got '" + v + "'");
 }
 
 }  // namespace

@@ -33,10 +33,12 @@
 // in this format (outputs included), so every bug found becomes a regression scenario.
 #pragma once
 
+#include <charconv>
 #include <cstdlib>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <variant>
 #include <vector>
 
@@ -54,11 +56,12 @@ inline world_config parse_world(const std::string& args) {
     auto eq = kv.find('=');
     if (eq == std::string::npos) throw std::invalid_argument("world: expected key=value, got '" + kv + "'");
     std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
-    auto n = [&]() -> std::uint32_t {
-      char* end = nullptr;
-      unsigned long x = std::strtoul(v.c_str(), &end, 10);
-      if (v.empty() || *end) throw std::invalid_argument("world: key '" + k + "' needs a number, got '" + v + "'");
-      return static_cast<std::uint32_t>(x);
+    auto n = [&]() -> std::uint32_t {  // whole: no sign, no spaces, in range (strtoul wrapped -1 round)
+      std::uint32_t x = 0;
+      const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+      if (v.empty() || ec != std::errc{} || p != v.data() + v.size())
+        throw std::invalid_argument("world: key '" + k + "' needs a whole number from 0 to 4294967295, got '" + v + "'");
+      return x;
     };
     auto& p = c.protocol;
     if (k == "receivers") p.receivers = n();
